@@ -24,6 +24,8 @@ def test_make_puts_method_options_aside_and_validates():
         _spec(lr=-1.0)
     with pytest.raises(ValueError, match="RunSpec.train_fraction"):
         _spec(train_fraction=1.5)
+    with pytest.raises(ValueError, match="RunSpec.u_init"):
+        _spec(u_init="ones")
     with pytest.raises(ValueError, match="RunSpec.monitor_rows"):
         _spec(monitor_rows=0)
 
@@ -32,7 +34,8 @@ def test_key_depends_on_every_field_and_code_version(monkeypatch):
     s = _spec()
     assert s.key == _spec().key
     others = [_spec(seed=1), _spec(lr=0.2), _spec(epochs=3), _spec(train_fraction=0.5),
-              _spec(monitor_rows=100), _spec(delta0=2.0), _spec(test=False)]
+              _spec(monitor_rows=100), _spec(delta0=2.0), _spec(test=False),
+              _spec(u_init="zero")]
     assert len({s.key, *[o.key for o in others]}) == len(others) + 1
     before = s.key
     monkeypatch.setattr(ex, "CODE_VERSION", "something-else")
@@ -44,7 +47,8 @@ def test_run_matches_fit_and_is_read_back_from_cache(tmp_path):
     r1 = ex.run(s, cache_dir=tmp_path)
     assert not r1.from_cache and (tmp_path / f"{s.key}.json").exists()
     X, y, K, _ = ex.load_split("bibtex", "train")
-    ref = fit(X, y, "umax", 0.1, epochs=2, seed=0, K=K, progress=False, eval_rows=500)
+    ref = fit(X, y, "umax", 0.1, epochs=2, seed=0, K=K, progress=False, eval_rows=500,
+              u_init="logK")
     pd.testing.assert_series_equal(r1.history.train_log_loss, ref.history.train_log_loss)
     from scalable_softmax.evaluate import evaluate
     full = evaluate(X, y, ref.W)

@@ -150,6 +150,10 @@ class RunSpec:
     eval_epochs : epochs to monitor (None: epoch 0 and 10 evenly spaced epochs).
     final_rows : cap on the rows of the final exact evaluation of each set (None: all).
     test : also evaluate the final weights on the test split.
+    u_init : initial ``u`` of the double-sum methods: ``"logK"`` (default) as in the
+        paper's Algorithm 1 (``u_i <- log K``, the optimal ``u`` at ``W = 0``), or
+        ``"zero"``. Vanilla SGD at the paper's Table 2 rates overflows from ``u = 0``
+        but not from ``u = log K`` (notebook 02).
     options : method options and ``batch_size`` / ``n_sampled`` / ``mu`` / ``u_init``,
         as a tuple of ``(name, value)`` pairs (use :meth:`make`).
     """
@@ -166,6 +170,7 @@ class RunSpec:
     eval_epochs: tuple | None = None
     final_rows: int | None = None
     test: bool = True
+    u_init: str = "logK"
     options: tuple = ()
 
     @classmethod
@@ -196,6 +201,8 @@ class RunSpec:
         if not (0 < self.train_fraction <= 1):
             raise ValueError("RunSpec.train_fraction must lie in (0, 1]; got "
                              f"{self.train_fraction!r}")
+        if self.u_init not in ("logK", "zero"):
+            raise ValueError(f"RunSpec.u_init must be 'logK' or 'zero'; got {self.u_init!r}")
         for nm in ("monitor_rows", "final_rows"):
             v = getattr(self, nm)
             if v is not None and not (isinstance(v, int) and v >= 1):
@@ -275,6 +282,7 @@ def _train(spec: RunSpec) -> tuple[pd.DataFrame, dict]:
     opts = dict(spec.options)
     res = fit(X, y, spec.method, spec.lr, epochs=spec.epochs, lr_decay=spec.lr_decay,
               seed=spec.seed, K=K, progress=False, eval_rows=spec.monitor_rows,
+              u_init=spec.u_init,
               eval_epochs=list(spec.eval_epochs) if spec.eval_epochs is not None else None,
               **opts)
     h = res.history
