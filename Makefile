@@ -43,6 +43,9 @@ LIB_SOURCES := $(shell find lib -name '*.py' -not -path '*/__pycache__/*')
 build/executed/full/%.ipynb: notebooks/%.ipynb params/%.yaml $(LIB_SOURCES) | $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m scalable_softmax.notebooks run $* --profile full
 
+# notebook 06 assembles Table 3 from notebook 02's runs (read back from build/runs)
+build/executed/full/06-paper-tables.ipynb: build/executed/full/02-dataset-run.ipynb
+
 tables/data-table1.md: $(LIB_SOURCES) | $(STAMP)
 	$(BIN)/python -m scalable_softmax.data table1 --write tables/data-table1
 

@@ -1,0 +1,81 @@
+"""The paper's study driver (scalable_softmax.study) and the run summaries
+(scalable_softmax.reporting)."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from scalable_softmax import reporting as rp
+from scalable_softmax import study
+
+
+def _runs():
+    return pd.DataFrame(dict(
+        dataset=["a"] * 6, method=["x", "x", "x", "y", "y", "y"],
+        lr=[1.0, 1.0, 1.0, 0.1, 0.1, 0.1], seed=[0, 1, 2] * 2,
+        diverged=[False, True, False, False, False, False],
+        train_log_loss=[1.0, math.inf, 3.0, 2.0, 4.0, 6.0],
+        train_error=[0.1, math.nan, 0.3, 0.2, 0.2, 0.2]))
+
+
+def test_summarise_runs_keeps_divergence_visible():
+    s = rp.summarise_runs(_runs()).set_index("method")
+    assert s.diverged_seeds["x"] == 1 and s.seeds["x"] == 3
+    assert s.train_log_loss_mean["x"] == math.inf        # not the mean of the finite seeds
+    assert s.train_log_loss_mean["y"] == pytest.approx(4.0)
+    assert s.train_log_loss_std["y"] == pytest.approx(2.0)
+    assert s.train_log_loss_min["y"] == 2.0 and s.train_log_loss_max["y"] == 6.0
+    with pytest.raises(ValueError, match="lacks column"):
+        rp.summarise_runs(_runs().drop(columns="seed"))
+
+
+def test_relative_table_divides_by_the_reference_and_averages():
+    v = pd.DataFrame(dict(dataset=["a", "a", "b", "b"], method=["m", "implicit"] * 2,
+                          val=[4.0, 2.0, 3.0, 3.0]))
+    t = rp.relative_table(v, "val")
+    assert t.loc["a", "m"] == 2.0 and t.loc["b", "m"] == 1.0
+    assert t.loc["Average", "m"] == 1.5 and t.loc["Average", "implicit"] == 1.0
+    with pytest.raises(ValueError, match="no 'umax' column"):
+        rp.relative_table(v, "val", reference="umax")
+
+
+def test_curve_bands_drop_diverged_points():
+    h = pd.DataFrame(dict(dataset="a", method="x", lr=1.0, epoch=[0, 0, 5, 5],
+                          seed=[0, 1, 0, 1], train_log_loss=[2.0, 2.0, 1.0, math.inf]))
+    b = rp.curve_bands(h).set_index("epoch")
+    assert b.seeds[0] == 2 and b.seeds[5] == 1 and b["mean"][5] == 1.0
+    assert b["min"][0] == b["max"][0] == 2.0
+
+
+def test_choose_used_takes_the_largest_stable_rate():
+    runs = pd.DataFrame(dict(
+        dataset="a", method="v", lr=[1.0, 1.0, 0.1, 0.1, 0.01, 0.01], seed=[0, 1] * 3,
+        diverged=[True, False, False, False, False, False],
+        train_log_loss=[math.inf, 1.0, 2.0, 2.5, 3.0, 3.0], paper_lr=1.0))
+    s = study.choose_used(runs, ["a"], ["v"])
+    assert list(s.lr) == [1.0, 0.1, 0.01]
+    assert list(s.used) == [False, True, False]
+    assert list(s.rate) == ["paper", "stepped down", "stepped down"]
+
+
+def test_run_paper_methods_steps_down_after_a_divergence(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOFTMAX_RUN_CACHE", str(tmp_path))
+    kw = dict(methods=["vanilla", "implicit"], seeds=[0], epochs=2, monitor_rows=300,
+              workers=1, progress=False, u_init="zero",
+              rate_overrides={"bibtex": {"vanilla": 10.0}})
+    runs, results, shapes, _ = study.run_paper_methods(["bibtex"], **kw)
+    v = runs[runs.method == "vanilla"].sort_values("lr", ascending=False)
+    assert v.lr.iloc[0] == 10.0 and v.diverged.iloc[0]          # overflows at 10 from u = 0
+    assert v.rate.iloc[0] == "paper" and (v.rate.iloc[1:] == "stepped down").all()
+    assert not v.diverged.iloc[-1] or len(v) == 4              # stopped at the first stable
+    np.testing.assert_allclose(np.diff(v.lr.to_numpy()) / v.lr.to_numpy()[:-1], -0.9)
+    assert shapes.loc["bibtex", "synthetic"] == False  # noqa: E712 (numpy bool)
+    impl = runs[runs.method == "implicit"]
+    assert len(impl) == 1 and impl.lr.iloc[0] == 10.0 and not impl.diverged.iloc[0]
+    again, _, _, _ = study.run_paper_methods(["bibtex"], **kw)
+    assert again.from_cache.all() and len(again) == len(runs)
+    with pytest.raises(ValueError, match="unknown method"):
+        study.run_paper_methods(["bibtex"], methods=["sgd"])
+    with pytest.raises(ValueError, match="unknown data set"):
+        study.run_paper_methods(["imagenet"])
