@@ -1,0 +1,167 @@
+"""scalable_softmax.runtime: synthetic data, epoch seconds, slopes, row targets and the
+timing wrapper around fit (structure only: no assertion depends on the machine's speed)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from scalable_softmax import runtime as rt
+
+
+# ---------------------------------------------------------------------------
+# synthetic_sparse
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("N,D,nnz,K", [(500, 1000, 50, 7), (300, 40, 30, 3), (50, 5, 5, 2),
+                                       (200, 20, 1, 4)])
+def test_synthetic_sparse_shape_and_rows(N, D, nnz, K):
+    X, y = rt.synthetic_sparse(N, D, nnz, K, seed=3)
+    assert sp.isspmatrix_csr(X) and X.shape == (N, D) and X.dtype == np.float64
+    assert np.array_equal(np.diff(X.indptr), np.full(N, nnz))      # exactly nnz per row
+    Xc = X.copy()
+    Xc.sum_duplicates()
+    assert Xc.nnz == N * nnz                                        # all columns distinct
+    for i in range(0, N, max(1, N // 20)):                          # sorted within rows
+        cols = X.indices[X.indptr[i]:X.indptr[i + 1]]
+        assert np.all(np.diff(cols) > 0)
+    assert np.all(X.data > 0)
+    np.testing.assert_allclose(np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel()), 1.0,
+                               rtol=1e-12)
+    assert y.dtype == np.int64 and y.shape == (N,)
+    assert y.min() >= 0 and y.max() < K
+
+
+def test_synthetic_sparse_deterministic_and_uniform():
+    a = rt.synthetic_sparse(2000, 100, 10, 5, seed=1)
+    b = rt.synthetic_sparse(2000, 100, 10, 5, seed=1)
+    c = rt.synthetic_sparse(2000, 100, 10, 5, seed=2)
+    assert (a[0] != b[0]).nnz == 0 and np.array_equal(a[1], b[1])
+    assert (a[0] != c[0]).nnz > 0
+    # columns and labels roughly uniform (20,000 column draws over 100 columns)
+    counts = np.bincount(a[0].indices, minlength=100)
+    assert counts.min() > 120 and counts.max() < 280
+    assert np.bincount(a[1], minlength=5).min() > 300
+
+
+@pytest.mark.parametrize("args,msg", [
+    ((0, 10, 2, 3), "n_rows must be an integer >= 1"),
+    ((10, 10, 11, 3), "nnz_per_row = 11 exceeds n_features = 10"),
+    ((10, 10, 2, 1), "n_classes must be an integer >= 2"),
+    ((10, 10.0, 2, 3), "n_features must be an integer"),
+    ((10, 10, 0, 3), "nnz_per_row must be an integer >= 1"),
+])
+def test_synthetic_sparse_bad_input(args, msg):
+    with pytest.raises(ValueError, match=msg):
+        rt.synthetic_sparse(*args)
+
+
+# ---------------------------------------------------------------------------
+# epoch_seconds, loglog_slope, rows_for_target
+# ---------------------------------------------------------------------------
+
+def test_epoch_seconds_differences():
+    h = pd.DataFrame({"epoch": [0, 1, 2, 3], "seconds": [0.0, 0.5, 1.25, 1.5]})
+    np.testing.assert_allclose(rt.epoch_seconds(h), [0.5, 0.75, 0.25])
+    np.testing.assert_allclose(rt.epoch_seconds(h.iloc[::-1]), [0.5, 0.75, 0.25])
+    assert rt.epoch_seconds(h.iloc[:1]).size == 0
+    with pytest.raises(ValueError, match="columns 'epoch' and 'seconds'"):
+        rt.epoch_seconds(pd.DataFrame({"epoch": [0]}))
+
+
+def test_loglog_slope_power_laws_and_reference():
+    x = np.array([100, 1000, 10_000, 100_000])
+    assert math.isclose(rt.loglog_slope(x, 3e-6 * x), 1.0, rel_tol=1e-12)
+    assert abs(rt.loglog_slope(x, np.full(4, 2e-6))) < 1e-12
+    assert math.isclose(rt.loglog_slope(x, 5 * x ** 0.25), 0.25, rel_tol=1e-12)
+    rng = np.random.default_rng(0)
+    y = rng.random(4) + 0.1
+    ref = np.polyfit(np.log(x), np.log(y), 1)[0]
+    assert math.isclose(rt.loglog_slope(x, y), ref, rel_tol=1e-10)
+
+
+@pytest.mark.parametrize("x,y,msg", [
+    ([1], [1], "at least two points"),
+    ([1, 2], [1, 2, 3], "same length"),
+    ([1, 2], [1, 0], "finite and > 0"),
+    ([1, np.nan], [1, 2], "finite and > 0"),
+    ([3, 3], [1, 2], "all x are equal"),
+])
+def test_loglog_slope_bad_input(x, y, msg):
+    with pytest.raises(ValueError, match=msg):
+        rt.loglog_slope(x, y)
+
+
+def test_rows_for_target():
+    assert rt.rows_for_target(1e-3, 0.5, 100_000) == 500
+    assert rt.rows_for_target(1e-3, 0.5549, 100_000) == 500      # down to whole batches
+    assert rt.rows_for_target(1e-6, 10.0, 90_737) == 90_737      # capped at n_max
+    assert rt.rows_for_target(1.0, 0.5, 10_000) == 100           # at least one batch
+    assert rt.rows_for_target(1.0, 0.5, 10_000, min_rows=300) == 300
+    assert rt.rows_for_target(1e-3, 0.5, 50) == 50               # n_max below one batch
+    with pytest.raises(ValueError, match="seconds_per_datapoint must be a finite number > 0"):
+        rt.rows_for_target(0.0, 0.5, 10)
+    with pytest.raises(ValueError, match="target_seconds"):
+        rt.rows_for_target(1e-3, float("inf"), 10)
+
+
+# ---------------------------------------------------------------------------
+# time_fit
+# ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small():
+    return rt.synthetic_sparse(400, 30, 5, 6, seed=0)
+
+
+def test_time_fit_structure(small):
+    X, y = small
+    r = rt.time_fit(X, y, "umax", 0.01, K=6, epochs=3)
+    assert r["method"] == "umax" and r["rows"] == 400 and r["epochs"] == 3
+    assert r["steps_per_epoch"] == 400 and not r["diverged"] and r["retries"] == 0
+    assert r["lr"] == r["lr_requested"] == 0.01
+    assert r["seconds_min"] <= r["seconds_per_epoch"] <= r["seconds_max"]
+    assert r["seconds_per_epoch"] > 0 and math.isfinite(r["seconds_per_epoch"])
+    assert math.isclose(r["seconds_per_datapoint"], r["seconds_per_epoch"] / 400)
+    assert math.isclose(r["seconds_per_step"], r["seconds_per_epoch"] / 400)
+
+
+def test_time_fit_rows_subset_and_minibatch(small):
+    X, y = small
+    r = rt.time_fit(X, y, "softmax-sgd", 0.1, K=6, epochs=2, rows=250)
+    assert r["rows"] == 250 and r["epochs"] == 2
+    assert r["steps_per_epoch"] == 3                         # 100 + 100 + 50
+    assert math.isclose(r["seconds_per_datapoint"], r["seconds_per_epoch"] / 250)
+    assert math.isclose(r["seconds_per_step"], r["seconds_per_epoch"] / 3)
+    assert rt.time_fit(X, y, "umax", 0.01, K=6, epochs=1, rows=10_000)["rows"] == 400
+
+
+def test_time_fit_retries_after_divergence():
+    # vanilla SGD overflows at a huge rate on separable data; a small rate is stable
+    rng = np.random.default_rng(0)
+    X = sp.csr_matrix(rng.standard_normal((200, 4)) * 30)
+    y = (X.toarray()[:, 0] > 0).astype(np.int64)
+    bad = rt.time_fit(X, y, "vanilla", 1e6, K=2, epochs=3)
+    assert bad["diverged"] and bad["retries"] == 0 and bad["epochs"] < 3
+    good = rt.time_fit(X, y, "vanilla", 1e6, K=2, epochs=3, lr_retries=12, lr_retry_factor=0.1)
+    assert not good["diverged"] and good["retries"] >= 1 and good["epochs"] == 3
+    assert math.isclose(good["lr"], 1e6 * 0.1 ** good["retries"])
+
+
+def test_time_fit_bad_input(small):
+    X, y = small
+    with pytest.raises(ValueError, match="rows must be an integer >= 1"):
+        rt.time_fit(X, y, "umax", 0.01, K=6, rows=0)
+    with pytest.raises(ValueError, match="lr_retry_factor must lie in"):
+        rt.time_fit(X, y, "umax", 0.01, K=6, lr_retry_factor=2.0)
+    with pytest.raises(ValueError, match="unknown method"):
+        rt.time_fit(X, y, "nope", 0.01, K=6)
+
+
+def test_machine_info_keys():
+    info = rt.machine_info()
+    assert {"cpu_model", "cpus", "numba_threads", "load_average", "date"} <= set(info)
+    assert len(info["load_average"]) == 3
