@@ -21,6 +21,7 @@ METHODS = {
     "softmax-sgd": "scalable_softmax.methods.full:SoftmaxSGDTrainer",
     "exact": "scalable_softmax.methods.full:ExactTrainer",
     "bouchard": "scalable_softmax.methods.full:BouchardTrainer",
+    "ove-exact": "scalable_softmax.methods.full:OVEExactTrainer",
 }
 
 

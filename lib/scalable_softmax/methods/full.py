@@ -1,5 +1,5 @@
-"""Full-softmax optimisers: exact minibatch SGD, the exact L-BFGS optimum, and
-Bouchard's bound (MATH.md section 8).
+"""Full-softmax optimisers: exact minibatch SGD, the exact L-BFGS optimum,
+Bouchard's bound (MATH.md section 8) and the full-batch One-vs-Each bound.
 
 All three work with the per-datapoint objective of MATH.md section 2 (learning-rate
 convention): the mean negative log-likelihood plus the ridge divided by ``N``,
@@ -57,7 +57,21 @@ convention): the mean negative log-likelihood plus the ridge divided by ``N``,
     For ``K = 2`` the optimum is ``alpha = (s_1 + s_2)/2`` and, non-parametrically,
     ``f_k = 2 log N_k + c`` (T, Proposition 3).
 
-Kernels: :func:`full_objective` evaluates ``F`` or ``B~`` and their gradients in
+``ove-exact`` (:class:`OVEExactTrainer`)
+    Full-batch L-BFGS on the exact One-vs-Each bound (T-4, T-15; MATH.md section 7)
+    with the same per-datapoint convention,
+
+        O(W) = (1/N) sum_i sum_{k != y_i} softplus(s_ik - s_{i,y_i})
+               + (mu/(2N)) ||W||^2  >=  F(W),
+
+    (each factor ``sigma(s_y - s_k)`` of (T-4) is a lower bound's factor, so ``O``
+    bounds the mean NLL from above; equality for ``K = 2``). Convex and smooth; the
+    non-stochastic "OVE" of the One-vs-Each paper's Table 2, whose doubly
+    stochastic version is the ``ove`` method (:mod:`scalable_softmax.methods.sampled`).
+    Gradient in the scores: ``sigma(s_ik - s_iy)`` for ``k != y_i`` and minus their
+    sum for ``y_i``.
+
+Kernels: :func:`full_objective` evaluates ``F``, ``B~`` or ``O`` and their gradients in
 blocks of rows (numba, parallel over the block's rows for the scores and over
 slices of the classes for the gradient; deterministic). Memory: the weights are
 handled as a ``D x K`` array (a transposed copy), plus the gradient of the same
@@ -83,12 +97,15 @@ from scalable_softmax.methods.base import EpochReport, Trainer
 from scalable_softmax.methods.sampled import _axpy_check, _dot, _touched_zeros
 
 __all__ = [
-    "SoftmaxSGDTrainer", "ExactTrainer", "BouchardTrainer",
+    "SoftmaxSGDTrainer", "ExactTrainer", "BouchardTrainer", "OVEExactTrainer",
     "softmax_sgd_reference_step", "full_objective", "full_objective_reference",
     "bouchard_alpha", "exact_solution",
 ]
 
 _TINY_SCALE = 1e-100
+
+#: objective kind -> mode of the kernel :func:`_full_pass`
+_KIND_MODES = {"softmax": 0, "bouchard": 1, "ove": 2}
 
 
 def _csr_arrays(X):
@@ -517,8 +534,24 @@ def _rows_scores(indptr, indices, data, WT, b0, S, t):
 
 @numba.njit(**JIT)
 def _row_coef(st, yi, mode, alpha, i, max_iter):
-    """Turn scores into ``d loss_i / d s`` in place; return ``(loss_i, iterations)``."""
+    """Turn scores into ``d loss_i / d s`` in place; return ``(loss_i, iterations)``.
+
+    ``mode``: 0 softmax NLL, 1 Bouchard's bound at the optimal ``alpha_i`` (stored in
+    ``alpha[i]``), 2 the One-vs-Each bound ``sum_{k != y} softplus(s_k - s_y)``."""
     K = st.shape[0]
+    if mode == 2:
+        sy = st[yi]
+        loss = 0.0
+        tot = 0.0
+        for k in range(K):
+            if k != yi:
+                d = st[k] - sy
+                loss += _softplus(d)
+                g = _sigmoid(d)
+                st[k] = g
+                tot += g
+        st[yi] = -tot
+        return loss, 0
     if mode == 0:
         mx = st[0]
         for k in range(1, K):
@@ -545,8 +578,8 @@ def _row_coef(st, yi, mode, alpha, i, max_iter):
 
 @numba.njit(**PJIT)
 def _full_pass(indptr, indices, data, y, WT, GT, mode, alpha, block, nchunk, max_iter):
-    """Sum over datapoints of the loss (softmax NLL, or Bouchard's bound at the optimal
-    ``alpha``) and its gradient ``GT`` (``D x K``, overwritten). Blocks of ``block``
+    """Sum over datapoints of the loss (``mode`` 0: softmax NLL, 1: Bouchard's bound at
+    the optimal ``alpha``, 2: the One-vs-Each bound) and its gradient ``GT`` (``D x K``, overwritten). Blocks of ``block``
     rows: scores in parallel over the rows, gradient in parallel over ``nchunk``
     slices of the classes. Returns ``(loss_sum, alpha_iterations)``."""
     D, K = WT.shape
@@ -587,14 +620,15 @@ def _default_block(K):
 
 
 def full_objective(X, y, W, mu=0.0, kind="softmax", alpha=None, block=None, max_iter=100):
-    """``F(W)`` (``kind="softmax"``) or Bouchard's profile bound ``B~(W)``
-    (``kind="bouchard"``) and the gradient, with the numba kernel.
+    """``F(W)`` (``kind="softmax"``), Bouchard's profile bound ``B~(W)``
+    (``kind="bouchard"``) or the One-vs-Each bound ``O(W)`` (``kind="ove"``) and the
+    gradient, with the numba kernel (module docstring).
 
     Parameters
     ----------
     X : csr_matrix (N, D); y : int array (N,); W : ndarray (K, D)
     mu : ridge (the objective carries ``mu/(2N) ||W||^2``)
-    kind : ``"softmax"`` or ``"bouchard"``
+    kind : ``"softmax"``, ``"bouchard"`` or ``"ove"``
     alpha : ndarray (N,), Bouchard only: start values, overwritten with the optimal
         ``alpha`` (a new array starting at ``log(K-1)`` if None)
     block : rows per block (default: about 2^21 / K)
@@ -604,8 +638,8 @@ def full_objective(X, y, W, mu=0.0, kind="softmax", alpha=None, block=None, max_
     -------
     value : float; grad : ndarray (K, D); alpha : ndarray (N,) or None
     """
-    if kind not in ("softmax", "bouchard"):
-        raise ValueError(f"kind must be 'softmax' or 'bouchard'; got {kind!r}")
+    if kind not in _KIND_MODES:
+        raise ValueError(f"kind must be 'softmax', 'bouchard' or 'ove'; got {kind!r}")
     X, indptr, indices, data = _csr_arrays(X)
     N = X.shape[0]
     W = np.asarray(W, dtype=np.float64)
@@ -613,7 +647,7 @@ def full_objective(X, y, W, mu=0.0, kind="softmax", alpha=None, block=None, max_
     y = np.ascontiguousarray(y, dtype=np.int64)
     WT = np.ascontiguousarray(W.T)
     GT = np.empty_like(WT)
-    mode = 0 if kind == "softmax" else 1
+    mode = _KIND_MODES[kind]
     if mode == 1 and alpha is None:
         alpha = np.full(N, math.log(K - 1.0))
     a = alpha if alpha is not None else np.zeros(1)
@@ -626,7 +660,11 @@ def full_objective(X, y, W, mu=0.0, kind="softmax", alpha=None, block=None, max_
 
 
 def full_objective_reference(X, y, W, mu=0.0, kind="softmax", alpha=None):
-    """Plain NumPy ``F(W)`` or ``B(W, alpha)`` and gradient in ``W`` (dense ``N x K``).
+    """Plain NumPy ``F(W)``, ``B(W, alpha)`` or ``O(W)`` and gradient in ``W`` (dense
+    ``N x K``).
+
+    ``kind="ove"`` uses :func:`scalable_softmax.objectives.ove_objective` and
+    :func:`~scalable_softmax.objectives.ove_objective_grad` (``alpha`` is ignored).
 
     For ``kind="bouchard"`` and ``alpha=None`` the optimal ``alpha`` is found by
     :func:`scalable_softmax.objectives.bouchard_optimal_alpha` (bisection).
@@ -638,9 +676,15 @@ def full_objective_reference(X, y, W, mu=0.0, kind="softmax", alpha=None):
     from scalable_softmax import objectives as ob
     N = X.shape[0]
     W = np.asarray(W, dtype=np.float64)
+    if kind not in _KIND_MODES:
+        raise ValueError(f"kind must be 'softmax', 'bouchard' or 'ove'; got {kind!r}")
     if kind == "softmax":
         val = -ob.ridge_log_likelihood(X, y, W, mu) / N
         G = -ob.ridge_log_likelihood_grad(X, y, W, mu) / N
+        return val, G, None
+    if kind == "ove":
+        val = ob.ove_objective(X, y, W) + 0.5 * mu / N * float(np.sum(W * W))
+        G = ob.ove_objective_grad(X, y, W) + (mu / N) * W
         return val, G, None
     if alpha is None:
         alpha = ob.bouchard_optimal_alpha(X, W)
@@ -665,7 +709,7 @@ def bouchard_alpha(scores, alpha0=None, max_iter=100):
 # ---------------------------------------------------------------------------
 
 class _LBFGSTrainer(Trainer):
-    """Full-batch L-BFGS on ``F`` (softmax) or ``B~`` (Bouchard).
+    """Full-batch L-BFGS on ``F`` (softmax), ``B~`` (Bouchard) or ``O`` (One-vs-Each).
 
     Options
     -------
@@ -726,7 +770,7 @@ class _LBFGSTrainer(Trainer):
     def _fun(self, x):
         WT = x.reshape(self.D, self.K)
         GT = np.empty_like(WT)
-        mode = 0 if self._kind == "softmax" else 1
+        mode = _KIND_MODES[self._kind]
         a = self.u if mode == 1 else np.zeros(1)
         nthr = numba.get_num_threads() if self.opts["parallel"] else 1
         if self.opts["parallel"]:
@@ -811,7 +855,7 @@ class _LBFGSTrainer(Trainer):
                    np.zeros((1, 2)), 0, np.zeros(1), 1, 1, 1)
 
     def objective(self):
-        """The current value of the minimised objective (``F`` or ``B~``)."""
+        """The current value of the minimised objective (``F``, ``B~`` or ``O``)."""
         return self._fun(np.ascontiguousarray(self.W.T).ravel())[0]
 
 
@@ -829,6 +873,14 @@ class BouchardTrainer(_LBFGSTrainer):
     name = "bouchard"
     has_u = True
     _kind = "bouchard"
+
+
+class OVEExactTrainer(_LBFGSTrainer):
+    """The full-batch One-vs-Each bound ``O(W)`` (T-4, T-15) minimised by L-BFGS
+    (module docstring); no variational parameters, so no ``u``."""
+
+    name = "ove-exact"
+    _kind = "ove"
 
 
 def exact_solution(X, y, K, mu=0.0, gtol=1e-8, maxiter=15000, **options):
