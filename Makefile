@@ -58,7 +58,7 @@ tables/data-table1.md: $(LIB_SOURCES) | $(STAMP)
 reproduce: data tables/data-table1.md $(EXECUTED)  ## regenerate every table and figure
 	$(BIN)/python -m scalable_softmax.notebooks provenance --profile full
 
-reproduce-extra: reproduce $(EXTRA_EXECUTED)  ## also the extensions (notebook 11: Table 3 at our tuned rates, ~20 min)
+reproduce-extra: reproduce $(EXTRA_EXECUTED)  ## also the extensions (notebook 11: Table 3 at our tuned rates, ~15 min)
 	$(BIN)/python -m scalable_softmax.notebooks provenance --profile full
 
 test: data  ## run the unit tests and every notebook's smoke run (nbval)

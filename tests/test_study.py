@@ -79,3 +79,40 @@ def test_run_paper_methods_steps_down_after_a_divergence(tmp_path, monkeypatch):
         study.run_paper_methods(["bibtex"], methods=["sgd"])
     with pytest.raises(ValueError, match="unknown data set"):
         study.run_paper_methods(["imagenet"])
+
+
+def test_choose_used_names_the_starting_rate():
+    runs = pd.DataFrame(dict(dataset="a", method="v", lr=[1.0, 0.1], seed=0,
+                             diverged=[True, False], train_log_loss=[math.inf, 2.0],
+                             paper_lr=1.0))
+    s = study.choose_used(runs, ["a"], ["v"], rate_label="tuned")
+    assert list(s.rate) == ["tuned", "stepped down"] and list(s.used) == [False, True]
+
+
+def test_ratio_table_md_bolds_the_lowest_per_data_set():
+    v = pd.DataFrame(dict(dataset=["a", "a", "b", "b"], method=["ove", "implicit"] * 2,
+                          val=[4.0, 2.0, 1.5, 3.0]))
+    t = rp.relative_table(v, "val")[["ove", "implicit"]]
+    md = rp.ratio_table_md(t, "T", label=lambda d: d.upper()).splitlines()
+    assert md[0] == "**T** (lowest per data set in bold)"
+    assert md[2] == "| data set | OVE | Implicit |"
+    assert md[4] == "| A | 2.00 | **1.00** |"
+    assert md[5] == "| B | **0.50** | 1.00 |"
+    assert md[6] == "| Average | 1.25 | 1.00 |"               # never bold
+    with pytest.raises(ValueError, match="Average"):
+        rp.ratio_table_md(t.drop(index="Average"), "T")
+
+
+def test_ratio_bars_draws_one_bar_per_series_and_method():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    v = pd.DataFrame(dict(dataset=["a", "a"], method=["ove", "implicit"], val=[4.0, 2.0]))
+    t = rp.relative_table(v, "val")[["ove", "implicit"]]
+    fig, axes = plt.subplots(1, 2)
+    rp.ratio_bars(axes, ["a", "Average"], ["ove", "implicit"],
+                  [("x", t, "C0"), ("y", t * 2, "C1")])
+    heights = sorted(p.get_height() for p in axes[0].patches)
+    assert heights == [1.0, 2.0, 2.0, 4.0] and axes[0].get_yscale() == "log"
+    assert axes[1].get_title() == "Average"
+    plt.close(fig)

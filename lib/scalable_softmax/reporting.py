@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pandas as pd
 
-__all__ = ["METHOD_LABELS", "summarise_runs", "relative_table", "curve_bands",
-           "plot_curves"]
+__all__ = ["METHOD_LABELS", "summarise_runs", "relative_table", "ratio_table_md",
+           "ratio_bars", "curve_bands", "plot_curves"]
 
 #: the paper's column names
 METHOD_LABELS = {"ove": "OVE", "nce": "NCE", "is": "IS", "vanilla": "Vanilla",
@@ -68,6 +68,41 @@ def relative_table(values: pd.DataFrame, column: str, reference: str = "implicit
     rel = wide.div(ref, axis=0)
     rel.loc["Average"] = rel.mean(axis=0)
     return rel
+
+
+def ratio_table_md(table: pd.DataFrame, title: str, label=None) -> str:
+    """A :func:`relative_table` (rows: data sets and ``Average``; columns: methods) as a
+    Markdown table under a bold ``title``, two decimals, the lowest value of each data-set
+    row in bold. ``label`` maps a data-set name to its shown name (default: unchanged)."""
+    label = label or (lambda d: d)
+    if "Average" not in table.index:
+        raise ValueError("table has no 'Average' row; pass relative_table() output")
+    best = table.drop(index="Average").idxmin(axis=1)
+    body = ["| data set | " + " | ".join(METHOD_LABELS.get(m, m) for m in table.columns) + " |",
+            "|---|" + "---|" * len(table.columns)]
+    for d, row in table.iterrows():
+        cells = [f"**{v:.2f}**" if d != "Average" and m == best.get(d) else f"{v:.2f}"
+                 for m, v in row.items()]
+        body.append(f"| {label(d) if d != 'Average' else d} | " + " | ".join(cells) + " |")
+    return f"**{title}** (lowest per data set in bold)\n\n" + "\n".join(body)
+
+
+def ratio_bars(axes, rows, methods, series, label=None):
+    """One panel per entry of ``rows`` (data sets and ``Average``): grouped bars of each
+    ``(name, table, colour)`` in ``series`` (tables as :func:`relative_table`), log scale,
+    a line at 1 (Implicit SGD's level). Non-finite values are left out."""
+    label = label or (lambda d: d)
+    xs = np.arange(len(methods))
+    width = 0.81 / len(series)
+    for ax, d in zip(axes, rows):
+        for k, (name, t, colour) in enumerate(series):
+            v = t.loc[d, methods].to_numpy(dtype=float)
+            ax.bar(xs + (k - (len(series) - 1) / 2) * width, np.where(np.isfinite(v), v, np.nan),
+                   width, color=colour, label=name)
+        ax.axhline(1, color="k", lw=0.6)
+        ax.set_xticks(xs, [METHOD_LABELS.get(m, m) for m in methods], rotation=60, fontsize=7)
+        ax.set_title(label(d) if d != "Average" else d, fontsize=8)
+        ax.set_yscale("log")
 
 
 def curve_bands(hist: pd.DataFrame, metric: str = "train_log_loss",

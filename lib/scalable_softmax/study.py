@@ -45,7 +45,7 @@ def _rate(d, m, overrides):
 def run_paper_methods(datasets, methods=ex.PAPER_METHODS, seeds=(0, 1, 2), epochs=50,
                       lr_decay=0.9, u_init="logK", monitor_rows=2000, final_rows=20000,
                       step_down=3,
-                      workers=2, rate_overrides=None, progress=True):
+                      workers=2, rate_overrides=None, rate_label="paper", progress=True):
     """Run ``methods x datasets x seeds`` at the paper's Table 2 rates (or
     ``rate_overrides[dataset][method]``); where a ``(dataset, method)`` diverges in some
     seed, run all seeds again at 10x smaller rates, one step at a time, until every
@@ -56,8 +56,9 @@ def run_paper_methods(datasets, methods=ex.PAPER_METHODS, seeds=(0, 1, 2), epoch
     Returns
     -------
     runs : DataFrame, :func:`experiments.results_frame` with the paper's data-set name
-        in ``dataset``, ``loaded`` (the loader name), ``paper_lr`` and ``rate``
-        (``"paper"`` / ``"stepped down"``).
+        in ``dataset``, ``loaded`` (the loader name), ``paper_lr`` (the starting rate:
+        Table 2's, or the override) and ``rate`` (``rate_label`` at the starting rate,
+        ``"stepped down"`` below it; ``rate_label`` also names the progress bar).
     results : list of :class:`experiments.RunResult` (same order).
     shapes : DataFrame of :func:`resolve_datasets`.
     seconds : wall time of the runs (mostly 0 when read from the cache).
@@ -86,7 +87,7 @@ def run_paper_methods(datasets, methods=ex.PAPER_METHODS, seeds=(0, 1, 2), epoch
     t0 = time.perf_counter()
     results = ex.run_all(specs_for([(d, m, _rate(d, m, rate_overrides))
                                     for d in datasets for m in methods]),
-                         workers=workers, desc="paper rates", progress=progress)
+                         workers=workers, desc=f"{rate_label} rates", progress=progress)
     pending = {(name_of[r.spec.dataset], r.spec.method, r.spec.lr)
                for r in results if r.final["diverged"]}
     for step in range(step_down):
@@ -103,20 +104,21 @@ def run_paper_methods(datasets, methods=ex.PAPER_METHODS, seeds=(0, 1, 2), epoch
     runs["loaded"] = runs.dataset
     runs["dataset"] = runs.dataset.map(name_of)
     runs["paper_lr"] = [_rate(d, m, rate_overrides) for d, m in zip(runs.dataset, runs.method)]
-    runs["rate"] = np.where(np.isclose(runs.lr, runs.paper_lr), "paper", "stepped down")
+    runs["rate"] = np.where(np.isclose(runs.lr, runs.paper_lr), rate_label, "stepped down")
     return runs, results, shapes, seconds
 
 
-def choose_used(runs: pd.DataFrame, datasets, methods) -> pd.DataFrame:
+def choose_used(runs: pd.DataFrame, datasets, methods, rate_label="paper") -> pd.DataFrame:
     """Per ``(dataset, method, lr)`` summary over seeds (:func:`reporting.summarise_runs`)
-    with ``rate``, ``paper_lr`` and ``used``: the largest rate at which every seed is
-    finite (the paper's rate when it is stable; vanilla SGD's "largest stable rate"),
-    sorted in the paper's order."""
+    with ``rate`` (``rate_label`` at the starting rate ``paper_lr``, else ``"stepped
+    down"``), ``paper_lr`` and ``used``: the largest rate at which every seed is finite
+    (the starting rate when it is stable; vanilla SGD's "largest stable rate"), sorted in
+    the paper's order."""
     summary = rp.summarise_runs(runs, keys=("dataset", "method", "lr"))
     first = runs.drop_duplicates(["dataset", "method"]).set_index(["dataset", "method"])
     summary["paper_lr"] = [first.paper_lr[(d, m)] for d, m in
                            zip(summary.dataset, summary.method)]
-    summary["rate"] = np.where(np.isclose(summary.lr, summary.paper_lr), "paper",
+    summary["rate"] = np.where(np.isclose(summary.lr, summary.paper_lr), rate_label,
                                "stepped down")
     summary["used"] = False
     for _, g in summary.groupby(["dataset", "method"], sort=False):
