@@ -507,10 +507,20 @@ def _solve_alpha(s, a0, max_iter):
             lo = a
         else:
             hi = a
-        a_new = a - g / dg if dg < 0.0 else lo
+        tol = 1e-15 * max(1.0, abs(a))
+        if dg < 0.0:
+            step = g / dg
+            # converged: the Newton step is below the tolerance (|g'| >= 1/2 in the
+            # bracket, so |a - root| <= 2 |g| is as small). Tested before the bracket
+            # check: a step that rounds to 0 leaves a_new == a == lo (or hi), which
+            # the strict test below would turn into a needless bisection step.
+            if abs(step) <= tol:
+                return a - step, it
+            a_new = a - step
+        else:
+            a_new = lo
         if not (a_new > lo and a_new < hi):
             a_new = 0.5 * (lo + hi)  # bisection fallback
-        tol = 1e-15 * max(1.0, abs(a))
         if abs(a_new - a) <= tol or hi - lo <= tol:
             return a_new, it
         a = a_new
