@@ -251,9 +251,10 @@ def test_deterministic_across_threads_and_blocks():
 
 
 def test_tile_width():
-    assert _tile_width(18_000, 10_000) == 128  # D x tile buffer of 10 MB
+    assert _tile_width(18_000, 10_000) == 256  # D x tile buffer of 20 MB
     assert _tile_width(10, 784) == 10  # never wider than K
     assert _tile_width(18_000, 1_000_000) == 16  # large D: narrower tiles
+    assert _tile_width(18_000, 61_188) == 51  # 24 MiB / (8 D)
     assert _tile_width(50, 10, tile=7) == 7
 
 

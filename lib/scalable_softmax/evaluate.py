@@ -21,8 +21,9 @@ The scores ``s_ik = x_i . w_k`` of a sparse row cost one contiguous ``K``-vector
 update per non-zero when ``W`` is stored transposed. Streaming the whole of ``W^T``
 (``K x D x 8`` bytes, 1.4 GB for ``K = 18,000``, ``D = 10,000``) once per row
 would be memory bound, so the classes are cut into tiles of ``tile`` classes
-(default 128): the tile's slice of ``W`` is transposed once into a ``D x tile``
-buffer (10 MB, cache resident) and every selected row is scored against it in
+(default 256): the tile's slice of ``W`` is transposed once into a ``D x tile``
+buffer (20 MB at ``D = 10,000``, resident in the last-level cache) and every selected
+row is scored against it in
 parallel (``numba.prange`` over blocks of ``block_rows`` rows; eight non-zeros
 are added at a time, as a tree, so the scores agree with a sequential product to
 rounding, not bit for bit). Each row keeps a small running state across tiles,
@@ -73,12 +74,15 @@ from scalable_softmax._jit import JIT, PJIT
 
 __all__ = ["Evaluation", "evaluate"]
 
-#: classes per tile of ``W^T`` (see the module docstring)
-DEFAULT_TILE = 128
+#: classes per tile of ``W^T`` (see the module docstring). Measured with two processes
+#: evaluating at once (as notebook 02's workers do), 3,000 rows, min of 3: 256 is 10-14%
+#: faster than 128 on the Wiki-small surrogate's shape (K 18,207, D 10,000, 50 non-zeros
+#: per row) and the same on Wiki10's (536 non-zeros); 512 was 15% slower on Wiki10's.
+DEFAULT_TILE = 256
 #: rows per parallel task
 DEFAULT_BLOCK_ROWS = 32
 #: the transposed tile is kept at or below this many bytes (shrinks the tile when D is large)
-_TILE_BYTES = 16 * 2**20
+_TILE_BYTES = 24 * 2**20
 #: highest power n of the running sums S_n (the series for the defective metric)
 _NPOW = 18
 
@@ -576,7 +580,7 @@ def evaluate(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None, thr
     Notes
     -----
     Cost ``O(nnz(X_rows) K + K D)``; memory ``O(D tile + threads tile + 21 n_rows)``
-    numbers with ``tile = 128`` classes (see the module docstring). The result does not depend on
+    numbers with ``tile = 256`` classes (see the module docstring). The result does not depend on
     ``threads`` or ``block_rows``: every row is computed in a fixed order.
 
     Examples

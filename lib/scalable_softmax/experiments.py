@@ -249,7 +249,7 @@ class RunResult:
     from_cache: bool = False
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=16)
 def load_split(dataset: str, split: str, train_fraction: float = 1.0, subset_seed: int = 0):
     """``(X, y, K, synthetic)`` of a split; the training split can be cut to a seeded
     random ``train_fraction`` of its rows (kept in file order)."""

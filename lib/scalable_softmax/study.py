@@ -43,7 +43,7 @@ def _rate(d, m, overrides):
 
 
 def run_paper_methods(datasets, methods=ex.PAPER_METHODS, seeds=(0, 1, 2), epochs=50,
-                      lr_decay=0.9, u_init="logK", monitor_rows=2000, final_rows=20000,
+                      lr_decay=0.9, u_init="logK", monitor_rows=1000, final_rows=20000,
                       step_down=3,
                       workers=2, rate_overrides=None, rate_label="paper", progress=True):
     """Run ``methods x datasets x seeds`` at the paper's Table 2 rates (or
