@@ -74,10 +74,12 @@ from scalable_softmax._jit import JIT, PJIT
 
 __all__ = ["Evaluation", "evaluate"]
 
-#: classes per tile of ``W^T`` (see the module docstring). Measured with two processes
-#: evaluating at once (as notebook 02's workers do), 3,000 rows, min of 3: 256 is 10-14%
-#: faster than 128 on the Wiki-small surrogate's shape (K 18,207, D 10,000, 50 non-zeros
-#: per row) and the same on Wiki10's (536 non-zeros); 512 was 15% slower on Wiki10's.
+#: classes per tile of ``W^T`` (see the module docstring). Measured against 128: with two
+#: single-threaded processes evaluating at once (as notebook 02's workers do), 3,000 rows,
+#: min of 3, 256 was 10-14% faster on the Wiki-small surrogate's shape (K 18,207,
+#: D 10,000, 50 non-zeros per row) and the same on Wiki10's (536 non-zeros; 512 was 15%
+#: slower there); on uniform synthetic rows (K 18,000, 12,000 rows, min of 5) the same on
+#: one thread and 5% slower on two. Within this machine's noise, except the first.
 DEFAULT_TILE = 256
 #: rows per parallel task
 DEFAULT_BLOCK_ROWS = 32
