@@ -9,12 +9,13 @@ Measures, in one run (so that ratios are side by side):
 2. ``sparse``: the issue's shape, N=100,000, D=10,000, ~50 non-zeros per row (uniform
    random columns, L2-normalised rows), K=18,000; W written at initialisation. U-max with
    the straightforward loop (prefetch mode 0) beside the pipelined ones (modes 1, 2);
-   vanilla and Raman; the lazy ridge (mu > 0, with the W projection) against mu = 0;
+   vanilla and Raman; the lazy ridge (mu > 0, with the W projection) against mu = 0
+   (interleaved with the others, and in back-to-back pairs of epochs on one permutation);
    Hogwild on 2 threads against serial; m = 5 classes; ``fit()`` overhead.
 3. ``sparse_zipf``: the same shape with Zipf-distributed columns numbered by frequency
    (text-like; the preprocessing keeps the most frequent words), for context.
 4. ``dense``: MNIST's shape, 60,000 x 784 dense rows, K = 10 (shuffled and file
-   order); ``mnist``: the real MNIST training set (CSR, ~150 non-zeros per row).
+   order), beside loops that only read each step's row (the bound for dense rows); ``mnist``: the real MNIST training set (CSR, ~150 non-zeros per row).
 5. ``kscan``: seconds per epoch at K = 100, 1,000, 10,000, 100,000 (plain and pipelined).
 
 Rates are updates (steps) per second, best and median over repeated epochs, each epoch
@@ -120,6 +121,49 @@ def _gather_prefetched(W, indptr, indices, data, y, order, ks, ahead):
     return s
 
 
+@numba.njit(nogil=True, boundscheck=False)
+def _read_rows(data, indptr, order, ahead):
+    """Read every entry of each step's data row (dense rows: all ``D`` columns), four
+    independent sums so that the adds do not chain, the row ``ahead`` steps later
+    prefetched every 8 entries as the kernel does (``ahead = 0``: no prefetch). No
+    ``W``, no writes: any kernel that reads ``x_i`` is slower, so this is an upper bound
+    on the rate of a step on dense rows."""
+    s = 0.0
+    n = order.shape[0]
+    for t in range(n):
+        if ahead > 0 and t + ahead < n:
+            j = order[t + ahead]
+            for p in range(indptr[j], indptr[j + 1], 8):
+                sgd._prefetch_r(data, p)
+        i = order[t]
+        p0 = indptr[i]
+        p1 = indptr[i + 1]
+        a0 = 0.0
+        a1 = 0.0
+        a2 = 0.0
+        a3 = 0.0
+        p = p0
+        while p + 3 < p1:
+            a0 += data[p]
+            a1 += data[p + 1]
+            a2 += data[p + 2]
+            a3 += data[p + 3]
+            p += 4
+        while p < p1:
+            a0 += data[p]
+            p += 1
+        s += (a0 + a1) + (a2 + a3)
+    return s
+
+
+def read_rows_runner(trainer, ahead=0):
+    """A :func:`time_variants` runner of :func:`_read_rows`."""
+    def run(order, e):
+        _read_rows(trainer._data, trainer._indptr, order, ahead)
+        return order.size
+    return run
+
+
 def gather_runner(trainer, ahead=0):
     """A :func:`time_variants` runner of the read-only loops (``ahead = 0``: plain)."""
     args = (trainer.W, trainer._indptr, trainer._indices, trainer._data, trainer._y)
@@ -195,6 +239,29 @@ def time_variants(variants, N, repeats, seed=0):
     return out
 
 
+def paired_overhead(base, other, N, pairs, seed=0):
+    """Time ``other`` against ``base`` in ``pairs`` back-to-back pairs of epochs on the
+    same permutation (which runs first alternates), so that slow phases of a shared
+    machine hit both alike. Returns the median and quartiles of the per-pair time
+    ratios ``other / base`` minus 1 (the overhead), and every ratio."""
+    rng = np.random.default_rng(seed)
+    base(rng.permutation(N), 0)
+    other(rng.permutation(N), 0)
+    ratios = []
+    for p in range(pairs):
+        order = rng.permutation(N)
+        t = {}
+        for name in (("base", "other") if p % 2 == 0 else ("other", "base")):
+            fn = base if name == "base" else other
+            t0 = time.perf_counter()
+            fn(order, p + 1)
+            t[name] = time.perf_counter() - t0
+        ratios.append(t["other"] / t["base"])
+    q1, med, q3 = np.percentile(ratios, [25, 50, 75])
+    return {"pairs": pairs, "overhead_median": med - 1, "overhead_q1": q1 - 1,
+            "overhead_q3": q3 - 1, "ratios": np.round(ratios, 4).tolist()}
+
+
 def epoch_runner(trainer, lr=0.01, mode=None):
     def run(order, e):
         if mode is not None:
@@ -230,7 +297,7 @@ def loadavg():
 # the benchmark
 # ---------------------------------------------------------------------------
 
-def run(quick=False, repeats=5):
+def run(quick=False, repeats=5, ridge_pairs=21):
     res = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(),
                        "cpu_count": os.cpu_count(), "numba": numba.__version__,
                        "numpy": np.__version__},
@@ -281,6 +348,12 @@ def run(quick=False, repeats=5):
                      ("vanilla", "vanilla_mu0", "vanilla_mu1e-3_lazy_ridge")):
         r[f"{m}_overhead_best"] = r[a]["best_M_per_s"] / r[b_]["best_M_per_s"] - 1
         r[f"{m}_overhead_median"] = r[a]["median_M_per_s"] / r[b_]["median_M_per_s"] - 1
+    # the same comparison in back-to-back pairs on one permutation (less noise)
+    r["paired"] = {
+        "umax": paired_overhead(epoch_runner(um, mode=fast), epoch_runner(ur, mode=fast),
+                                N, ridge_pairs, 3),
+        "vanilla": paired_overhead(epoch_runner(v0, lr=1e-4, mode=fast),
+                                   epoch_runner(vr, lr=1e-4, mode=fast), N, ridge_pairs, 4)}
     del ur, v0, vr
     print("ridge overhead", {k: round(v, 3) for k, v in r.items() if "overhead" in k},
           flush=True)
@@ -330,7 +403,9 @@ def run(quick=False, repeats=5):
     res["dense"] = time_variants({
         "umax_plain": epoch_runner(ud, mode=0),
         "umax_fast": epoch_runner(ud, mode=ud._pf_mode),
-        "umax_plain_file_order": file_order_runner(ud, mode=0)}, Nd, repeats, 6)
+        "umax_plain_file_order": file_order_runner(ud, mode=0),
+        "read_rows_bound_plain": read_rows_runner(ud, 0),
+        "read_rows_bound_prefetch4": read_rows_runner(ud, 4)}, Nd, repeats, 6)
     res["dense_shape"] = {"N": Nd, "D": Dd, "K": Kd}
     del ud, Xd, yd
     print("dense", {k: round(v["best_M_per_s"], 3) for k, v in res["dense"].items()}, flush=True)
@@ -449,6 +524,16 @@ def markdown(res):
              f"{100 * r['umax_overhead_median']:+.1f}% (median); vanilla (ridge) "
              f"{100 * r['vanilla_overhead_best']:+.1f}% (best), "
              f"{100 * r['vanilla_overhead_median']:+.1f}% (median)")
+    if "paired" in r:
+        pr = r["paired"]
+        L.append(f"* lazy ridge overhead, {pr['umax']['pairs']} back-to-back pairs of epochs "
+                 "on the same permutation (median [quartiles] of the per-pair time "
+                 f"ratios): U-max {100 * pr['umax']['overhead_median']:+.1f}% "
+                 f"[{100 * pr['umax']['overhead_q1']:+.1f}%, "
+                 f"{100 * pr['umax']['overhead_q3']:+.1f}%]; vanilla "
+                 f"{100 * pr['vanilla']['overhead_median']:+.1f}% "
+                 f"[{100 * pr['vanilla']['overhead_q1']:+.1f}%, "
+                 f"{100 * pr['vanilla']['overhead_q3']:+.1f}%]")
     L.append(f"* Hogwild 2 threads / serial: {h['speedup_best']:.2f}x (best), "
              f"{h['speedup_median']:.2f}x (median)")
     f = res["fit"]
@@ -462,6 +547,17 @@ def markdown(res):
     L.append(f"\n## Dense MNIST shape: N={d['N']:,}, D={d['D']}, K={d['K']} (every row "
              "stores all D columns)\n")
     L += _table(res["dense"].items())
+    dn = res["dense"]
+    if "read_rows_bound_plain" in dn:
+        rr = []
+        for key in ("best_M_per_s", "median_M_per_s"):
+            bnd = max(dn["read_rows_bound_plain"][key], dn["read_rows_bound_prefetch4"][key])
+            rr.append((bnd, dn["umax_fast"][key] / bnd))
+        L.append(f"\n`read_rows_bound_*`: loops that only read each step's {d['D']} "
+                 "values of x_i (shuffled, no W, no writes), an upper bound on any "
+                 f"kernel's rate. Best {rr[0][0]:.2f} M rows/s, median {rr[1][0]:.2f}; "
+                 f"U-max pipelined / that bound: {rr[0][1]:.2f} (best), "
+                 f"{rr[1][1]:.2f} (median).")
     if "mnist_shape" in res:
         m = res["mnist_shape"]
         L.append(f"\n## Real MNIST (paper preprocessing, CSR): N={m['N']:,}, D={m['D']}, "
@@ -485,6 +581,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller N (a smoke run)")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--ridge-pairs", type=int, default=21,
+                    help="back-to-back epoch pairs of the paired lazy-ridge comparison")
     ap.add_argument("--runs", type=int, default=2,
                     help="repeat the whole benchmark (the machine is shared: compare runs)")
     ap.add_argument("--name", default="sgd", help="results file stem")
@@ -492,7 +590,7 @@ def main(argv=None):
     runs = []
     for r in range(args.runs):
         print(f"=== run {r + 1} of {args.runs}", flush=True)
-        runs.append(run(quick=args.quick, repeats=args.repeats))
+        runs.append(run(quick=args.quick, repeats=args.repeats, ridge_pairs=args.ridge_pairs))
     _atomic_write(RESULTS / f"{args.name}.json", json.dumps({"runs": runs}, indent=1))
     md = "\n".join(f"<!-- run {r + 1} of {len(runs)} -->\n" + markdown(res).replace(
         "# Explicit-SGD kernels (vanilla, U-max, Raman): speed",
