@@ -15,7 +15,8 @@ Measures, in one run (so that ratios are side by side):
 3. ``sparse_zipf``: the same shape with Zipf-distributed columns numbered by frequency
    (text-like; the preprocessing keeps the most frequent words), for context.
 4. ``dense``: MNIST's shape, 60,000 x 784 dense rows, K = 10 (shuffled and file
-   order), beside loops that only read each step's row (the bound for dense rows); ``mnist``: the real MNIST training set (CSR, ~150 non-zeros per row).
+   order), beside loops that only read each step's row (the bound for dense rows);
+   ``mnist``: the real MNIST training set (CSR, ~150 non-zeros per row).
 5. ``kscan``: seconds per epoch at K = 100, 1,000, 10,000, 100,000 (plain and pipelined).
 
 Rates are updates (steps) per second, best and median over repeated epochs, each epoch
@@ -251,12 +252,11 @@ def paired_overhead(base, other, N, pairs, seed=0):
     for p in range(pairs):
         order = rng.permutation(N)
         t = {}
-        for name in (("base", "other") if p % 2 == 0 else ("other", "base")):
-            fn = base if name == "base" else other
+        for fn in ((base, other) if p % 2 == 0 else (other, base)):
             t0 = time.perf_counter()
             fn(order, p + 1)
-            t[name] = time.perf_counter() - t0
-        ratios.append(t["other"] / t["base"])
+            t[fn] = time.perf_counter() - t0
+        ratios.append(t[other] / t[base])
     q1, med, q3 = np.percentile(ratios, [25, 50, 75])
     return {"pairs": pairs, "overhead_median": med - 1, "overhead_q1": q1 - 1,
             "overhead_q3": q3 - 1, "ratios": np.round(ratios, 4).tolist()}
@@ -524,16 +524,13 @@ def markdown(res):
              f"{100 * r['umax_overhead_median']:+.1f}% (median); vanilla (ridge) "
              f"{100 * r['vanilla_overhead_best']:+.1f}% (best), "
              f"{100 * r['vanilla_overhead_median']:+.1f}% (median)")
-    if "paired" in r:
-        pr = r["paired"]
-        L.append(f"* lazy ridge overhead, {pr['umax']['pairs']} back-to-back pairs of epochs "
-                 "on the same permutation (median [quartiles] of the per-pair time "
-                 f"ratios): U-max {100 * pr['umax']['overhead_median']:+.1f}% "
-                 f"[{100 * pr['umax']['overhead_q1']:+.1f}%, "
-                 f"{100 * pr['umax']['overhead_q3']:+.1f}%]; vanilla "
-                 f"{100 * pr['vanilla']['overhead_median']:+.1f}% "
-                 f"[{100 * pr['vanilla']['overhead_q1']:+.1f}%, "
-                 f"{100 * pr['vanilla']['overhead_q3']:+.1f}%]")
+    pr = r["paired"]
+    L.append(f"* lazy ridge overhead, {pr['umax']['pairs']} back-to-back pairs of epochs "
+             "on the same permutation (median [quartiles] of the per-pair time ratios): "
+             + "; ".join(f"{label} {100 * pr[m]['overhead_median']:+.1f}% "
+                         f"[{100 * pr[m]['overhead_q1']:+.1f}%, "
+                         f"{100 * pr[m]['overhead_q3']:+.1f}%]"
+                         for m, label in (("umax", "U-max"), ("vanilla", "vanilla"))))
     L.append(f"* Hogwild 2 threads / serial: {h['speedup_best']:.2f}x (best), "
              f"{h['speedup_median']:.2f}x (median)")
     f = res["fit"]
@@ -548,16 +545,15 @@ def markdown(res):
              "stores all D columns)\n")
     L += _table(res["dense"].items())
     dn = res["dense"]
-    if "read_rows_bound_plain" in dn:
-        rr = []
-        for key in ("best_M_per_s", "median_M_per_s"):
-            bnd = max(dn["read_rows_bound_plain"][key], dn["read_rows_bound_prefetch4"][key])
-            rr.append((bnd, dn["umax_fast"][key] / bnd))
-        L.append(f"\n`read_rows_bound_*`: loops that only read each step's {d['D']} "
-                 "values of x_i (shuffled, no W, no writes), an upper bound on any "
-                 f"kernel's rate. Best {rr[0][0]:.2f} M rows/s, median {rr[1][0]:.2f}; "
-                 f"U-max pipelined / that bound: {rr[0][1]:.2f} (best), "
-                 f"{rr[1][1]:.2f} (median).")
+    rr = []
+    for key in ("best_M_per_s", "median_M_per_s"):
+        bnd = max(dn["read_rows_bound_plain"][key], dn["read_rows_bound_prefetch4"][key])
+        rr.append((bnd, dn["umax_fast"][key] / bnd))
+    L.append(f"\n`read_rows_bound_*`: loops that only read each step's {d['D']} "
+             "values of x_i (shuffled, no W, no writes), an upper bound on any "
+             f"kernel's rate. Best {rr[0][0]:.2f} M rows/s, median {rr[1][0]:.2f}; "
+             f"U-max pipelined / that bound: {rr[0][1]:.2f} (best), "
+             f"{rr[1][1]:.2f} (median).")
     if "mnist_shape" in res:
         m = res["mnist_shape"]
         L.append(f"\n## Real MNIST (paper preprocessing, CSR): N={m['N']:,}, D={m['D']}, "
