@@ -66,6 +66,12 @@ Implementation
   = inf``) is detected after the update (the parameters then hold the non-finite
   value). That per-entry check runs only once a running bound on ``max |V|`` (the sum
   of ``|a| max|x|`` over the steps) passes ``1e300``; below it no entry can overflow.
+* **The authors' code's class draw** (option ``sample_from="all"``, used by the
+  ``"authors-code"`` protocol of :mod:`scalable_softmax.protocols`): ``m`` distinct
+  classes uniform on all ``K``, the label removed when it was drawn, each remaining
+  term weighted ``(K-1)/|S|`` and U-max's reset taken over that set. Each class
+  ``k != y`` is then in ``S`` with probability ``m/K``; with weight ``(K-1)/|S|`` the
+  estimate of ``sum_{k != y}`` is not exactly unbiased (it is for ``"others"``).
 * **Memory**: ``W`` (``K x D``), the ``K x 4`` class records, ``u`` and per-row
   ``||x_i||^2`` (``N``), and the CSR arrays; nothing of size ``N x K`` or dense ``N x D``.
 """
@@ -172,6 +178,30 @@ def _draw_distinct(state, yi, K, m, out):
         if out[q] >= yi:
             out[q] += 1
     return state
+
+
+@numba.njit(**JIT)
+def _draw_all_drop_label(state, yi, K, m, out):
+    """The authors' code's draw: ``m`` distinct classes uniform on *all* ``K`` classes
+    (Robert Floyd's algorithm, ``m <= K``), then the label ``yi`` removed if it was
+    drawn. The remaining classes go to ``out[:c]``; returns ``(state, c)`` with
+    ``c = m`` or ``m - 1``."""
+    c = 0
+    for j in range(K - m, K):
+        state, t = _rand_below(state, j + 1)
+        found = False
+        for q in range(c):
+            if out[q] == t:
+                found = True
+                break
+        out[c] = j if found else t
+        c += 1
+    w = 0
+    for q in range(c):
+        if out[q] != yi:
+            out[w] = out[q]
+            w += 1
+    return state, w
 
 
 _EXP_MAX = 709.782712893384   # math.exp overflows above this
@@ -515,15 +545,20 @@ def _epoch_m1_hogwild(kind, indptr, indices, data, dense, y, order, W, rs, u,
 # ---------------------------------------------------------------------------
 
 @numba.njit(**JIT)
-def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m,
+def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m, from_all,
                  lr, mu_n, delta0, u_lo, u_hi, bw2, project, seed, counters):
     """One epoch with ``m`` distinct sampled classes per step (weight ``(K-1)/m``).
 
-    Same arguments as :func:`_epoch_m1` plus ``m`` (no ``dense``/``prefetch``).
+    Same arguments as :func:`_epoch_m1` plus ``m`` (no ``dense``/``prefetch``) and
+    ``from_all``: draw the ``m`` classes from all ``K`` and drop the label when drawn
+    (the authors' code), so a step has ``|S| = m`` or ``m - 1`` classes, each weighted
+    ``(K-1)/|S|`` (``|S| = 0``, possible only for ``m = 1``: a step on ``u_i`` alone).
+    ``counters[4]`` counts the steps whose draw hit the label.
     """
     n = order.shape[0]
     K = W.shape[0]
     r = (K - 1) / m
+    hits = 0
     ridge = mu_n > 0.0
     state = _seed_state(seed)
     ks = np.empty(m, np.int64)
@@ -536,7 +571,14 @@ def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m,
     for t in range(n):
         i = order[t]
         yi = y[i]
-        state = _draw_distinct(state, yi, K, m, ks)
+        mS = m
+        if from_all:
+            state, mS = _draw_all_drop_label(state, yi, K, m, ks)
+            if mS < m:
+                hits += 1
+            r = (K - 1) / mS if mS > 0 else 0.0
+        else:
+            state = _draw_distinct(state, yi, K, m, ks)
         a0 = indptr[i]
         a1 = indptr[i + 1]
         dy = 0.0
@@ -544,7 +586,7 @@ def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m,
             dy += data[p] * W[yi, indices[p]]
         zy = rs[yi, 0] * dy
         ok = math.isfinite(zy)
-        for q in range(m):
+        for q in range(mS):
             kq = ks[q]
             dq = 0.0
             for p in range(a0, a1):
@@ -556,17 +598,17 @@ def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m,
             if kind == KIND_UMAX:
                 # log(1 + sum_q exp(z_q - zy)), stable
                 mx = 0.0
-                for q in range(m):
+                for q in range(mS):
                     mx = max(mx, z[q] - zy)
                 acc = math.exp(-mx)
-                for q in range(m):
+                for q in range(mS):
                     acc += math.exp(z[q] - zy - mx)
                 target = mx + math.log(acc)
                 if ui < target - delta0:
                     ui = target
                     resets += 1
             G = 0.0
-            for q in range(m):
+            for q in range(mS):
                 g[q] = r * _exp(z[q] - zy - ui)
                 G += g[q]
             gy = -G
@@ -574,10 +616,10 @@ def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m,
         else:
             if kind == KIND_RAMAN_UMAX:
                 mx = zy
-                for q in range(m):
+                for q in range(mS):
                     mx = max(mx, z[q])
                 acc = math.exp(zy - mx)
-                for q in range(m):
+                for q in range(mS):
                     acc += math.exp(z[q] - mx)
                 target = mx + math.log(acc)
                 if ui < target - delta0:
@@ -585,7 +627,7 @@ def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m,
                     resets += 1
             ey = _exp(zy - ui)
             G = 0.0
-            for q in range(m):
+            for q in range(mS):
                 g[q] = r * _exp(z[q] - ui)
                 G += g[q]
             gy = ey - 1.0
@@ -601,8 +643,8 @@ def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m,
             un = u_hi
         chk = 0.0
         # the m sampled rows, then the label row; all distinct
-        for q in range(m + 1):
-            if q < m:
+        for q in range(mS + 1):
+            if q < mS:
                 j = ks[q]
                 coef = g[q]
             else:
@@ -646,6 +688,8 @@ def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m,
     counters[1] = diverged
     counters[2] = resets
     counters[3] = projections
+    if counters.shape[0] > 4:
+        counters[4] = hits
 
 
 # ---------------------------------------------------------------------------
@@ -672,6 +716,33 @@ def _draw_classes_multi(seed, order, y, K, m):
         state = _draw_distinct(state, y[order[t]], K, m, ks)
         out[t] = ks
     return out
+
+
+@numba.njit(**JIT)
+def _draw_classes_all(seed, order, y, K, m):
+    """The classes :func:`_epoch_multi` draws with ``from_all``: shape
+    ``(len(order), m)``, the label removed and the row padded with ``-1``."""
+    state = _seed_state(seed)
+    out = np.full((order.shape[0], m), -1, np.int64)
+    ks = np.empty(m, np.int64)
+    for t in range(order.shape[0]):
+        state, c = _draw_all_drop_label(state, y[order[t]], K, m, ks)
+        out[t, :c] = ks[:c]
+    return out
+
+
+def draw_classes(seed, order, y, K, m, sample_from="others"):
+    """Replay the classes the epoch kernels draw for ``order`` with epoch seed ``seed``:
+    a list with, per step, the array of sampled classes (``sample_from="all"``: the
+    label removed, so 0 to ``m`` of them)."""
+    order = np.ascontiguousarray(order, dtype=np.int64)
+    y = np.ascontiguousarray(y, dtype=np.int64)
+    if sample_from == "all":
+        rows = _draw_classes_all(np.int64(seed), order, y, int(K), int(m))
+        return [r[r >= 0] for r in rows]
+    if m == 1:
+        return list(_draw_classes_m1(np.int64(seed), order, y, int(K))[:, None])
+    return list(_draw_classes_multi(np.int64(seed), order, y, int(K), int(m)))
 
 
 # ---------------------------------------------------------------------------
@@ -701,7 +772,7 @@ def _reference_step(kind, i, ks, X, y, W, u, lr, mu, beta, delta0, u_lo, u_hi, B
     x = X[[i]].toarray().ravel() if sp.issparse(X) else np.asarray(X[i], dtype=np.float64)
     ks = np.asarray(ks, dtype=np.int64)
     m = ks.size
-    r = (K - 1) / m
+    r = (K - 1) / m if m else 0.0      # m = 0: a step on u alone (authors' draw)
     yi = int(y[i])
     W2 = W.copy()
     u2 = u.copy()
@@ -768,10 +839,12 @@ def _reference_step_raman(i, ks, X, y, W, u, lr, mu, beta, delta0, umax, B_W=np.
 # trainers
 # ---------------------------------------------------------------------------
 
-def _touch_weights(y, K, m):
+def _touch_weights(y, K, m, from_all=False):
+    """``beta_j``: inverse probability that a step touches class ``j`` (its label, or
+    sampled: with probability ``m/(K-1)``, or ``m/K`` when drawn from all ``K``)."""
     n = np.bincount(y, minlength=K).astype(np.float64)
     N = float(y.shape[0])
-    return N / (n + (N - n) * m / (K - 1))
+    return N / (n + (N - n) * m / ((K if from_all else K - 1)))
 
 
 class _DoubleSumTrainer(Trainer):
@@ -780,14 +853,19 @@ class _DoubleSumTrainer(Trainer):
     Options (all methods): ``prefetch`` (bool, default True: software pipelining;
     results identical either way; or a kernel mode 0-3, see :func:`_epoch_m1`),
     ``hogwild`` (bool, default False), ``threads`` (int, default 2, used only with
-    ``hogwild``). With ``n_sampled > 1`` a straightforward kernel runs (no prefetching,
-    no Hogwild).
+    ``hogwild``), ``sample_from`` (``"others"``, default: the ``m`` classes are drawn
+    among the ``K-1`` classes other than the label; ``"all"``: the authors' code's
+    draw, ``m`` distinct classes from all ``K`` with the label dropped when drawn, each
+    remaining term weighted ``(K-1)/|S|``; the epoch's ``extra`` then counts
+    ``label_draws``). With ``n_sampled > 1`` or ``sample_from="all"`` a straightforward
+    kernel runs (no prefetching, no Hogwild).
     """
 
     has_u = True
     default_batch_size = 1
     default_n_sampled = 1
-    _defaults: dict = {"prefetch": True, "hogwild": False, "threads": 2}
+    _defaults: dict = {"prefetch": True, "hogwild": False, "threads": 2,
+                       "sample_from": "others"}
 
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled,
@@ -801,15 +879,24 @@ class _DoubleSumTrainer(Trainer):
                 f"method {self.name!r} takes one datapoint per step: batch_size must be 1 "
                 f"(or None); got {self.batch_size}. Use 'implicit-batch', 'ove', 'nce', "
                 "'is' or 'softmax-sgd' for minibatches")
-        if not (1 <= self.n_sampled <= self.K - 1):
-            raise ValueError(f"n_sampled (classes per step) must be in 1..K-1 = "
-                             f"1..{self.K - 1}; got {self.n_sampled}")
+        if opts["sample_from"] not in ("others", "all"):
+            raise ValueError(f"option sample_from of method {self.name!r} must be 'others' "
+                             f"(classes uniform among the K-1 other than the label) or "
+                             f"'all' (from all K, the label dropped when drawn: the "
+                             f"authors' code); got {opts['sample_from']!r}")
+        self._from_all = opts["sample_from"] == "all"
+        mmax = self.K if self._from_all else self.K - 1
+        if not (1 <= self.n_sampled <= mmax):
+            raise ValueError(f"n_sampled (classes per step) must be in 1..{mmax} for "
+                             f"K = {self.K} with sample_from={opts['sample_from']!r}; "
+                             f"got {self.n_sampled}")
         threads = opts["threads"]
         if not isinstance(threads, (int, np.integer)) or threads < 1:
             raise ValueError(f"option threads must be a positive integer; got {threads!r}")
         if opts["hogwild"]:
-            if self.n_sampled != 1:
-                raise ValueError("option hogwild=True supports n_sampled=1 only")
+            if self.n_sampled != 1 or self._from_all:
+                raise ValueError("option hogwild=True supports n_sampled=1 with "
+                                 "sample_from='others' only")
             if threads > numba.config.NUMBA_NUM_THREADS:
                 raise ValueError(f"option threads={threads} exceeds numba's thread count "
                                  f"{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS)")
@@ -840,7 +927,7 @@ class _DoubleSumTrainer(Trainer):
             and np.array_equal(self._indptr, np.arange(N + 1, dtype=np.int64) * D)
             and np.array_equal(self._indices.reshape(N, D),
                                np.broadcast_to(np.arange(D, dtype=np.int32), (N, D))))
-        self.beta = _touch_weights(self._y, self.K, self.n_sampled)
+        self.beta = _touch_weights(self._y, self.K, self.n_sampled, self._from_all)
         # Lemma 1 / 2 bounds
         rows = np.repeat(np.arange(N), np.diff(self._indptr))
         sq = np.bincount(rows, weights=self._data ** 2, minlength=N)
@@ -926,23 +1013,25 @@ class _DoubleSumTrainer(Trainer):
             div = [bounds[c] + counters[c, 1] for c in range(threads) if counters[c, 1] >= 0]
             out = np.array([counters[:, 0].sum(), min(div) if div else -1,
                             counters[:, 2].sum(), counters[:, 3].sum()])
-        elif self.n_sampled == 1:
+        elif self.n_sampled == 1 and not self._from_all:
             out = np.zeros(4, dtype=np.int64)
             _epoch_m1(kind, self._indptr, self._indices, self._data, self._dense, self._y,
                       order, self.W, self._rs, self.u, float(lr), mu_n,
                       self.delta0, u_lo, u_hi, bw2, project, np.int64(seed),
                       self._pf_mode, out, self._xmax, self._guard, self._xsq)
         else:
-            out = np.zeros(4, dtype=np.int64)
+            out = np.zeros(5, dtype=np.int64)
             _epoch_multi(kind, self._indptr, self._indices, self._data, self._y, order,
                          self.W, self._rs, self.u, np.int64(self.n_sampled),
-                         float(lr), mu_n, self.delta0, u_lo, u_hi, bw2, project,
+                         self._from_all, float(lr), mu_n, self.delta0, u_lo, u_hi, bw2, project,
                          np.int64(seed), out)
         return out
 
     def run_epoch(self, order: np.ndarray, lr: float, seed: int) -> EpochReport:
         out = self._call(order, lr, seed)
         extra = {"u_resets": int(out[2]), "w_projections": int(out[3])}
+        if self._from_all:
+            extra["label_draws"] = int(out[4])
         return EpochReport(steps=int(out[0]), diverged_at=int(out[1]), extra=extra)
 
     def warmup(self) -> None:
