@@ -28,12 +28,26 @@ uniformly from *all* ``K`` classes per minibatch and shared by its datapoints. T
 labels of the batch are not excluded from the draw: a sampled class that equals the
 label of *another* datapoint of the batch is an ordinary negative for this one. A
 sampled class equal to the datapoint's *own* label (an "accidental hit") is handled
-as TensorFlow's defaults do: dropped for IS (``sampled_softmax_loss``,
-``remove_accidental_hits=True``) and for OVE (where that term has zero gradient
-anyway), kept as a noise sample for NCE (``nce_loss``,
-``remove_accidental_hits=False``). A class ``k != y`` is then in ``S`` with
+according to the option ``remove_accidental_hits``:
+
+* ``None`` (default): as TensorFlow's loss functions' defaults do: dropped for IS
+  (``sampled_softmax_loss``, ``remove_accidental_hits=True``) and for OVE (where that
+  term has zero gradient anyway), kept as a noise sample for NCE (``nce_loss``,
+  ``remove_accidental_hits=False``);
+* ``True``: dropped for all three (for NCE the datapoint then has ``m - 1`` noise
+  samples in that batch);
+* ``False``: kept for all three, as an ordinary sampled class (the original
+  experiment code called TF 1.3's ``_compute_sampled_logits`` with its default
+  ``remove_accidental_hits=False``): for IS the label's logit ``s_y`` (plus ``log r``
+  when weighted) appears in the softmax a second time, for NCE it is a noise sample,
+  for OVE its term ``r softplus(s_y - s_y)`` has zero net gradient (the result equals
+  that of dropping it, to rounding).
+
+The weights are the same in every case: a class ``k != y`` is in ``S`` with
 probability ``m/K``, so the unbiased weight is ``r = K/m`` (used by OVE and weighted
-IS). NCE uses ``c = log(m/K)`` in both variants.
+IS). NCE uses ``c = log(m/K)`` in both variants. With per-datapoint negatives the
+label is never drawn, so ``remove_accidental_hits`` is meaningless there: setting it
+to ``True`` or ``False`` without ``shared_negatives=True`` raises ``ValueError``.
 
 Step, learning rate and ridge (MATH.md section 2)
 -------------------------------------------------
@@ -42,7 +56,14 @@ One step is true minibatch SGD: every gradient of the batch is computed at the o
 
     W <- W - lr * (1/b) sum_{i in batch} [ grad l_i(W) + (mu/N) sum_{j in T_i} beta_j w_j ]
 
-(``b`` = the batch's size, ``n`` except for the last chunk of an epoch), where
+(``b`` = the batch's size, ``n`` except for the last chunk of an epoch) with the
+default ``reduction="mean"``; with ``reduction="sum"`` (the original TensorFlow code,
+whose optimizer minimised the sum of the per-example loss vector) the factor ``1/b``
+is dropped, from the loss gradients and from the ridge part alike:
+
+    W <- W - lr * sum_{i in batch} [ grad l_i(W) + (mu/N) sum_{j in T_i} beta_j w_j ]
+
+(so, for a batch of size ``b``, ``"sum"`` with ``lr`` is ``"mean"`` with ``lr * b``). Here
 ``T_i`` is the set of classes datapoint ``i`` touches (its label and its sampled
 classes) and ``beta_j = 1 / P(j in T_i)`` for ``i`` uniform: per-datapoint sampling
 ``beta_j = N / (n_j + (N - n_j) m/(K-1))`` (:func:`scalable_softmax.objectives.touch_weights`),
@@ -100,6 +121,9 @@ __all__ = [
 
 KIND_OVE, KIND_NCE, KIND_IS = 0, 1, 2
 _KIND_NAMES = {KIND_OVE: "ove", KIND_NCE: "nce", KIND_IS: "is"}
+
+#: the values of the ``reduction`` option
+_REDUCTIONS = ("mean", "sum")
 
 #: fold a lazy scale factor back into its row when it falls below this magnitude
 _TINY_SCALE = 1e-100
@@ -186,7 +210,10 @@ def epoch_draws(y, order, K, n, m, shared, drop_hits, seed):
     ----------
     y : int64 array (N,); order : int64 array, the epoch's datapoint order
     K, n, m : classes, batch size, classes sampled per datapoint
-    shared, drop_hits : the sampling variant (see the module docstring)
+    shared, drop_hits : the sampling variant (see the module docstring); with
+        ``shared``, ``drop_hits=False`` keeps a sampled class equal to the label
+        (an accidental hit) in the row, ``True`` drops it (the row is then
+        one shorter); the trainers' value is their ``drop_hits`` attribute.
     seed : int, the epoch's seed
 
     Returns
@@ -297,7 +324,7 @@ def _count_touched(cls, ncls, nb, cnt, touched):
         yt = cls[t, 0]
         for jj in range(ncls[t]):
             j = cls[t, jj]
-            if jj > 0 and j == yt:  # an NCE accidental hit: y is touched once
+            if jj > 0 and j == yt:  # a kept accidental hit: y is touched once
                 continue
             if cnt[j] == 0:
                 touched[nt] = j
@@ -360,15 +387,27 @@ def _deferred(q, nthr, indptr, indices, data, order, b0, nb, cls, ncls, coef, V,
 
 @numba.njit(**JIT)
 def _batch_prepare(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp, cnt, touched,
-                   ridge, lr, muN, beta):
-    """Draw the batch's classes, count who touches what, and set the shrink rates."""
+                   ridge, lr, muN, beta, red_sum):
+    """Draw the batch's classes, count who touches what, and set the shrink rates
+    (``lr (cnt_j/b) (mu/N) beta_j``, or with ``red_sum`` ``lr cnt_j (mu/N) beta_j``)."""
     _draw_batch(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp)
     nt = _count_touched(cls, ncls, nb, cnt, touched)
     if muN > 0.0:
         for a in range(nt):
             j = touched[a]
-            ridge[j] = lr * (cnt[j] / nb) * muN * beta[j]
+            if red_sum:
+                ridge[j] = lr * float(cnt[j]) * muN * beta[j]
+            else:
+                ridge[j] = lr * (cnt[j] / nb) * muN * beta[j]
     return nt
+
+
+@numba.njit(**JIT)
+def _step_size(lr, nb, red_sum):
+    """The batch's step coefficient: ``lr / b`` (mean) or ``lr`` (sum)."""
+    if red_sum:
+        return lr
+    return lr / nb
 
 
 @numba.njit(**JIT)
@@ -380,14 +419,15 @@ def _batch_reset(cnt, ridge, touched, nt):
 
 @numba.njit(**JIT)
 def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, muN, kind,
-                   shared, drop_hits, logr, c_nce, seed, fused, pf):
+                   shared, drop_hits, logr, c_nce, seed, fused, pf, red_sum):
     """One epoch of minibatch SGD on the OVE / NCE / IS loss (serial kernel).
 
     ``fused=False`` is the straightforward loop (score the whole batch, then apply
     every update); ``fused=True`` applies each row's update while it is in cache when
     no other datapoint of the batch touches that row, and hints the lines of the
     datapoint ``pf`` places ahead (``pf = 0``: no hints). Same arithmetic,
-    bit-identical results. Returns ``(steps, diverged_at)``.
+    bit-identical results. ``red_sum``: ``reduction="sum"`` (no ``1/b`` in the step
+    and the ridge rates). Returns ``(steps, diverged_at)``.
     """
     N = order.shape[0]
     K = V.shape[0]
@@ -404,8 +444,8 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
     for b0 in range(0, N, n):
         nb = min(n, N - b0)
         nt = _batch_prepare(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp, cnt,
-                            touched, ridge, lr, muN, beta)
-        step = lr / nb
+                            touched, ridge, lr, muN, beta, red_sum)
+        step = _step_size(lr, nb, red_sum)
         bad = 0
         if fused and pf > 0:
             for t in range(min(pf, nb)):
@@ -427,7 +467,7 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
 
 @numba.njit(**PJIT)
 def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr, muN, kind,
-                       shared, drop_hits, logr, c_nce, seed, fused, pf, nthr):
+                       shared, drop_hits, logr, c_nce, seed, fused, pf, red_sum, nthr):
     """:func:`_sampled_epoch` on ``nthr`` threads: the batch's datapoints in parallel
     (each row with ``cnt == 1`` is written by the one thread that reads it), then
     the remaining updates split by class row ``j % nthr``. Every element receives the
@@ -449,8 +489,8 @@ def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr
     for b0 in range(0, N, n):
         nb = min(n, N - b0)
         nt = _batch_prepare(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp, cnt,
-                            touched, ridge, lr, muN, beta)
-        step = lr / nb
+                            touched, ridge, lr, muN, beta, red_sum)
+        step = _step_size(lr, nb, red_sum)
         for t in numba.prange(nb):
             if fused and pf > 0 and t + pf < nb:
                 _prefetch_datapoint(indptr, indices, order[b0 + t + pf], V, cls[t + pf],
@@ -512,11 +552,15 @@ def datapoint_coefficients(kind, s_y, s_neg, weight, c_nce, weighted=True):
 
 
 def reference_step(X, y, W, rows, cls, ncls, lr, kind, weight, c_nce, weighted=True,
-                   mu=0.0, beta=None):
+                   mu=0.0, beta=None, reduction="mean"):
     """One minibatch step in plain NumPy (dense ``K x D`` gradient).
 
     ``W_new = W - lr * (1/b) sum_t [ grad l_t(W) + (mu/N) sum_{j in T_t} beta_j w_j ]``
-    with ``T_t`` the distinct classes touched by datapoint ``t``.
+    (``reduction="mean"``) or the same without ``1/b`` (``reduction="sum"``), with
+    ``T_t`` the distinct classes touched by datapoint ``t``. A row of ``cls`` may hold
+    the label again among its sampled classes (draws with accidental hits kept): that
+    entry is then an ordinary sampled class of the loss, and the ridge of the label's
+    row is still counted once.
 
     Parameters
     ----------
@@ -525,11 +569,14 @@ def reference_step(X, y, W, rows, cls, ncls, lr, kind, weight, c_nce, weighted=T
     cls, ncls : the batch's classes as returned by :func:`epoch_draws`
     lr, kind, weight, c_nce, weighted : as in :func:`datapoint_coefficients`
     mu : ridge; beta : ndarray (K,) of inverse touch probabilities (needed if mu > 0)
+    reduction : ``"mean"`` (default) or ``"sum"``
 
     Returns
     -------
     ndarray (K, D), the new weights.
     """
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}; got {reduction!r}")
     N = X.shape[0]
     G = np.zeros_like(W)
     b = len(rows)
@@ -544,6 +591,8 @@ def reference_step(X, y, W, rows, cls, ncls, lr, kind, weight, c_nce, weighted=T
         if mu > 0:
             for j in np.unique(c):
                 G[j] += (mu / N) * beta[j] * W[j]
+    if reduction == "sum":
+        return W - lr * G
     return W - lr * G / b
 
 
@@ -558,6 +607,10 @@ def _touched_zeros(K, D):
     return W
 
 
+#: options whose value is one of a fixed set of strings
+_CHOICES = {"reduction": _REDUCTIONS}
+
+
 def _check_options(cls_name, options, allowed):
     unknown = sorted(set(options) - set(allowed))
     if unknown:
@@ -566,7 +619,17 @@ def _check_options(cls_name, options, allowed):
             f"its options are: {', '.join(sorted(allowed)) or '(none)'}")
     out = dict(allowed)
     for k, v in options.items():
-        if isinstance(allowed[k], bool):
+        if k in _CHOICES:
+            if not isinstance(v, str) or v not in _CHOICES[k]:
+                raise ValueError(f"option {k!r} of method {cls_name!r} must be one of "
+                                 f"{', '.join(map(repr, _CHOICES[k]))}; got {v!r}")
+            out[k] = str(v)
+        elif allowed[k] is None:  # a tri-state flag: None (the default behaviour) or a bool
+            if v is not None and not isinstance(v, (bool, np.bool_)):
+                raise ValueError(f"option {k!r} of method {cls_name!r} must be None, True or "
+                                 f"False; got {v!r}")
+            out[k] = None if v is None else bool(v)
+        elif isinstance(allowed[k], bool):
             if not isinstance(v, (bool, np.bool_)):
                 raise ValueError(f"option {k!r} of method {cls_name!r} must be True or False; "
                                  f"got {v!r}")
@@ -587,6 +650,17 @@ class _SampledTrainer(Trainer):
     shared_negatives : bool, default False
         one set of ``m`` classes per minibatch instead of per datapoint (module
         docstring).
+    remove_accidental_hits : None, True or False; default None
+        with ``shared_negatives=True``: what happens to a sampled class equal to the
+        datapoint's own label. ``None``: dropped for OVE and IS, kept for NCE
+        (TensorFlow's loss functions' defaults); ``True``: dropped for all;
+        ``False``: kept for all, as an ordinary sampled class (the original
+        experiment code). Setting ``True`` or ``False`` without shared negatives
+        (where the label is never drawn) raises ``ValueError``.
+    reduction : ``"mean"`` (default) or ``"sum"``
+        a step uses the mean of the batch's gradients (``lr/b`` per datapoint) or
+        their sum (``lr`` per datapoint; the original TensorFlow code); the ridge
+        part scales alike (module docstring).
     fused : bool, default True
         apply each row's update while it is in cache (``False``: the straightforward
         two-phase loop; identical results).
@@ -603,7 +677,7 @@ class _SampledTrainer(Trainer):
     default_batch_size = 100
     default_n_sampled = 5
     _options: dict = {"shared_negatives": False, "fused": True, "parallel": False,
-                      "prefetch": 1}
+                      "prefetch": 1, "remove_accidental_hits": None, "reduction": "mean"}
 
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled, **options)
@@ -628,7 +702,16 @@ class _SampledTrainer(Trainer):
         #: weight r of the sampled terms
         self.weight = K / m if self.shared else (K - 1) / m
         self.c_nce = math.log(m / K)
-        self.drop_hits = self.shared and self.kind != KIND_NCE
+        rah = self.opts["remove_accidental_hits"]
+        if rah is not None and not self.shared:
+            raise ValueError(
+                f"option 'remove_accidental_hits' of method {self.name!r} applies only with "
+                f"shared_negatives=True (per-datapoint negatives never draw the label); "
+                f"got remove_accidental_hits={rah!r} with shared_negatives=False")
+        #: drop a sampled class equal to the datapoint's label (shared negatives only)
+        self.drop_hits = self.shared and (self.kind != KIND_NCE if rah is None else rah)
+        #: ``reduction="sum"``: no 1/b in the step
+        self.reduction = self.opts["reduction"]
         if self.shared:
             self.beta = touch_weights_shared(self._y, K, m)
         else:
@@ -654,7 +737,7 @@ class _SampledTrainer(Trainer):
         args = (self._indptr, self._indices, self._data, self._y, order, self.W, self.scale,
                 self.beta, self.batch_size, self.n_sampled, float(lr), self.mu / self.N,
                 self.kind, self.shared, self.drop_hits, self._logr, self.c_nce, int(seed),
-                self.opts["fused"], self.opts["prefetch"])
+                self.opts["fused"], self.opts["prefetch"], self.reduction == "sum")
         nthr = numba.get_num_threads()
         if self.opts["parallel"] and nthr > 1:
             steps, div = _sampled_epoch_par(*args, nthr)
@@ -681,8 +764,8 @@ class OVETrainer(_SampledTrainer):
     """One-vs-Each (T-4, T-15, T-16) by doubly stochastic minibatch SGD.
 
     Loss per datapoint ``r sum_j softplus(s_{k_j} - s_y)``; see the module docstring
-    for the sampling, the step and the options (``shared_negatives``, ``fused``,
-    ``prefetch``, ``parallel``).
+    for the sampling, the step and the options (``shared_negatives``,
+    ``remove_accidental_hits``, ``reduction``, ``fused``, ``prefetch``, ``parallel``).
     """
 
     name = "ove"
@@ -693,7 +776,8 @@ class NCETrainer(_SampledTrainer):
     """Noise-contrastive estimation with uniform noise ``q = 1/K`` (Mnih & Teh 2012).
 
     Loss per datapoint ``softplus(c - s_y) + sum_j softplus(s_{k_j} - c)``,
-    ``c = log(m/K)``; options ``shared_negatives``, ``fused``, ``prefetch``, ``parallel``.
+    ``c = log(m/K)``; options ``shared_negatives``, ``remove_accidental_hits``,
+    ``reduction``, ``fused``, ``prefetch``, ``parallel``.
     """
 
     name = "nce"
@@ -710,13 +794,14 @@ class ISTrainer(_SampledTrainer):
     weighted : bool, default True
         ``False``: no ``r`` (TensorFlow's ``sampled_softmax_loss`` with a uniform
         sampler).
-    shared_negatives, fused, prefetch, parallel : as for every sampled method.
+    shared_negatives, remove_accidental_hits, reduction, fused, prefetch, parallel :
+        as for every sampled method (:class:`_SampledTrainer`).
     """
 
     name = "is"
     kind = KIND_IS
     _options = {"shared_negatives": False, "fused": True, "parallel": False, "prefetch": 1,
-                "weighted": True}
+                "remove_accidental_hits": None, "reduction": "mean", "weighted": True}
 
     @property
     def _logr(self):
