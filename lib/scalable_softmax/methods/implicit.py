@@ -46,6 +46,28 @@ The step size in ``W`` is ``a / (s H) ||x|| / A``, linear in ``δ₀ - ũ``
 
 Ridge is applied lazily: ``W[j] = scale[j] * V[j]``; a step multiplies ``scale[k]``
 and ``scale[y]`` by ``1/A`` and touches ``V`` only at the non-zeros of ``x``.
+
+The authors' code's conventions
+-------------------------------
+By default (``sample_from="others"``, ``passes=1``) the class ``k`` is uniform on the
+``K - 1`` classes other than ``y_i`` and an epoch is one pass over the datapoint order.
+The authors' experiment code differs in two ways, both available as options of
+:class:`ImplicitTrainer`:
+
+* ``sample_from="all"``: ``k`` is uniform on all ``K`` classes. When ``k = y_i`` their
+  step computes ``δ̃ = x·(w_k - w_y) = 0``, solves the scalar problem for ``u`` and
+  applies two updates of ``W`` that cancel. Here such a step is a *u-only step*:
+  ``u_i`` becomes the root of ``g`` with ``δ₀ = 0`` and ``s' = ||x||²`` (no ridge
+  factors, also when ``μ > 0``), and ``W`` (and the lazy ridge scales) are left
+  exactly unchanged. The epoch report counts them in ``extra["u_only_steps"]``.
+* ``passes=P``: one "epoch" runs the datapoint order ``P`` times in sequence at the
+  same learning rate (the authors used ``P = 3``: ``3N`` steps per epoch at the
+  epoch's constant rate). Pass ``p`` draws its classes from the seed
+  :func:`pass_seeds` ``(seed, P)[p]`` (pass 0 uses ``seed`` itself, so ``P = 1`` is
+  today's epoch).
+
+:func:`implicit_epoch_reference` (plain NumPy, classes given explicitly) and
+:func:`draw_classes` (the kernels' class draws replayed) test both.
 """
 from __future__ import annotations
 
@@ -65,7 +87,8 @@ from scalable_softmax.objectives import touch_weights
 
 __all__ = ["ImplicitTrainer", "implicit_step", "implicit_step_reference",
            "solve_reduced", "solve_reduced_reference", "prop4_bound",
-           "class_touch_weights"]
+           "class_touch_weights", "implicit_epoch_reference", "draw_classes",
+           "pass_seeds", "SAMPLE_FROM"]
 
 #: default accuracy of the root ``u``: ``|u - u*| <= tol * max(1, |u*|)``
 DEFAULT_TOL = 1e-10
@@ -76,6 +99,9 @@ _MAX_EVALS = 400
 _TAYLOR_MAX = 3e-4
 #: fold a lazy ridge scale into its row when it falls below this
 _SCALE_FLOOR = 1e-150
+#: accepted values of the ``sample_from`` option (the class ``k`` of a step is uniform
+#: on the classes other than ``y_i``, or on all ``K`` classes as in the authors' code)
+SAMPLE_FROM = ("others", "all")
 
 
 # --------------------------------------------------------------------------------------
@@ -368,6 +394,67 @@ def implicit_step_reference(x_idx, x_val, w_k, w_y, u, eta, K, *, mu=0.0,
     return (w_k - c * x) / A_k, (w_y + c * x) / A_y, u_new
 
 
+def implicit_epoch_reference(X, y, W, u, order, lr, K, classes, passes=1, *, mu=0.0,
+                             beta=None):
+    """Plain NumPy reference of :meth:`ImplicitTrainer.run_epoch` with the classes
+    drawn given explicitly (see :func:`draw_classes`).
+
+    Parameters
+    ----------
+    X : sparse matrix or ndarray, shape (N, D)
+    y : ndarray of int, shape (N,)
+    W : ndarray, shape (K, D); u : ndarray, shape (N,)
+        Start values (not modified).
+    order : ndarray of int
+        The datapoint order of one pass.
+    lr : float
+        Learning rate ``η`` (per-datapoint units), the same for every pass.
+    K : int
+    classes : ndarray of int, shape (passes * len(order),)
+        The class drawn at each step (passes concatenated). A step with
+        ``classes[t] != y_i`` is :func:`implicit_step_reference`; with
+        ``classes[t] == y_i`` it is a u-only step: ``u_i`` becomes
+        ``solve_reduced_reference(0.0, u_i, lr, K, ||x_i||²)[0]`` and ``W`` is unchanged.
+    passes : int
+        Number of passes over ``order``.
+    mu : float
+        Ridge ``μ``; ``beta`` (default :func:`class_touch_weights` ``(y, K)``) are the
+        classes' ``β_j``.
+
+    Returns
+    -------
+    (W_new, u_new, u_only_steps)
+    """
+    X = sp.csr_matrix(X)
+    X.sort_indices()
+    y = np.asarray(y, dtype=np.int64)
+    N = X.shape[0]
+    W = np.array(W, dtype=np.float64, copy=True)
+    u = np.array(u, dtype=np.float64, copy=True)
+    order = np.asarray(order, dtype=np.int64)
+    classes = np.asarray(classes, dtype=np.int64)
+    if classes.shape != (passes * order.size,):
+        raise ValueError("classes must have one entry per step (passes * len(order))")
+    if beta is None:
+        beta = class_touch_weights(y, K) if mu > 0 else np.ones(K)
+    n_u_only = 0
+    for t in range(passes * order.size):
+        i = int(order[t % order.size])
+        yi = int(y[i])
+        k = int(classes[t])
+        lo, hi = X.indptr[i], X.indptr[i + 1]
+        idx, val = X.indices[lo:hi], X.data[lo:hi]
+        if k == yi:
+            s = float(val @ val)
+            u[i] = solve_reduced_reference(0.0, float(u[i]), lr, K, s)[0]
+            n_u_only += 1
+            continue
+        W[k], W[yi], u[i] = implicit_step_reference(
+            idx, val, W[k], W[yi], float(u[i]), lr, K, mu=mu, beta_k=float(beta[k]),
+            beta_y=float(beta[yi]), N=N)
+    return W, u, n_u_only
+
+
 def implicit_step(x_idx, x_val, w_k, w_y, u, eta, K, *, mu=0.0, beta_k=1.0,
                   beta_y=1.0, N=1, tol=DEFAULT_TOL):
     """One implicit step through the epoch kernels' step function (for tests and
@@ -490,6 +577,69 @@ def _apply_step(indptr, indices, data, sqnorm, W, u, scale, rho, i, yi, k, eta, 
 
 
 @numba.njit(**JIT)
+def _apply_u_only(sqnorm, u, i, eta, km1, lkm1, lc_base, tol):
+    """The u-only step (``sample_from="all"``, drawn class = label): ``u_i`` becomes
+    the root of ``g`` with ``δ₀ = 0`` and ``s' = ||x_i||²``; ``W`` is not touched.
+    Returns ``(evals, ok)`` like :func:`_apply_step`."""
+    s = sqnorm[i]
+    lc = lc_base + math.log(s) if s > 0.0 else 0.0
+    un, a, evals = _solve_core(0.0, u[i], 2.0 * eta, km1, lkm1, s, lc, tol)
+    u[i] = un
+    return evals, math.isfinite(un)
+
+
+@numba.njit(**JIT)
+def _draw_class(yi, K, sample_all):
+    """The class of one step, from numba's global NumPy random state: uniform on
+    ``{0..K-1} \\ {yi}`` (``randint(0, K-1)`` shifted past ``yi``) or, when
+    ``sample_all``, uniform on ``{0..K-1}`` (``randint(0, K)``)."""
+    if sample_all:
+        return np.random.randint(0, K)
+    k = np.random.randint(0, K - 1)
+    if k >= yi:
+        k += 1
+    return k
+
+
+@numba.njit(**JIT)
+def _draw_classes(seed, order, y, K, sample_all):
+    out = np.empty(order.shape[0], np.int64)
+    np.random.seed(seed)
+    for t in range(order.shape[0]):
+        out[t] = _draw_class(y[order[t]], K, sample_all)
+    return out
+
+
+def pass_seeds(seed: int, passes: int) -> list[int]:
+    """The seeds (in ``0..2**32-1``) of the ``passes`` passes of one
+    :meth:`ImplicitTrainer.run_epoch` call with ``seed``.
+
+    Pass 0 uses ``int(seed) % 2**32`` (the seed a one-pass epoch has always used, so
+    ``passes=1`` is unchanged); pass ``p >= 1`` uses
+    ``np.random.SeedSequence([int(seed) % 2**32, p]).generate_state(1)[0]``. Pass
+    ``p``'s seed does not depend on ``passes``.
+    """
+    s0 = int(seed) % (2 ** 32)
+    out = [s0]
+    for p in range(1, int(passes)):
+        out.append(int(np.random.SeedSequence([s0, p]).generate_state(1, np.uint32)[0]))
+    return out
+
+
+def draw_classes(seed, order, y, K, sample_from="others"):
+    """The classes the epoch kernels draw, step by step, for one pass over ``order``
+    seeded with ``seed`` (an int in ``0..2**32-1``, e.g. an entry of
+    :func:`pass_seeds`). ``sample_from`` as the trainer's option. A drawn class equal to
+    the step's label (possible only with ``"all"``) is a u-only step."""
+    if sample_from not in SAMPLE_FROM:
+        raise ValueError(f"implicit: sample_from={sample_from!r} must be one of "
+                         f"{', '.join(map(repr, SAMPLE_FROM))}")
+    return _draw_classes(int(seed) % (2 ** 32), np.ascontiguousarray(order, np.int64),
+                         np.ascontiguousarray(y, np.int64), int(K),
+                         sample_from == "all")
+
+
+@numba.njit(**JIT)
 def _fold_row(W, scale, j):
     sj = scale[j]
     for q in range(W.shape[1]):
@@ -499,8 +649,10 @@ def _fold_row(W, scale, j):
 
 @numba.njit(**JIT)
 def _epoch_simple(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, eta, K,
-                  tol, seed, ridge):
-    """Straightforward epoch: one step after the other, no prefetching."""
+                  tol, seed, ridge, sample_all):
+    """Straightforward epoch: one step after the other, no prefetching.
+
+    Returns ``(steps, diverged, total_evals, max_evals, u_only_steps)``."""
     np.random.seed(seed)
     km1 = K - 1.0
     lkm1 = math.log(km1)
@@ -510,14 +662,18 @@ def _epoch_simple(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, eta
     emax = 0
     diverged = -1
     steps = 0
+    n_u = 0
     for t in range(n):
         i = order[t]
         yi = y[i]
-        k = np.random.randint(0, K - 1)
-        if k >= yi:
-            k += 1
-        evals, ok = _apply_step(indptr, indices, data, sqnorm, W, u, scale, rho, i, yi,
-                                k, eta, km1, lkm1, lc_base, tol, ridge, 0, 0, 0, 0)
+        k = _draw_class(yi, K, sample_all)
+        if k == yi:
+            evals, ok = _apply_u_only(sqnorm, u, i, eta, km1, lkm1, lc_base, tol)
+            n_u += 1
+        else:
+            evals, ok = _apply_step(indptr, indices, data, sqnorm, W, u, scale, rho, i,
+                                    yi, k, eta, km1, lkm1, lc_base, tol, ridge, 0, 0, 0,
+                                    0)
         steps += 1
         total += evals
         if evals > emax:
@@ -525,17 +681,18 @@ def _epoch_simple(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, eta
         if not ok:
             diverged = t
             break
-    return steps, diverged, total, emax
+    return steps, diverged, total, emax, n_u
 
 
 @numba.njit(**JIT)
 def _epoch_fast(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, eta, K, tol,
-                seed, ridge):
+                seed, ridge, sample_all):
     """Pipelined epoch: while step ``t`` runs, the rows of ``W`` that step ``t + _LW``
     will touch are prefetched (its class is drawn ``_LW`` steps early; the draws stay
     in step order, so the random stream, and hence every result, is identical to
     :func:`_epoch_simple`), as are the CSR row of step ``t + _LX`` and the
-    per-datapoint values of step ``t + _LI``."""
+    per-datapoint values of step ``t + _LI``. Same arguments and results as
+    :func:`_epoch_simple`."""
     np.random.seed(seed)
     km1 = K - 1.0
     lkm1 = math.log(km1)
@@ -545,12 +702,10 @@ def _epoch_fast(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, eta, 
     emax = 0
     diverged = -1
     steps = 0
+    n_u = 0
     ring = np.empty(_RING, np.int64)
     for t in range(min(_LW, n)):
-        kk = np.random.randint(0, K - 1)
-        if kk >= y[order[t]]:
-            kk += 1
-        ring[t & _MASK] = kk
+        ring[t & _MASK] = _draw_class(y[order[t]], K, sample_all)
     for t in range(n):
         if t + _LI < n:
             j = order[t + _LI]
@@ -576,9 +731,7 @@ def _epoch_fast(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, eta, 
         if t + _LW < n:
             j = order[t + _LW]
             yj = y[j]
-            kk = np.random.randint(0, K - 1)
-            if kk >= yj:
-                kk += 1
+            kk = _draw_class(yj, K, sample_all)
             ring[(t + _LW) & _MASK] = kk
             q = indptr[j]
             q1 = indptr[j + 1]
@@ -586,9 +739,15 @@ def _epoch_fast(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, eta, 
                 _prefetch_r(scale, kk)
                 _prefetch_r(scale, yj)
         i = order[t]
-        evals, ok = _apply_step(indptr, indices, data, sqnorm, W, u, scale, rho, i, y[i],
-                                ring[t & _MASK], eta, km1, lkm1, lc_base, tol, ridge,
-                                q, q1, kk, yj)
+        yi = y[i]
+        k = ring[t & _MASK]
+        if k == yi:
+            evals, ok = _apply_u_only(sqnorm, u, i, eta, km1, lkm1, lc_base, tol)
+            n_u += 1
+        else:
+            evals, ok = _apply_step(indptr, indices, data, sqnorm, W, u, scale, rho, i,
+                                    yi, k, eta, km1, lkm1, lc_base, tol, ridge, q, q1,
+                                    kk, yj)
         steps += 1
         total += evals
         if evals > emax:
@@ -596,7 +755,7 @@ def _epoch_fast(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, eta, 
         if not ok:
             diverged = t
             break
-    return steps, diverged, total, emax
+    return steps, diverged, total, emax, n_u
 
 
 @numba.njit(**JIT)
@@ -635,9 +794,20 @@ class ImplicitTrainer(Trainer):
     kernel : {"fast", "simple"}, default "fast"
         ``"fast"`` prefetches the next step's rows; ``"simple"`` is the plain loop.
         Both give bit-identical results.
+    sample_from : {"others", "all"}, default "others"
+        Distribution of the sampled class ``k``: uniform on the ``K - 1`` classes other
+        than ``y_i`` (``"others"``), or uniform on all ``K`` classes as in the authors'
+        code (``"all"``). With ``"all"``, a step that draws ``k = y_i`` is a *u-only
+        step*: ``u_i`` is updated as a step with ``δ₀ = 0`` and ``s' = ||x_i||²``
+        would (no ridge factors) and ``W`` (with its ridge scales) is left unchanged.
+    passes : int >= 1, default 1
+        Passes over the datapoint order per :meth:`run_epoch` call, all at the same
+        learning rate (the authors' code: 3). Pass ``p`` uses the seed
+        :func:`pass_seeds` ``(seed, passes)[p]`` (pass 0: ``seed`` itself).
 
     ``extra`` of the epoch report holds ``root_iterations_mean`` and
-    ``root_iterations_max`` (evaluations of ``g`` per step, each one Lambert W).
+    ``root_iterations_max`` (evaluations of ``g`` per step, each one Lambert W) and
+    ``u_only_steps`` (always 0 with ``sample_from="others"``).
     With ``mu > 0`` the ridge shrinkage is kept as one scale factor per class row;
     :meth:`weights` folds it in.
     """
@@ -647,7 +817,8 @@ class ImplicitTrainer(Trainer):
     default_batch_size = 1
     default_n_sampled = 1
 
-    _DEFAULTS = {"tol": DEFAULT_TOL, "u_init": "zero", "kernel": "fast"}
+    _DEFAULTS = {"tol": DEFAULT_TOL, "u_init": "zero", "kernel": "fast",
+                 "sample_from": "others", "passes": 1}
 
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled,
@@ -669,6 +840,18 @@ class ImplicitTrainer(Trainer):
         if self.kernel not in ("fast", "simple"):
             raise ValueError(
                 f"implicit: option kernel={self.kernel!r} must be 'fast' or 'simple'")
+        self.sample_from = options["sample_from"]
+        if not (isinstance(self.sample_from, str) and self.sample_from in SAMPLE_FROM):
+            raise ValueError(
+                f"implicit: option sample_from={self.sample_from!r} must be 'others' "
+                "(k uniform on the classes other than the label) or 'all' (k uniform "
+                "on all K classes, as in the authors' code)")
+        passes = options["passes"]
+        if (isinstance(passes, (bool, np.bool_))
+                or not isinstance(passes, (int, np.integer)) or passes < 1):
+            raise ValueError(
+                f"implicit: option passes={passes!r} must be an integer >= 1")
+        self.passes = int(passes)
         if self.K < 2:
             raise ValueError(f"implicit: K={self.K} must be at least 2")
         if self.mu < 0 or not math.isfinite(self.mu):
@@ -707,13 +890,21 @@ class ImplicitTrainer(Trainer):
         self._run(np.empty(0, np.int64), 1.0, 0)
 
     def _run(self, order, lr, seed):
+        """One pass over ``order`` seeded with ``seed``; returns the kernel's
+        ``(steps, diverged, total_evals, max_evals, u_only_steps)``."""
         kern = _epoch_fast if self.kernel == "fast" else _epoch_simple
         return kern(self._indptr, self._indices, self._data, self._y, self._sqnorm,
                     self.W, self.u, self._scale, self._rho, order, lr, self.K, self.tol,
-                    int(seed) % (2 ** 32), self.mu > 0.0)
+                    int(seed) % (2 ** 32), self.mu > 0.0, self.sample_from == "all")
 
     def run_epoch(self, order: np.ndarray, lr: float, seed: int) -> EpochReport:
-        """One epoch of implicit steps over ``order`` with learning rate ``lr``."""
+        """One epoch: ``passes`` passes of implicit steps over ``order``, all with
+        learning rate ``lr``, pass ``p`` seeded with ``pass_seeds(seed, passes)[p]``.
+
+        ``steps`` counts the steps of all passes; ``diverged_at`` is
+        ``p * len(order) + t`` for step ``t`` of pass ``p`` (the index in the
+        concatenated step sequence; ``-1`` if none diverged), and no later pass runs.
+        """
         if self.W is None:
             raise ValueError("implicit: call init_params() before run_epoch()")
         lr = float(lr)
@@ -724,10 +915,21 @@ class ImplicitTrainer(Trainer):
             raise ValueError(f"implicit: order has indices outside 0..{self.N - 1}")
         if self._scale is None:
             self._scale = np.ones(self.K)
-        steps, diverged, total, emax = self._run(order, lr, seed)
-        return EpochReport(steps=int(steps), diverged_at=int(diverged), extra={
+        steps = total = emax = n_u = 0
+        diverged = -1
+        for p, s in enumerate(pass_seeds(seed, self.passes)):
+            st, dv, tot, em, nu = self._run(order, lr, s)
+            steps += int(st)
+            total += int(tot)
+            emax = max(emax, int(em))
+            n_u += int(nu)
+            if dv >= 0:
+                diverged = p * order.size + int(dv)
+                break
+        return EpochReport(steps=steps, diverged_at=diverged, extra={
             "root_iterations_mean": total / steps if steps else 0.0,
-            "root_iterations_max": int(emax)})
+            "root_iterations_max": emax,
+            "u_only_steps": n_u})
 
     def weights(self) -> np.ndarray:
         """The ``K x D`` weights with the lazy ridge scale factors folded in."""
