@@ -84,7 +84,7 @@ PAPER_TABLE3_AVERAGE = dict(ove=7.62, nce=7.64, **{"is": 8.17}, vanilla=4.29, um
 
 #: library sources whose change invalidates stored runs
 _VERSIONED = ("fit.py", "evaluate.py", "lambertw.py", "_kernels.py", "_jit.py",
-              "experiments.py", "methods", "data")
+              "experiments.py", "protocols.py", "objectives.py", "methods", "data")
 
 
 def _code_version() -> str:
@@ -154,7 +154,15 @@ class RunSpec:
         paper's Algorithm 1 (``u_i <- log K``, the optimal ``u`` at ``W = 0``), or
         ``"zero"``. Vanilla SGD at the paper's Table 2 rates overflows from ``u = 0``
         but not from ``u = log K`` (notebook 02).
-    options : method options and ``batch_size`` / ``n_sampled`` / ``mu`` / ``u_init``,
+    subset : how the ``train_fraction`` subset is chosen: ``"random"`` (seeded by
+        ``subset_seed``, kept in file order) or ``"head"`` (the first rows in file
+        order, as the authors' code tuned its rates).
+    protocol : None, or a name of :data:`scalable_softmax.protocols.PROTOCOLS`: the
+        run trains with ``fit_kwargs(protocol, method)`` (data order, class sampling,
+        ``u`` start, passes, minibatch conventions); :meth:`make` copies the protocol's
+        ``lr_decay`` and ``u_init`` into those fields. ``options`` override the
+        protocol's other arguments.
+    options : method options and ``batch_size`` / ``n_sampled`` / ``mu`` / ``order``,
         as a tuple of ``(name, value)`` pairs (use :meth:`make`).
     """
 
@@ -171,6 +179,8 @@ class RunSpec:
     final_rows: int | None = None
     test: bool = True
     u_init: str = "logK"
+    subset: str = "random"
+    protocol: str | None = None
     options: tuple = ()
 
     @classmethod
@@ -182,6 +192,17 @@ class RunSpec:
             opts.update(dict(kw.pop("options")))
         if kw.get("eval_epochs") is not None:
             kw["eval_epochs"] = tuple(int(e) for e in kw["eval_epochs"])
+        if kw.get("protocol") is not None:
+            from .protocols import fit_kwargs
+
+            pk = fit_kwargs(kw["protocol"], method)
+            for nm in ("lr_decay", "u_init"):
+                if nm in pk:
+                    if nm in kw and kw[nm] != pk[nm]:
+                        raise ValueError(
+                            f"RunSpec.{nm}={kw[nm]!r} contradicts protocol "
+                            f"{kw['protocol']!r}, which sets {nm}={pk[nm]!r}; leave it out")
+                    kw[nm] = pk[nm]
         spec = cls(dataset=str(dataset), method=str(method), lr=float(lr),
                    options=tuple(sorted(opts.items())), **kw)
         spec.validate()
@@ -203,6 +224,15 @@ class RunSpec:
                              f"{self.train_fraction!r}")
         if self.u_init not in ("logK", "zero"):
             raise ValueError(f"RunSpec.u_init must be 'logK' or 'zero'; got {self.u_init!r}")
+        if self.subset not in ("random", "head"):
+            raise ValueError(f"RunSpec.subset must be 'random' or 'head'; got {self.subset!r}")
+        if self.protocol is not None:
+            from .protocols import fit_kwargs
+
+            try:
+                fit_kwargs(self.protocol, self.method)
+            except ValueError as exc:
+                raise ValueError(f"RunSpec.protocol: {exc}") from None
         for nm in ("monitor_rows", "final_rows"):
             v = getattr(self, nm)
             if v is not None and not (isinstance(v, int) and v >= 1):
@@ -250,16 +280,21 @@ class RunResult:
 
 
 @functools.lru_cache(maxsize=16)
-def load_split(dataset: str, split: str, train_fraction: float = 1.0, subset_seed: int = 0):
-    """``(X, y, K, synthetic)`` of a split; the training split can be cut to a seeded
-    random ``train_fraction`` of its rows (kept in file order)."""
+def load_split(dataset: str, split: str, train_fraction: float = 1.0, subset_seed: int = 0,
+               subset: str = "random"):
+    """``(X, y, K, synthetic)`` of a split; the training split can be cut to a
+    ``train_fraction`` of its rows: a seeded random subset kept in file order
+    (``subset="random"``) or the first rows (``"head"``)."""
     from .data import load_dataset
 
     ds = load_dataset(dataset, split)
     X, y = ds.X, ds.y
     if split == "train" and train_fraction < 1:
         n = max(1, int(round(train_fraction * ds.N)))
-        rows = np.sort(np.random.default_rng(subset_seed).choice(ds.N, n, replace=False))
+        if subset == "head":
+            rows = np.arange(n)
+        else:
+            rows = np.sort(np.random.default_rng(subset_seed).choice(ds.N, n, replace=False))
         X, y = X[rows], y[rows]
     return X, y, ds.K, bool(ds.synthetic)
 
@@ -278,8 +313,15 @@ def _train(spec: RunSpec) -> tuple[pd.DataFrame, dict]:
 
     t0 = time.perf_counter()
     X, y, K, synthetic = load_split(spec.dataset, "train", spec.train_fraction,
-                                    spec.subset_seed)
-    opts = dict(spec.options)
+                                    spec.subset_seed, spec.subset)
+    opts = {}
+    if spec.protocol is not None:
+        from .protocols import fit_kwargs
+
+        opts = fit_kwargs(spec.protocol, spec.method)
+        opts.pop("lr_decay", None)
+        opts.pop("u_init", None)
+    opts.update(dict(spec.options))
     res = fit(X, y, spec.method, spec.lr, epochs=spec.epochs, lr_decay=spec.lr_decay,
               seed=spec.seed, K=K, progress=False, eval_rows=spec.monitor_rows,
               u_init=spec.u_init,
@@ -461,6 +503,7 @@ def histories_frame(results, evaluated_only: bool = True) -> pd.DataFrame:
             h = h[h.evaluated.astype(bool) | h.diverged.astype(bool)]
         h = h.rename(columns={"lr": "epoch_lr"})
         h = h.assign(dataset=r.spec.dataset, method=r.spec.method, lr=r.spec.lr,
-                     seed=r.spec.seed, train_fraction=r.spec.train_fraction)
+                     seed=r.spec.seed, train_fraction=r.spec.train_fraction,
+                     protocol=r.spec.protocol)
         parts.append(h)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

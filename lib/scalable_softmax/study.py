@@ -45,8 +45,12 @@ def _rate(d, m, overrides):
 def run_paper_methods(datasets, methods=ex.PAPER_METHODS, seeds=(0, 1, 2), epochs=50,
                       lr_decay=0.9, u_init="logK", monitor_rows=1000, final_rows=20000,
                       step_down=3,
-                      workers=2, rate_overrides=None, rate_label="paper", progress=True):
-    """Run ``methods x datasets x seeds`` at the paper's Table 2 rates (or
+                      workers=2, rate_overrides=None, rate_label="paper", progress=True,
+                      protocol=None, eval_epochs=None):
+    """Run ``methods x datasets x seeds`` under ``protocol`` (a name of
+    :data:`scalable_softmax.protocols.PROTOCOLS`, which then sets ``lr_decay``,
+    ``u_init``, the data order and the sampling; None: the library defaults with the
+    given ``lr_decay`` and ``u_init``) at the paper's Table 2 rates (or
     ``rate_overrides[dataset][method]``); where a ``(dataset, method)`` diverges in some
     seed, run all seeds again at 10x smaller rates, one step at a time, until every
     seed is finite (at most ``step_down`` steps). The final exact evaluation uses at most
@@ -62,6 +66,9 @@ def run_paper_methods(datasets, methods=ex.PAPER_METHODS, seeds=(0, 1, 2), epoch
     results : list of :class:`experiments.RunResult` (same order).
     shapes : DataFrame of :func:`resolve_datasets`.
     seconds : wall time of the runs (mostly 0 when read from the cache).
+
+    ``monitor_rows`` may be a dict ``{paper data set: rows or None}`` (None: all rows);
+    ``eval_epochs`` the monitored epochs (None: epoch 0 and 10 evenly spaced).
     """
     unknown = sorted(set(methods) - set(ex.PAPER_METHODS))
     if unknown:
@@ -77,10 +84,19 @@ def run_paper_methods(datasets, methods=ex.PAPER_METHODS, seeds=(0, 1, 2), epoch
         s = shapes.loc[d]
         return s.N * s.K ** 0.3 * (5 if m in SAMPLED_METHODS else 1)
 
+    def mrows(d):
+        return monitor_rows.get(d) if isinstance(monitor_rows, dict) else monitor_rows
+
+    common = dict(epochs=epochs, final_rows=final_rows,
+                  eval_epochs=tuple(eval_epochs) if eval_epochs is not None else None)
+    if protocol is None:
+        common.update(lr_decay=lr_decay, u_init=u_init)
+    else:
+        common.update(protocol=protocol)
+
     def specs_for(triples):
-        out = [ex.RunSpec.make(loader[d], m, lr, seed=int(s), epochs=epochs,
-                               lr_decay=lr_decay, monitor_rows=monitor_rows,
-                               final_rows=final_rows, u_init=u_init)
+        out = [ex.RunSpec.make(loader[d], m, lr, seed=int(s), monitor_rows=mrows(d),
+                               **common)
                for d, m, lr in triples for s in seeds]
         return sorted(out, key=lambda sp: -cost(name_of[sp.dataset], sp.method))
 

@@ -166,6 +166,12 @@ FILES: dict[str, RegisteredFile] = {f.path: f for f in [
                    "from xiaohan2012/mlc-starter-project (no license stated)", "delicious",
                    content_sha256="895a02309299386dac2a0dd6cd02c344e36ecd5e6c0067af37fdb400d29cd195",
                    urls=(f"{_XH}/delicious.xml",), url_is_raw=True),
+    RegisteredFile("authors-results/table3-runs-6f9129b.csv",
+                   "eb599dbc9f87dad83bedf88259e5274a6c3fef7e00c7e0a29ecc3401953e8e7a", 112822,
+                   "the learning curves recorded by the authors' experiment code: every run "
+                   "in Results/Complete/Tuned/*.p of GitHub francoisfagan/Log-tricks @ "
+                   "6f9129b (December 2017), one row per recorded epoch",
+                   "as published by the authors (no license stated)", "authors-results"),
     RegisteredFile("20newsgroups/20news-bydate.tar.gz",
                    "8db71c54ad64a88d1757fc2fe85d80a525a20039787acc31ddc604c8cc1b2ad9", 14387802,
                    "GitHub julenminer/mlnn_P65 @ 7393be66, data/20news-bydate-{train,test}, "
@@ -188,6 +194,7 @@ DATASET_FILES: dict[str, dict[str, str]] = {
                   "test": "delicious/delicious-test.arff.gz",
                   "xml": "delicious/delicious.xml.gz"},
     "20news": {"tar": "20newsgroups/20news-bydate.tar.gz"},
+    "authors-results": {"csv": "authors-results/table3-runs-6f9129b.csv"},
 }
 
 _XC = "http://manikvarma.org/downloads/XC/XMLRepository.html"
