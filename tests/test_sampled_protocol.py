@@ -16,17 +16,14 @@ from scalable_softmax.methods.sampled import (
     reference_step,
 )
 
+from test_sampled import _problem as _base_problem  # tests/ is on sys.path (rootdir)
+
 TRAINERS = {"ove": OVETrainer, "nce": NCETrainer, "is": ISTrainer}
 K, M = 4, 3          # small K: accidental hits in most batches
 
 
 def _problem(N=40, D=9, density=0.5, seed=0):
-    rng = np.random.default_rng(seed)
-    X = sp.random(N, D, density=density, random_state=seed, format="csr",
-                  data_rvs=lambda n: rng.normal(size=n))
-    X = sp.csr_matrix(X + sp.eye(N, D, format="csr"))  # no empty rows
-    y = rng.integers(0, K, N)
-    return X, y, rng
+    return _base_problem(N=N, D=D, K=K, density=density, seed=seed)
 
 
 def _trainer(name, X, y, mu=0.0, n=10, **opts):
