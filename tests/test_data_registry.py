@@ -30,7 +30,9 @@ def test_registry_is_complete_and_consistent():
         assert f.path == rel and len(f.sha256) == 64 and f.bytes > 0
         assert f.origin and f.license and f.dataset
         if f.required:
-            assert f.urls, rel
+            # the authors' recorded runs exist only as the mirror's CSV (extracted from
+            # their repository's pickles); everything else has a public download
+            assert f.urls or f.dataset == "authors-results", rel
             assert any(rel in roles.values() for roles in R.DATASET_FILES.values())
     for ds, roles in R.DATASET_FILES.items():
         assert all(rel in R.FILES for rel in roles.values())
