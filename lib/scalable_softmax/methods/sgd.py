@@ -160,10 +160,9 @@ def _draw_m1(state, yi, K):
 
 
 @numba.njit(**JIT)
-def _draw_distinct(state, yi, K, m, out):
-    """``m`` distinct classes uniform on ``{0..K-1} minus {yi}`` into ``out[:m]``
-    (Robert Floyd's algorithm; the *set* is uniform, its order is not)."""
-    n = K - 1
+def _floyd(state, n, m, out):
+    """``m`` distinct values uniform on ``{0..n-1}`` into ``out[:m]`` (Robert Floyd's
+    algorithm: exactly ``m`` draws; the *set* is uniform, its order is not)."""
     c = 0
     for j in range(n - m, n):
         state, t = _rand_below(state, j + 1)
@@ -174,6 +173,13 @@ def _draw_distinct(state, yi, K, m, out):
                 break
         out[c] = j if found else t
         c += 1
+    return state
+
+
+@numba.njit(**JIT)
+def _draw_distinct(state, yi, K, m, out):
+    """``m`` distinct classes uniform on ``{0..K-1} minus {yi}`` into ``out[:m]``."""
+    state = _floyd(state, K - 1, m, out)
     for q in range(m):
         if out[q] >= yi:
             out[q] += 1
@@ -183,21 +189,11 @@ def _draw_distinct(state, yi, K, m, out):
 @numba.njit(**JIT)
 def _draw_all_drop_label(state, yi, K, m, out):
     """The authors' code's draw: ``m`` distinct classes uniform on *all* ``K`` classes
-    (Robert Floyd's algorithm, ``m <= K``), then the label ``yi`` removed if it was
-    drawn. The remaining classes go to ``out[:c]``; returns ``(state, c)`` with
-    ``c = m`` or ``m - 1``."""
-    c = 0
-    for j in range(K - m, K):
-        state, t = _rand_below(state, j + 1)
-        found = False
-        for q in range(c):
-            if out[q] == t:
-                found = True
-                break
-        out[c] = j if found else t
-        c += 1
+    (``m <= K``), then the label ``yi`` removed if it was drawn. The remaining classes
+    go to ``out[:c]``; returns ``(state, c)`` with ``c = m`` or ``m - 1``."""
+    state = _floyd(state, K, m, out)
     w = 0
-    for q in range(c):
+    for q in range(m):
         if out[q] != yi:
             out[w] = out[q]
             w += 1
