@@ -4,7 +4,9 @@ Shape of the issue: N = 100,000 rows, D = 10,000 features, about 50 non-zeros pe
 row (uniform random column indices, positive values, unit L2 rows), K = 18,000
 classes, ``W`` drawn from N(0, 0.01^2) in float64, uniform random labels. Times one
 full :func:`scalable_softmax.evaluate.evaluate` (log-loss, error and the defective
-metric, float64) and, side by side in the same run, PyTorch CPU in float32 doing
+metric) with ``precision="float64"`` (the reference) and with ``precision="float32"`` (the default)
+(float32 scores and exponentials, float64 running sums) and, side by side in the
+same run, PyTorch CPU in float32 doing
 the same log-loss and error the straightforward way: ``torch.sparse`` CSR rows times
 a dense ``W^T`` (float32, ``D x K``), in blocks of rows whose ``block x K`` score
 matrix takes at most 256 MB, then ``torch.logsumexp``; 2 threads. The torch side
@@ -16,6 +18,12 @@ Every variant is timed ``--repeats`` times (default 2), alternating the order.
 Also K = 2,000, and the error of the ``subsample=10,000`` estimate against the full
 evaluation (several seeds; with the standard error predicted from the per-row
 spread), including a ``W`` of larger scale whose per-row losses vary.
+
+In the same run: the accuracy of float32 against float64 (whole data set, and per
+row on 10,000 rows); two bounds for the float32 kernel, (a) its ``nnz(X) K``
+multiply-adds at the machine's measured float32 FMA rate (:func:`fma_peak`) and (b)
+a loop with its memory accesses and trivial arithmetic (:func:`stream_bound`); and
+the vector instructions of the float32 kernels' assembly (:func:`simd_evidence`).
 
 Writes ``benchmarks/results/evaluate.json`` and ``evaluate.md`` (``--quick``:
 N = 10,000, ``evaluate-quick.*``), carrying over a summary of the earlier runs found
@@ -46,7 +54,9 @@ import scipy.sparse as sp
 
 import _common
 
-from scalable_softmax.evaluate import _per_row, evaluate
+from numba import prange
+
+from scalable_softmax.evaluate import _per_row, _transpose32, _tile_width, evaluate
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TORCH_SCORE_BYTES = 256 * 2**20  # float32 scores per torch block
@@ -135,12 +145,183 @@ def torch_version():
 # runs
 # ---------------------------------------------------------------------------
 
-def _numba_run(X, y, W):
+def _numba_run(X, y, W, precision="float64"):
     t0, c0 = time.perf_counter(), time.process_time()
-    ev = evaluate(X, y, W)
+    ev = evaluate(X, y, W, precision=precision)
     return dict(seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0,
                 log_loss=ev.log_loss, error=ev.error, defective=ev.defective,
                 threads=numba.get_num_threads())
+
+
+# ---------------------------------------------------------------------------
+# bounds: the machine's FMA rate, and the kernel's memory accesses alone
+# ---------------------------------------------------------------------------
+
+_FMA_LANES = 256  # float32 lanes per pass: 16 zmm (or 32 ymm) registers' worth, in L1
+_FMA_CHAIN = 8    # dependent multiply-adds per lane and pass
+
+
+@numba.njit(fastmath={"contract"}, nogil=True, cache=True)
+def _fma_loop(acc, reps, a, b):
+    """``reps`` passes over the L1-resident float32 ``acc`` (``_FMA_LANES``
+    lanes), each lane ``_FMA_CHAIN`` dependent fused multiply-adds per pass:
+    independent FMAs on vector registers, one load and one store per 8 FMAs."""
+    for _ in range(reps):
+        for t in range(_FMA_LANES):
+            v = acc[t]
+            v = v * a + b
+            v = v * a + b
+            v = v * a + b
+            v = v * a + b
+            v = v * a + b
+            v = v * a + b
+            v = v * a + b
+            v = v * a + b
+            acc[t] = v
+
+
+@numba.njit(fastmath={"contract"}, parallel=True, nogil=True, cache=True)
+def _fma_threads(accs, reps, a, b):
+    for w in prange(accs.shape[0]):
+        _fma_loop(accs[w], reps, a, b)
+
+
+def fma_peak(threads=None, seconds=1.0):
+    """Measured float32 multiply-add rate (multiply-adds per second) of the machine
+    on ``threads`` numba threads (default: all), best of 5 timed calls."""
+    nt = threads or numba.get_num_threads()
+    accs = np.ones((nt, _FMA_LANES), dtype=np.float32)
+    a, b = np.float32(0.999), np.float32(1e-3)
+    _fma_threads(accs, 10, a, b)
+    reps = 1000
+    while True:  # calibrate to about seconds / 5 per call
+        t0 = time.perf_counter()
+        _fma_threads(accs, reps, a, b)
+        dt = time.perf_counter() - t0
+        if dt > seconds / 5 or reps > 1e9:
+            break
+        reps *= 4
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        _fma_threads(accs, reps, a, b)
+        best = min(best, time.perf_counter() - t0)
+    assert np.isfinite(accs).all()
+    fmas = nt * reps * _FMA_LANES * _FMA_CHAIN
+    return dict(threads=nt, fma_per_second=fmas / best, seconds=best, fmas=fmas)
+
+
+@numba.njit(fastmath={"contract"}, parallel=True, nogil=True, cache=True)
+def _stream_tiles(indptr, indices, rows, W, tile, block_rows, with_rows):
+    """The float32 kernel's memory accesses with trivial arithmetic: every tile of
+    ``W^T`` is transposed into the float32 buffer as the kernel does, then for each
+    selected row and each of its non-zeros the row of the tile is read and added
+    (eight non-zeros per pass over the tile's classes, as the kernel): no
+    multiplications, exponentials or running state."""
+    nr = rows.size
+    K, D = W.shape
+    tw = min(tile, K)
+    buf = np.empty(D * tw, dtype=np.float32)
+    out = np.zeros(nr, dtype=np.float32)
+    nb = (nr + block_rows - 1) // block_rows
+    for k0 in range(0, K, tile):
+        kc = min(tile, K - k0)
+        T = buf[: D * kc].reshape((D, kc))
+        _transpose32(W, k0, kc, T)
+        if not with_rows:
+            out[0] += T[0, 0]
+            continue
+        for b in prange(nb):
+            acc = np.empty(kc, dtype=np.float32)
+            for ii in range(b * block_rows, min(nr, (b + 1) * block_rows)):
+                i = rows[ii]
+                for t in range(kc):
+                    acc[t] = 0.0
+                p = indptr[i]
+                p1 = indptr[i + 1]
+                while p + 7 < p1:
+                    j0 = indices[p]
+                    j1 = indices[p + 1]
+                    j2 = indices[p + 2]
+                    j3 = indices[p + 3]
+                    j4 = indices[p + 4]
+                    j5 = indices[p + 5]
+                    j6 = indices[p + 6]
+                    j7 = indices[p + 7]
+                    for t in range(kc):
+                        acc[t] += (((T[j0, t] + T[j1, t]) + (T[j2, t] + T[j3, t]))
+                                   + ((T[j4, t] + T[j5, t]) + (T[j6, t] + T[j7, t])))
+                    p += 8
+                while p < p1:
+                    j = indices[p]
+                    for t in range(kc):
+                        acc[t] += T[j, t]
+                    p += 1
+                out[ii] += acc[kc - 1]
+    return out
+
+
+def stream_bound(X, W, repeats=2):
+    """Seconds of :func:`_stream_tiles` over all rows (min of ``repeats``), and of the
+    transposes alone."""
+    N, D = X.shape
+    rows = np.arange(N, dtype=np.int64)
+    tw = _tile_width(W.shape[0], D, None, 4)
+    _stream_tiles(X.indptr, X.indices, rows[:64], W, tw, 32, True)
+    best, best_t = math.inf, math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _stream_tiles(X.indptr, X.indices, rows, W, tw, 32, True)
+        best = min(best, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        _stream_tiles(X.indptr, X.indices, rows, W, tw, 32, False)
+        best_t = min(best_t, time.perf_counter() - t0)
+    return dict(seconds=best, transpose_seconds=best_t, tile=tw,
+                bytes_read_from_tiles=int(X.nnz) * W.shape[0] * 4)
+
+
+def simd_evidence():
+    """Counts of the vector instructions (fused multiply-adds, multiplies, adds,
+    maxima, conversions) in the assembly of the float32 kernels and of the FMA-peak
+    loop, from fresh uncached compilations (numba shows no assembly for cached code)."""
+    import re
+    from numba import types as nt
+    from scalable_softmax import evaluate as evm
+    f32a, i32a = nt.float32[::1], nt.int32[::1]
+    cases = [(evm._scores32, evm.JIT32, (i32a, i32a, f32a, nt.int64, nt.float32[:, ::1], f32a,
+                                         nt.int64)),
+             (evm._vexp32_sum, evm.JIT32, (f32a, nt.float32, f32a, f32a, i32a, nt.int64)),
+             (evm._max32, evm.JIT32, (i32a, nt.int64, i32a, f32a)),
+             (evm._sum32to64, evm.JIT32R, (f32a, nt.int64)),
+             (_fma_loop, dict(fastmath={"contract"}), (f32a, nt.int64, nt.float32, nt.float32))]
+    out = {}
+    for f, flags, sig in cases:
+        try:
+            g = numba.njit(**dict(flags, cache=False))(f.py_func)
+            g.compile(sig)
+            asm = g.inspect_asm(g.signatures[0])
+        except Exception as exc:  # noqa: BLE001 - report, do not fail the benchmark
+            out[f.__name__] = {"error": repr(exc)[:200]}
+            continue
+        cnt = {}
+        for m in re.finditer(r"\b(v(?:fmadd|mul|add|max|pmax|cvt)\w*)\s[^\n]*?\b([xyz]mm)\d",
+                             asm):
+            key = f"{m.group(1)} {m.group(2)}"
+            cnt[key] = cnt.get(key, 0) + 1
+        out[f.__name__] = dict(sorted(cnt.items(), key=lambda kv: -kv[1])[:8])
+    return out
+
+
+def accuracy_study(X, y, W, n_rows=10_000):
+    """Per-row float32 vs float64 on the first ``n_rows`` rows."""
+    rows = np.arange(min(n_rows, X.shape[0]))
+    n32, e32, d32, _ = _per_row(X, y, W, rows=rows, precision="float32")
+    n64, e64, d64, _ = _per_row(X, y, W, rows=rows, precision="float64")
+    return dict(n_rows=int(rows.size),
+                max_rel_diff_log_loss_per_row=float(np.max(np.abs(n32 - n64) / n64)),
+                rel_diff_mean_log_loss=float(abs(n32.mean() - n64.mean()) / n64.mean()),
+                max_rel_diff_defective_per_row=float(np.max(np.abs(d32 - d64) / d64)),
+                error_rows_differing=int(np.sum(e32 != e64)))
 
 
 def _summary(runs):
@@ -153,24 +334,28 @@ def bench_config(N, D, nnz, K, repeats, seed, with_torch):
     print(f"\n== K = {K:,}: building data (N={N:,}, D={D:,}, ~{nnz} nnz/row)", flush=True)
     X, y, W = make_data(N, D, nnz, K, 0.01, seed)
     out = dict(K=K, N=N, D=D, nnz_per_row=X.nnz / N, w_std=0.01)
-    evaluate(X[:64], y[:64], W)  # compile (or load the cache)
+    evaluate(X[:64], y[:64], W, precision="float64")  # compile (or load the cache)
+    evaluate(X[:64], y[:64], W, precision="float32")
     pool = None
     if with_torch:
         ctx = mp.get_context("spawn")
         pool = ctx.Pool(1, initializer=_torch_init, initargs=(N, D, nnz, K, 0.01, seed))
         pool.apply(_torch_run, (2000,))  # warm-up (the first sparse product sets torch up)
-    res = {"numba": [], "torch": []}
+    res = {"numba": [], "numba32": [], "torch": []}
     try:
         for rep in range(repeats):
-            order = ("numba", "torch") if rep % 2 == 0 else ("torch", "numba")
+            order = ("numba", "numba32", "torch") if rep % 2 == 0 else ("torch", "numba32", "numba")
             for name in order:
                 if name == "torch" and pool is None:
                     continue
                 load = os.getloadavg()[0]
-                r = _numba_run(X, y, W) if name == "numba" else pool.apply(_torch_run)
+                if name == "torch":
+                    r = pool.apply(_torch_run)
+                else:
+                    r = _numba_run(X, y, W, "float64" if name == "numba" else "float32")
                 r["load_average_1min_before"] = load
                 res[name].append(r)
-                print(f"  {name:5s} run {rep}: {r['seconds']:.2f} s wall, "
+                print(f"  {name:7s} run {rep}: {r['seconds']:.2f} s wall, "
                       f"{r['cpu_seconds']:.2f} s CPU, log-loss {r['log_loss']:.9f}, "
                       f"error {r['error']:.5f} (load {load:.1f})", flush=True)
     finally:
@@ -178,6 +363,24 @@ def bench_config(N, D, nnz, K, repeats, seed, with_torch):
             pool.close()
             pool.join()
     out["numba"] = _summary(res["numba"])
+    out["numba32"] = _summary(res["numba32"])
+    n64, n32 = res["numba"], res["numba32"]
+    out["ratio_float64_over_float32_min"] = (out["numba"]["min_seconds"]
+                                             / out["numba32"]["min_seconds"])
+    out["float32_minus_float64"] = dict(
+        log_loss=n32[0]["log_loss"] - n64[0]["log_loss"],
+        rel_log_loss=(n32[0]["log_loss"] - n64[0]["log_loss"]) / n64[0]["log_loss"],
+        error=n32[0]["error"] - n64[0]["error"],
+        defective=n32[0]["defective"] - n64[0]["defective"])
+    print("  accuracy (per row, first 10,000 rows) ...", flush=True)
+    out["accuracy"] = accuracy_study(X, y, W)
+    print(f"  {out['accuracy']}", flush=True)
+    print("  bounds ...", flush=True)
+    sb = stream_bound(X, W)
+    out["stream_bound"] = sb
+    out["multiply_adds"] = int(X.nnz) * K
+    print(f"  stream bound {sb['seconds']:.2f} s (transposes {sb['transpose_seconds']:.2f} s)",
+          flush=True)
     if pool is None:
         out["torch"] = dict(skipped=TORCH_MISSING)
     else:
@@ -188,7 +391,13 @@ def bench_config(N, D, nnz, K, repeats, seed, with_torch):
         out["ratio_numba_over_torch_pairs"] = [a["seconds"] / b["seconds"] for a, b in zip(nb, tb)]
         out["torch_minus_numba_log_loss"] = tb[0]["log_loss"] - nb[0]["log_loss"]
         out["torch_minus_numba_error"] = tb[0]["error"] - nb[0]["error"]
-    out["subsample"] = [subsample_study(X, y, W, nb_full=res["numba"][0], w_std=0.01,
+        out["ratio_torch_over_numba32_min"] = (out["torch"]["min_seconds"]
+                                               / out["numba32"]["min_seconds"])
+        out["ratio_torch_over_numba32_pairs"] = [b["seconds"] / a["seconds"]
+                                                 for a, b in zip(res["numba32"], tb)]
+        out["torch_minus_numba32_log_loss"] = tb[0]["log_loss"] - n32[0]["log_loss"]
+    # the subsample study uses the float32 path (the fast one, meant for the notebooks)
+    out["subsample"] = [subsample_study(X, y, W, nb_full=res["numba32"][0], w_std=0.01,
                                         seed=seed)]
     return out, (X, y)
 
@@ -199,11 +408,11 @@ def subsample_study(X, y, W, nb_full=None, w_std=0.01, n_sub=10_000, seeds=(0, 1
     N = X.shape[0]
     n_sub = min(n_sub, N // 2)
     if nb_full is None:
-        nb_full = _numba_run(X, y, W)
+        nb_full = _numba_run(X, y, W, "float32")
     rows = []
     for s in seeds:
         t0 = time.perf_counter()
-        ev = evaluate(X, y, W, subsample=n_sub, seed=s)
+        ev = evaluate(X, y, W, subsample=n_sub, seed=s, precision="float32")
         rows.append(dict(seed=s, seconds=time.perf_counter() - t0, log_loss=ev.log_loss,
                          error=ev.error, defective=ev.defective,
                          abs_diff_log_loss=abs(ev.log_loss - nb_full["log_loss"]),
@@ -211,7 +420,7 @@ def subsample_study(X, y, W, nb_full=None, w_std=0.01, n_sub=10_000, seeds=(0, 1
                          abs_diff_defective=abs(ev.defective - nb_full["defective"])))
     # predicted standard error of a mean of n_sub rows out of N (no replacement): the
     # per-row spread of the loss (seed 0's rows), the binomial one for the error
-    nll, _, _, _ = _per_row(X, y, W, subsample=n_sub, seed=seeds[0])
+    nll, _, _, _ = _per_row(X, y, W, subsample=n_sub, seed=seeds[0], precision="float32")
     fpc = math.sqrt((N - n_sub) / (N - 1))
     p_err = nb_full["error"]
     return dict(K=W.shape[0], w_std=w_std, N=N, n_sub=n_sub,
@@ -244,6 +453,12 @@ def run(quick=False, repeats=2, seed=0):
                quick=quick, repeats=repeats, seed=seed, machine=machine_info(),
                load_average_at_start=list(os.getloadavg()), configs=[])
     t_start = time.perf_counter()
+    print("FMA peak ...", flush=True)
+    res["fma_peak"] = fma_peak()
+    res["fma_peak_1thread"] = fma_peak(threads=1)
+    print(f"  {res['fma_peak']['fma_per_second'] / 1e9:.1f} G multiply-adds/s on "
+          f"{res['fma_peak']['threads']} threads, "
+          f"{res['fma_peak_1thread']['fma_per_second'] / 1e9:.1f} G on 1", flush=True)
     for K in Ks:
         out, (X, y) = bench_config(N, D, nnz, K, repeats, seed, with_torch)
         res["configs"].append(out)
@@ -256,6 +471,9 @@ def run(quick=False, repeats=2, seed=0):
         res["machine"]["numba_threading_layer"] = numba.threading_layer()
     except ValueError:
         pass
+    for c in res["configs"]:
+        c["fma_bound_seconds"] = c["multiply_adds"] / res["fma_peak"]["fma_per_second"]
+    res["simd"] = simd_evidence()
     res["load_average_at_end"] = list(os.getloadavg())
     res["total_seconds"] = time.perf_counter() - t_start
     return res
@@ -279,8 +497,11 @@ def report(res):
              f" ({TORCH_THREADS} threads).", "",
              f"Data: N={c0['N']:,}, D={c0['D']:,}, {c0['nnz_per_row']:.2f} non-zeros per row "
              "(uniform random columns, unit L2 rows), W ~ N(0, 0.01^2) float64, uniform "
-             "labels. `numba` = `evaluate(X, y, W)` (float64; log-loss, error and the "
-             "defective metric); `torch` = float32 sparse CSR x dense W^T in row blocks + "
+             "labels. `numba float64` = `evaluate(X, y, W, precision=\"float64\")` (the "
+             "reference; log-loss, error and the defective metric); `numba float32` = "
+             "`evaluate(X, y, W, precision=\"float32\")` (the default; float32 scores and exponentials, "
+             "float64 running sums; the same three metrics); `torch` = float32 sparse CSR x dense "
+             "W^T in row blocks + "
              "`logsumexp` (log-loss and error), including the conversion of W and X to "
              "float32 tensors. Each variant timed "
              f"{res['repeats']} times, alternating the order; min and all runs.", "",
@@ -296,6 +517,12 @@ def report(res):
         lines.append(f"| {c['K']:,} | numba float64 | {nb['min_seconds']:.2f} | "
                      f"{_fmt_all(nb['all_seconds'])} | {nb['min_cpu_seconds']:.2f} | "
                      f"{r0['log_loss']:.9f} | {r0['error']:.5f} |")
+        if "numba32" in c:
+            n3 = c["numba32"]
+            r3 = n3["runs"][0]
+            lines.append(f"| {c['K']:,} | numba float32 | {n3['min_seconds']:.2f} | "
+                         f"{_fmt_all(n3['all_seconds'])} | {n3['min_cpu_seconds']:.2f} | "
+                         f"{r3['log_loss']:.9f} | {r3['error']:.5f} |")
         tb = c["torch"]
         if "skipped" in tb:
             lines.append(f"| {c['K']:,} | torch | skipped: {tb['skipped']} | | | | |")
@@ -304,6 +531,45 @@ def report(res):
             lines.append(f"| {c['K']:,} | torch float32 | {tb['min_seconds']:.2f} | "
                          f"{_fmt_all(tb['all_seconds'])} | {tb['min_cpu_seconds']:.2f} | "
                          f"{t0['log_loss']:.9f} | {t0['error']:.5f} |")
+    lines += [""]
+    for c in res["configs"]:
+        if "numba32" not in c:
+            continue
+        sb = c["stream_bound"]
+        lines.append(
+            f"- K = {c['K']:,}: float64 / float32 time = {c['ratio_float64_over_float32_min']:.2f}"
+            + (f"; torch / float32 time = {c['ratio_torch_over_numba32_min']:.2f} (min over "
+               f"min; per pair: {_fmt_all(c['ratio_torch_over_numba32_pairs'])})"
+               if "ratio_torch_over_numba32_min" in c else "")
+            + f". Bounds: {c['multiply_adds'] / 1e9:.1f} G multiply-adds at the measured peak "
+            f"= {c['fma_bound_seconds']:.2f} s; streaming the tiles with the kernel's memory "
+            f"accesses (tile {sb['tile']}, {sb['bytes_read_from_tiles'] / 1e9:.0f} GB of "
+            f"tile rows read) = {sb['seconds']:.2f} s, of which transposing W into float32 "
+            f"tiles {sb['transpose_seconds']:.2f} s. float32 time / stream bound = "
+            f"{c['numba32']['min_seconds'] / sb['seconds']:.2f}.")
+        a, d = c["accuracy"], c["float32_minus_float64"]
+        lines.append(
+            f"- K = {c['K']:,}: accuracy of float32 against float64: mean log-loss relative "
+            f"difference {d['rel_log_loss']:.1e} (all rows), error difference {d['error']:.1e}, "
+            f"defective metric difference {d['defective']:.1e}; per row (first "
+            f"{a['n_rows']:,} rows): max relative difference of the loss "
+            f"{a['max_rel_diff_log_loss_per_row']:.1e}, of the defective metric "
+            f"{a['max_rel_diff_defective_per_row']:.1e}, rows whose error differs: "
+            f"{a['error_rows_differing']}.")
+    fp, f1 = res.get("fma_peak"), res.get("fma_peak_1thread")
+    if fp:
+        lines.append(f"- Measured peak: {fp['fma_per_second'] / 1e9:.1f} G float32 "
+                     f"multiply-adds/s on {fp['threads']} threads "
+                     f"({f1['fma_per_second'] / 1e9:.1f} G "
+                     "on 1): independent fused multiply-adds on vector registers in L1 "
+                     "(`_fma_loop`).")
+    if res.get("simd"):
+        parts = []
+        for k, v in res["simd"].items():
+            parts.append(f"`{k}`: " + (", ".join(f"{n}x {i}" for i, n in v.items())
+                                        if v else "(loaded from cache, not shown)"))
+        lines.append("- Vector instructions in the float32 kernels' assembly (counts): "
+                     + "; ".join(parts) + ".")
     lines += [""]
     for c in res["configs"]:
         if "skipped" in c["torch"]:
@@ -316,14 +582,23 @@ def report(res):
                      f"error = {c['torch_minus_numba_error']:.2e}.")
     big = res["configs"][0]
     ok30 = big["numba"]["min_seconds"] <= 30.0
-    lines += ["", f"Target (K = {big['K']:,}): one full evaluation in at most 30 s: "
+    lines += ["", f"Target (K = {big['K']:,}), float64: one full evaluation in at most 30 s: "
               f"{'met' if ok30 else 'NOT met'} ({big['numba']['min_seconds']:.2f} s)"]
     if "skipped" not in big["torch"]:
         faster = big["numba"]["min_seconds"] <= big["torch"]["min_seconds"]
         lines[-1] += (f"; no slower than torch float32: {'met' if faster else 'NOT met'} "
                       f"({big['ratio_numba_over_torch_min']:.2f}x).")
-    lines += ["", "Subsample estimate: `evaluate(..., subsample=n, seed=s)` against the "
-              "full evaluation, seeds 0-4. Predicted standard error, with the finite-population "
+    if "numba32" in big:
+        t32 = big["numba32"]["min_seconds"]
+        lines += ["", f"Target (K = {big['K']:,}), float32 (log-loss, error and the defective "
+                  f"metric): at most 8 s: {'met' if t32 <= 8.0 else 'NOT met'} ({t32:.2f} s)"]
+        if "ratio_torch_over_numba32_min" in big:
+            r = big["ratio_torch_over_numba32_min"]
+            lines[-1] += (f"; at least 3x faster than torch float32 in the same run: "
+                          f"{'met' if r >= 3.0 else 'NOT met'} ({r:.2f}x).")
+    lines += ["", "Subsample estimate: `evaluate(..., subsample=n, seed=s, "
+              "precision=\"float32\")` against the full float32 evaluation, seeds 0-4. "
+              "Predicted standard error, with the finite-population "
               "factor sqrt((N-n)/(N-1)): log-loss, the per-row standard deviation (seed 0's "
               "rows) / sqrt(n); error, sqrt(e (1-e) / n) with e the full error. Labels are "
               "uniform, so the error is close to 1 - 1/K.", "",
@@ -352,6 +627,9 @@ def run_summary(res):
     for c in res["configs"]:
         row = dict(K=c["K"], numba_min_seconds=c["numba"]["min_seconds"],
                    numba_all_seconds=c["numba"]["all_seconds"])
+        if "numba32" in c:
+            row.update(numba32_min_seconds=c["numba32"]["min_seconds"],
+                       numba32_all_seconds=c["numba32"]["all_seconds"])
         if "skipped" not in c["torch"]:
             row.update(torch_min_seconds=c["torch"]["min_seconds"],
                        torch_all_seconds=c["torch"]["all_seconds"],
@@ -379,17 +657,20 @@ def history_lines(res):
         return []
     lines = ["Every run of this benchmark kept in the results file (this one last; "
              "min wall seconds and all runs):", "",
-             "| date | load at start | K | numba min s (all) | torch min s (all) | ratio |",
-             "|---|---|---|---|---|---|"]
+             "| date | load at start | K | numba float64 min s (all) | numba float32 min s "
+             "(all) | torch min s (all) | ratio float64 / torch |",
+             "|---|---|---|---|---|---|---|"]
     for h in res["history"] + [run_summary(res)]:
         for c in h["configs"]:
             tt = (f"{c['torch_min_seconds']:.2f} ({_fmt_all(c['torch_all_seconds'])}) | "
                   f"{c['ratio_numba_over_torch_min']:.2f}" if "torch_min_seconds" in c
                   else "skipped | -")
             note = " (from its console log)" if h.get("from_log") else ""
+            f32 = (f"{c['numba32_min_seconds']:.2f} ({_fmt_all(c['numba32_all_seconds'])})"
+                   if "numba32_min_seconds" in c else "-")
             lines.append(f"| {h['date']}{note} | {h['load_average_at_start']:.1f} | {c['K']:,} | "
                          f"{c['numba_min_seconds']:.2f} ({_fmt_all(c['numba_all_seconds'])}) | "
-                         f"{tt} |")
+                         f"{f32} | {tt} |")
     lines.append("")
     return lines
 
@@ -400,6 +681,7 @@ def write_atomic(path, text):
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -56,14 +56,14 @@ def assert_matches_reference(ev, X, y, W, rtol=RTOL):
 @pytest.mark.parametrize("dense", [False, True])
 def test_matches_reference(K, dense):
     X, y, W = make_problem(seed=K, K=K, scale=2.0, dense=dense)
-    assert_matches_reference(evaluate(X, y, W), X, y, W)
+    assert_matches_reference(evaluate(X, y, W, precision="float64"), X, y, W)
 
 
 @pytest.mark.parametrize("tile", [1, 3, 8, 64])
 def test_per_row_matches_reference_with_narrow_tiles(tile):
     """Many tiles per row: the running maximum moves and the sums are rescaled."""
     X, y, W = make_problem(seed=tile, N=30, K=70, scale=3.0)
-    nll, err, dfc, sel = _per_row(X, y, W, tile=tile)
+    nll, err, dfc, sel = _per_row(X, y, W, tile=tile, precision="float64")
     np.testing.assert_array_equal(sel, np.arange(30))
     np.testing.assert_allclose(nll, ob.nll_per_point(X, y, W), rtol=RTOL, atol=0)
     S = ob.scores(X, W)
@@ -84,9 +84,9 @@ def test_increasing_scores_move_the_maximum_every_tile():
     W[:, 2] = np.sin(np.arange(K))
     y = np.array([K - 1, 0, 7])
     for tile in (1, 4, 40):
-        nll, err, dfc, _ = _per_row(X, y, W, tile=tile)
+        nll, err, dfc, _ = _per_row(X, y, W, tile=tile, precision="float64")
         np.testing.assert_allclose(nll, ob.nll_per_point(X, y, W), rtol=RTOL)
-    assert_matches_reference(evaluate(X, y, W), X, y, W)
+    assert_matches_reference(evaluate(X, y, W, precision="float64"), X, y, W)
 
 
 def test_sparse_formats_and_layouts_agree():
@@ -106,7 +106,7 @@ def test_integer_weights_and_empty_rows():
     X = sp.csr_matrix(np.array([[0.0, 0.0], [1.0, 2.0], [0.0, -1.0]]))
     y = np.array([0, 1, 2])
     W = np.array([[1, 0], [0, 1], [2, -2]])
-    ev = evaluate(X, y, W)
+    ev = evaluate(X, y, W, precision="float64")
     assert_matches_reference(ev, X, y, W)
 
 
@@ -130,11 +130,11 @@ def test_ties_go_to_lowest_index(K, tile):
     y[0] = 0
     y[1] = K - 1
     y[2] = 1 if K > 2 else 0
-    nll, err, dfc, _ = _per_row(X, y, W, tile=tile)
+    nll, err, dfc, _ = _per_row(X, y, W, tile=tile, precision="float64")
     S = ob.scores(X, W)
     np.testing.assert_array_equal(err, (np.argmax(S, axis=1) != y).astype(float))
     assert err[0] == 0.0
-    assert_matches_reference(evaluate(X, y, W), X, y, W)
+    assert_matches_reference(evaluate(X, y, W, precision="float64"), X, y, W)
 
 
 @pytest.mark.parametrize("scale", [1e3, 1e4, 1e5])
@@ -151,10 +151,10 @@ def test_extreme_scores_no_overflow(scale, K):
         except FloatingPointError:
             pass
     assert naive_overflows
-    ev = evaluate(X, y, W)
+    ev = evaluate(X, y, W, precision="float64")
     assert np.isfinite([ev.log_loss, ev.error, ev.defective]).all()
     assert_matches_reference(ev, X, y, W)
-    nll, _, _, _ = _per_row(X, y, W, tile=16)
+    nll, _, _, _ = _per_row(X, y, W, tile=16, precision="float64")
     # atol: exp(x) for x < -708 is 0 instead of a denormal (< 3e-308)
     np.testing.assert_allclose(nll, ob.nll_per_point(X, y, W), rtol=RTOL, atol=1e-300)
 
@@ -167,7 +167,7 @@ def test_tiny_losses_keep_relative_accuracy():
     W = np.zeros((K, D))
     for i, margin in enumerate([20.0, 28.0, 35.0, 700.0]):
         W[y[i], i] = margin
-    nll, err, _, _ = _per_row(X, y, W, tile=3)
+    nll, err, _, _ = _per_row(X, y, W, tile=3, precision="float64")
     ref = ob.nll_per_point(X, y, W)
     assert np.all(ref[:3] > 0) and np.all(ref[:3] < 1e-7)
     np.testing.assert_allclose(nll, ref, rtol=RTOL, atol=0)
@@ -214,23 +214,23 @@ def test_defective_metric_is_log_K_at_zero(K):
 def test_rows_option():
     X, y, W = make_problem(seed=11, N=50, K=13)
     rows = np.array([7, 3, 3, 49, 0, 21])
-    ev = evaluate(X, y, W, rows=rows)
+    ev = evaluate(X, y, W, rows=rows, precision="float64")
     assert ev.n_rows == 6
     assert_matches_reference(ev, X[rows], y[rows], W)
-    assert evaluate(X, y, W, rows=list(rows)) == ev
+    assert evaluate(X, y, W, rows=list(rows), precision="float64") == ev
 
 
 def test_subsample_option():
     X, y, W = make_problem(seed=12, N=60, K=8)
-    ev = evaluate(X, y, W, subsample=20, seed=5)
+    ev = evaluate(X, y, W, subsample=20, seed=5, precision="float64")
     rows = np.sort(np.random.default_rng(5).choice(60, size=20, replace=False))
-    assert ev == evaluate(X, y, W, rows=rows)
+    assert ev == evaluate(X, y, W, rows=rows, precision="float64")
     assert ev.n_rows == 20
     assert_matches_reference(ev, X[rows], y[rows], W)
-    assert evaluate(X, y, W, subsample=20, seed=5) == ev
-    assert evaluate(X, y, W, subsample=20, seed=6) != ev
-    full = evaluate(X, y, W)
-    sub = evaluate(X, y, W, subsample=60, seed=3)
+    assert evaluate(X, y, W, subsample=20, seed=5, precision="float64") == ev
+    assert evaluate(X, y, W, subsample=20, seed=6, precision="float64") != ev
+    full = evaluate(X, y, W, precision="float64")
+    sub = evaluate(X, y, W, subsample=60, seed=3, precision="float64")
     assert sub.n_rows == 60
     assert sub.log_loss == pytest.approx(full.log_loss, rel=1e-15)
     assert sub.error == full.error

@@ -124,11 +124,12 @@ def test_history_columns_and_eval_sets(data):
     ev = h[h.evaluated]
     assert ev[["train_log_loss", "test_log_loss"]].notna().all().all()
     assert h[~h.evaluated][["train_log_loss", "test_error"]].isna().all().all()
-    # the numbers are the exact metrics of the final weights
+    # the numbers are the exact metrics of the final weights (fit evaluates with the
+    # evaluator's default float32 scores: agreement to ~1e-7, not 1e-12)
     last = h.iloc[-1]
-    assert np.isclose(last.test_log_loss, ob.log_loss(Xt, yt, res.W), rtol=1e-9)
+    assert np.isclose(last.test_log_loss, ob.log_loss(Xt, yt, res.W), rtol=1e-6)
     assert np.isclose(last.train_error, ob.error_rate(X, y, res.W))
-    assert np.isclose(last.train_defective, ob.defective_metric(X, y, res.W), rtol=1e-9)
+    assert np.isclose(last.train_defective, ob.defective_metric(X, y, res.W), rtol=1e-6)
     assert np.isclose(h.train_log_loss.iloc[0], np.log(K))
     assert last.train_log_loss < np.log(K) - 0.1
     assert res.u.shape == (200,)
@@ -156,7 +157,7 @@ def test_eval_rows_subsample(data):
     # more rows than the set has: the whole set
     res = fit(X, y, "umax", lr=0.1, epochs=2, progress=False, eval_rows=10_000, eval_epochs=[2])
     assert res.history.train_log_loss.iloc[-1] == pytest.approx(ob.log_loss(X, y, res.W),
-                                                                rel=1e-10)
+                                                                rel=1e-6)   # float32 scores
 
 
 @pytest.mark.parametrize("order", ["shuffle", "uniform", "file"])

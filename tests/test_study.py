@@ -116,3 +116,13 @@ def test_ratio_bars_draws_one_bar_per_series_and_method():
     assert heights == [1.0, 2.0, 2.0, 4.0] and axes[0].get_yscale() == "log"
     assert axes[1].get_title() == "Average"
     plt.close(fig)
+
+
+def test_ratio_table_md_shows_missing_rows():
+    import numpy as np
+    import pandas as pd
+
+    t = pd.DataFrame({"ove": [2.0, np.nan], "implicit": [1.0, np.nan]}, index=["a", "b"])
+    t.loc["Average"] = t.mean(axis=0)
+    md = rp.ratio_table_md(t, "T")
+    assert "| b | - | - |" in md and "| a | 2.00 | **1.00** |" in md

@@ -73,15 +73,18 @@ def relative_table(values: pd.DataFrame, column: str, reference: str = "implicit
 def ratio_table_md(table: pd.DataFrame, title: str, label=None) -> str:
     """A :func:`relative_table` (rows: data sets and ``Average``; columns: methods) as a
     Markdown table under a bold ``title``, two decimals, the lowest value of each data-set
-    row in bold. ``label`` maps a data-set name to its shown name (default: unchanged)."""
+    row in bold (missing values shown as ``-``). ``label`` maps a data-set name to its shown name (default: unchanged)."""
     label = label or (lambda d: d)
     if "Average" not in table.index:
         raise ValueError("table has no 'Average' row; pass relative_table() output")
-    best = table.drop(index="Average").idxmin(axis=1)
+    rows = table.drop(index="Average").astype(float)
+    rows = rows[rows.notna().any(axis=1)]          # a row without values has no best
+    best = rows.idxmin(axis=1)
     body = ["| data set | " + " | ".join(METHOD_LABELS.get(m, m) for m in table.columns) + " |",
             "|---|" + "---|" * len(table.columns)]
     for d, row in table.iterrows():
-        cells = [f"**{v:.2f}**" if d != "Average" and m == best.get(d) else f"{v:.2f}"
+        cells = ["-" if not np.isfinite(v) and not np.isinf(v) else
+                 f"**{v:.2f}**" if d != "Average" and m == best.get(d) else f"{v:.2f}"
                  for m, v in row.items()]
         body.append(f"| {label(d) if d != 'Average' else d} | " + " | ".join(cells) + " |")
     return f"**{title}** (lowest per data set in bold)\n\n" + "\n".join(body)
