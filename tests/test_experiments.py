@@ -55,6 +55,11 @@ def test_run_matches_fit_and_is_read_back_from_cache(tmp_path):
     assert r1.final["train_log_loss"] == pytest.approx(full.log_loss, rel=1e-12)
     assert r1.final["train_rows"] == X.shape[0]
     assert r1.final["test_rows"] > 0 and math.isfinite(r1.final["test_log_loss"])
+    parts = ["load_seconds", "setup_seconds", "train_seconds", "monitor_eval_seconds",
+             "final_eval_seconds", "other_seconds"]
+    assert all(r1.final[p] >= -1e-6 for p in parts), {p: r1.final[p] for p in parts}
+    assert sum(r1.final[p] for p in parts) == pytest.approx(r1.final["wall_seconds"], abs=1e-6)
+    assert r1.final["monitor_eval_seconds"] > 0 and r1.final["final_eval_seconds"] > 0
     r2 = ex.run(s, cache_dir=tmp_path)
     assert r2.from_cache
     assert r2.final == r1.final

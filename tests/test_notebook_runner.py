@@ -70,3 +70,21 @@ def test_every_notebook_has_a_parameters_cell_and_settings():
         assert len(tagged) == 1, f"{path.name}: exactly one cell must be tagged 'parameters'"
         assert (paths.PARAMS / f"{path.stem}.yaml").exists(), f"params/{path.stem}.yaml missing"
         notebooks.check_params(path.stem, notebooks.load_params(path.stem, "smoke"))
+
+
+def test_provenance_lists_durations_and_notebook_02_time_breakdown(project):
+    executed = project / "build" / "executed" / "full"
+    executed.mkdir(parents=True)
+    (executed / "durations.yaml").write_text("02-dataset-run: 812.5\n06-paper-tables: 306.0\n")
+    out = project / "tables" / "PROVENANCE.md"
+    out.parent.mkdir()
+    notebooks.write_provenance("full", out=out)
+    text = out.read_text()
+    assert "| 02-dataset-run | 812.5 |" in text and "| total | 1118.5 |" in text
+    assert "time goes" not in text            # no breakdown written yet
+    (out.parent / "02-dataset-run-time.md").write_text(
+        "# title\n\npreamble\n\n| method | training |\n|---|---|\n| U-max | 1.5 |\n")
+    notebooks.write_provenance("full", out=out)
+    text = out.read_text()
+    assert "Where notebook 02's time goes" in text and "| U-max | 1.5 |" in text
+    assert "# title" not in text

@@ -269,7 +269,10 @@ class RunResult:
         ``train_rows`` and (if ``spec.test``) the same for ``test_``; ``diverged``,
         ``diverged_at`` (epoch, step) or None, ``epochs_run``, ``train_seconds`` (training
         time, compilation and evaluation excluded), ``seconds_per_epoch``, ``N``, ``D``,
-        ``K``, ``synthetic``, ``wall_seconds`` (the whole run with evaluations).
+        ``K``, ``synthetic``, ``wall_seconds`` (the whole run with evaluations), and
+        its parts: ``load_seconds`` (data), ``setup_seconds`` (trainer set-up and
+        compilation), ``train_seconds``, ``monitor_eval_seconds`` (the monitoring
+        evaluations), ``final_eval_seconds`` and ``other_seconds`` (bookkeeping).
     from_cache : bool, read back from the cache rather than trained now.
     """
 
@@ -314,6 +317,7 @@ def _train(spec: RunSpec) -> tuple[pd.DataFrame, dict]:
     t0 = time.perf_counter()
     X, y, K, synthetic = load_split(spec.dataset, "train", spec.train_fraction,
                                     spec.subset_seed, spec.subset)
+    t_loaded = time.perf_counter()
     opts = {}
     if spec.protocol is not None:
         from .protocols import fit_kwargs
@@ -335,17 +339,28 @@ def _train(spec: RunSpec) -> tuple[pd.DataFrame, dict]:
                  diverged_at=list(res.diverged_at) if res.diverged else None,
                  epochs_run=epochs_run, train_seconds=train_seconds,
                  seconds_per_epoch=train_seconds / max(epochs_run, 1))
+    t_fitted = time.perf_counter()
     sets = {"train": (X, y)}
     if spec.test:
         Xt, yt, _, _ = load_split(spec.dataset, "test")
         sets["test"] = (Xt, yt)
+    t_final = time.perf_counter()
     for name, (Xe, ye) in sets.items():
         if res.diverged:
             m = dict(log_loss=math.inf, error=math.nan, defective=math.nan, rows=0)
         else:
             m = _evaluate_set(Xe, ye, res.W, spec.final_rows, spec.seed)
         final.update({f"{name}_{k}": v for k, v in m.items()})
-    final["wall_seconds"] = time.perf_counter() - t0
+    t_end = time.perf_counter()
+    # where the run's wall time went (the parts add up to wall_seconds)
+    fit_t = res.timings
+    final.update(
+        load_seconds=(t_loaded - t0) + (t_final - t_fitted),
+        setup_seconds=fit_t["setup"],
+        monitor_eval_seconds=fit_t["eval"],
+        final_eval_seconds=t_end - t_final,
+        other_seconds=(t_fitted - t_loaded) - fit_t["setup"] - fit_t["eval"] - train_seconds)
+    final["wall_seconds"] = t_end - t0
     return h, final
 
 

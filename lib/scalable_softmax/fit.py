@@ -64,6 +64,10 @@ class FitResult:
         ``N``, ``D`` and the resolved ``eval_epochs``.
     extra : pandas.DataFrame, one row per epoch run: ``epoch`` and the method's
         counters (``EpochReport.extra``, e.g. ``u_resets``).
+    timings : dict, wall seconds of the call split into ``setup`` (validation,
+        trainer construction, initialisation and kernel compilation), ``train`` (the
+        epochs, as ``history.seconds``), ``eval`` (the monitoring evaluations) and
+        ``total`` (the whole call; ``total - setup - train - eval`` is bookkeeping).
     """
 
     W: np.ndarray
@@ -73,6 +77,7 @@ class FitResult:
     method: str
     params: dict
     extra: pd.DataFrame = field(default_factory=pd.DataFrame)
+    timings: dict = field(default_factory=dict)
 
     @property
     def diverged(self) -> bool:
@@ -314,6 +319,7 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     >>> list(res.history.columns[:4])
     ['epoch', 'steps', 'seconds', 'lr']
     """
+    t_call = time.perf_counter()
     cls, lr, X, y, K, sets, ev = _validate(
         X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed, order,
         eval_epochs, eval_sets, eval_rows, progress, u_init, K)
@@ -332,11 +338,13 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
 
     trainer.init_params(u_init)
     trainer.warmup()
+    timings = dict(setup=time.perf_counter() - t_call, train=0.0, eval=0.0)
 
     def evaluate_all():
         W = trainer.weights()
         if not _all_finite(W):
             return None
+        t_eval = time.perf_counter()
         row = {}
         for name, (Xe, ye) in sets.items():
             sub = eval_rows if (eval_rows is not None and eval_rows < Xe.shape[0]) else None
@@ -344,6 +352,7 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
             row[f"{name}_log_loss"] = float(res.log_loss)
             row[f"{name}_error"] = float(res.error)
             row[f"{name}_defective"] = float(res.defective)
+        timings["eval"] += time.perf_counter() - t_eval
         return row
 
     def diverged_metrics():
@@ -427,6 +436,8 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     history["evaluated"] = history["evaluated"].astype(bool)
     history["diverged"] = history["diverged"].astype(bool)
     extra = pd.DataFrame(extras) if extras else pd.DataFrame({"epoch": []})
+    timings["train"] = seconds
+    timings["total"] = time.perf_counter() - t_call
     return FitResult(W=trainer.weights(), u=trainer.u if trainer.has_u else None,
                      history=history, diverged_at=diverged_at, method=method,
-                     params=params, extra=extra)
+                     params=params, extra=extra, timings=timings)

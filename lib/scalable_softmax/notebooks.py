@@ -125,8 +125,9 @@ def _record_duration(name: str, profile: str, seconds: float) -> None:
 
 
 def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
-    """Write ``PROVENANCE.md`` beside the tables: the commit, date, machine and the
-    duration of every notebook's last ``profile`` run (from ``durations.yaml``)."""
+    """Write ``PROVENANCE.md`` beside the tables: the commit, date, machine, the
+    duration of every notebook's last ``profile`` run (from ``durations.yaml``) and, when
+    notebook 02 wrote it beside, its CPU-minutes by method and part."""
     import datetime
     import platform
     import subprocess
@@ -167,6 +168,11 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
         f"| total | {round(sum(durations.values()), 1)} |",
         "",
     ]
+    breakdown = (out or paths.TABLES / "PROVENANCE.md").parent / "02-dataset-run-time.md"
+    if breakdown.exists():
+        body = breakdown.read_text().split("\n", 1)[1].strip()   # without its title
+        lines += ["## Where notebook 02's time goes (CPU-minutes, from "
+                  "`02-dataset-run-time.md`)", "", body, ""]
     out = out or paths.TABLES / "PROVENANCE.md"
     tmp = out.with_suffix(".tmp")
     tmp.write_text("\n".join(lines))
