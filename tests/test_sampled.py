@@ -3,7 +3,7 @@
 Kernels against the NumPy reference step (to rounding), the reference against
 scalable_softmax.objectives, the class draws, determinism, divergence reporting,
 option validation, and the converged-point comparison with the exact optimum
-(MATH.md section 7: the three are biased).
+(docs/math.md section 7: the three are biased).
 """
 from __future__ import annotations
 

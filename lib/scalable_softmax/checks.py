@@ -8,7 +8,7 @@ and a per-instance :class:`pandas.DataFrame` of details. The notebook prints the
 asserts on them; :func:`summary_table` and :func:`write_table` turn them into
 ``tables/00-derivation-checks.{csv,md}``.
 
-Conventions are those of ``MATH.md`` and :mod:`scalable_softmax.objectives`: ``W`` is
+Conventions are those of ``docs/math.md`` and :mod:`scalable_softmax.objectives`: ``W`` is
 ``K x D``, ``f`` and ``f_ik`` carry the factor ``N`` (as in the paper's lemmas), the
 implicit step uses the per-datapoint ``f-hat = f_ik / N``. Small problems only: the
 checks form dense ``N x K`` score matrices and Hessians of size ``N + K D``.
@@ -422,7 +422,7 @@ def _fd_hessian(u, X, y, W, mu, h=1e-6):
 
 
 def f_hat(x, w_k, w_y, u, K, mu=0.0, beta_k=1.0, beta_y=1.0, N=1):
-    """Per-datapoint term ``f-hat = f_ik / N`` of the implicit step (MATH.md section 4).
+    """Per-datapoint term ``f-hat = f_ik / N`` of the implicit step (docs/math.md section 4).
 
     ``u + e^{-u} + (K-1) exp(x.(w_k - w_y) - u) + (mu/(2N))(beta_y ||w_y||^2 + beta_k ||w_k||^2)``
     """
@@ -519,7 +519,7 @@ def direct_implicit_step(x, w_k, w_y, u, eta, K, mu=0.0, beta_k=1.0, beta_y=1.0,
 
 
 def _g_reduced(u, dt, ut, eta, K, s):
-    """``g(u)`` of MATH.md section 4 (vectorised; ``a(u)`` by the log-domain Lambert W)."""
+    """``g(u)`` of docs/math.md section 4 (vectorised; ``a(u)`` by the log-domain Lambert W)."""
     from scalable_softmax.lambertw import lambertw_exp_array
     u = np.asarray(u, dtype=np.float64)
     z = np.asarray(dt - u + np.log(2 * eta * (K - 1) * s), dtype=np.float64)
@@ -532,7 +532,7 @@ def appendix_f1_bracket(dt, ut, eta, K, s):
     """Appendix F.1's bracket ``[lo, hi]`` of the root ``u`` of ``g`` (vectorised).
 
     If ``g(u~) < 0``: ``[u~, log(1 + (K-1) e^{delta~})]``; otherwise
-    ``[max(0, log(K-1) + delta~ - 2 eta ||x||^2), u~]`` (MATH.md section 4; the
+    ``[max(0, log(K-1) + delta~ - 2 eta ||x||^2), u~]`` (docs/math.md section 4; the
     paper's ``N`` is absorbed in ``eta``).
 
     Parameters
@@ -772,7 +772,7 @@ def check_gradients(rng, problems, mu=0.5, scale=1.0, pairs_per_problem=3):
 def check_raman(rng, problems, mu=0.5, scale=1.0):
     """(F-8): Raman et al.'s double sum: ``E[f~_ik] = f~``, ``min_ubar f~ = -L + N`` at
     ``ubar*_i = log sum_k e^{s_ik}`` (``= u*_i + s_{i,y_i}``), and its gradient
-    (MATH.md section 6) against finite differences."""
+    (docs/math.md section 6) against finite differences."""
     rows = []
     for p in problems:
         W = _random_W(rng, p.K, p.D, scale)
@@ -823,7 +823,7 @@ def check_raman(rng, problems, mu=0.5, scale=1.0):
 
 
 def check_raman_original_code(rng, problems, scale=1.0):
-    """MATH.md section 6: the original code's gradient of (F-8) is not the gradient
+    """docs/math.md section 6: the original code's gradient of (F-8) is not the gradient
     (extra ``exp`` in ``d/dubar``; ``w_y`` step without the factor ``x_i``).
 
     Relative error of :func:`objectives.raman_f_ik_grad_original_code` against finite
@@ -856,7 +856,7 @@ def check_raman_original_code(rng, problems, scale=1.0):
     df = pd.DataFrame(rows)
     worst = float(df.original_code_rel_err.min())
     ok = worst > 1e-2 and df.correct_rel_err.max() <= 1e-6
-    return CheckResult("F-8 code", "MATH.md section 6 (original experiment code)",
+    return CheckResult("F-8 code", "docs/math.md section 6 (original experiment code)",
                        "the original code's gradient of (8) (extra exp in d/dubar, w_y step without x_i) is not the gradient of (8)",
                        "min relative error of the code's gradient vs finite differences",
                        "> 0 (defect)", worst, bool(ok), len(df), df)
@@ -1678,7 +1678,7 @@ def _ridge_ove_optimum(X, y, K, mu, W0=None):
 
 
 def check_ove_parametric(rng, n_instances, mu=1e-2):
-    """MATH.md section 7 / Titsias section 3: in the parametric case (linear scores) the
+    """docs/math.md section 7 / Titsias section 3: in the parametric case (linear scores) the
     OVE optimum is *not* the softmax MLE (both with the same small ridge ``mu``): the
     "holds" column confirms they differ, and the MLE has the lower log-loss."""
     rows = []
@@ -1692,7 +1692,7 @@ def check_ove_parametric(rng, n_instances, mu=1e-2):
     df = pd.DataFrame(rows)
     worst = float(df["rel ||W_ove - W_mle||"].min())
     ok = worst > 1e-3 and (df["log-loss OVE optimum"] >= df["log-loss MLE"]).all()
-    return CheckResult("T OVE param.", f"{TI}, section 3; MATH.md section 7",
+    return CheckResult("T OVE param.", f"{TI}, section 3; docs/math.md section 7",
                        "with linear scores (K >= 3) the OVE optimum differs from the softmax MLE (the bound is biased)",
                        "min relative distance ||W_ove - W_mle|| / ||W_mle||", "> 0", worst,
                        bool(ok), len(df), df)

@@ -2,12 +2,12 @@
 
 :func:`evaluate` computes, over a whole data set or a subset of its rows,
 
-* the exact mean negative log-likelihood (MATH.md section 1), with a stable
+* the exact mean negative log-likelihood (docs/math.md section 1), with a stable
   log-sum-exp over all ``K`` classes and no ridge term;
 * the error rate, ``argmax_k s_ik != y_i`` with ties going to the lowest class
   index (as ``np.argmax``);
 * the original code's defective metric ``mean_i(-p_{i,y_i} + log sum_k exp(p_ik))``
-  with ``p`` the softmax probabilities (MATH.md section 7).
+  with ``p`` the softmax probabilities (docs/math.md section 7).
 
 It agrees with the NumPy reference :mod:`scalable_softmax.objectives`
 (:func:`~scalable_softmax.objectives.log_loss`,
@@ -147,7 +147,7 @@ class Evaluation:
         Fraction of rows with ``argmax_k s_ik != y_i`` (ties to the lowest index).
     defective : float
         The original code's defective metric ``mean_i(-p_{i,y_i} + log sum_k
-        exp(p_ik))`` (MATH.md section 7); lies in ``[log(K-1+e) - 1, log(K-1+e)]``.
+        exp(p_ik))`` (docs/math.md section 7); lies in ``[log(K-1+e) - 1, log(K-1+e)]``.
     n_rows : int
         Number of rows the means are over.
     """

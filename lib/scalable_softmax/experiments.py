@@ -14,7 +14,7 @@ options) and call :func:`run_all`. A run's result is stored in
 * any change to the optimisers, the evaluator or the data layer invalidates every
   stored result (nothing stale is ever reused).
 
-Evaluation (MATH.md section 1: the exact log-loss over all ``K`` classes):
+Evaluation (docs/math.md section 1: the exact log-loss over all ``K`` classes):
 
 * **monitoring** at the paper's 10 evenly spaced epochs (and epoch 0) on a fixed,
   seeded subsample of ``monitor_rows`` training rows (all rows when the set is
@@ -56,7 +56,7 @@ PAPER_METHODS = ("ove", "nce", "is", "vanilla", "umax", "implicit")
 PAPER_DATASETS = ("mnist", "bibtex", "delicious", "eurlex", "amazoncat", "wiki10",
                   "wikismall")
 
-#: the paper's Table 2 (tuned initial learning rates), MATH.md section 10
+#: the paper's Table 2 (tuned initial learning rates), docs/math.md section 10
 PAPER_TABLE2 = {
     "mnist":     dict(ove=1e1, nce=1e1, **{"is": 1e1}, vanilla=1e-2, umax=1e1, implicit=1e-1),
     "bibtex":    dict(ove=1e2, nce=1e2, **{"is": 1e2}, vanilla=1e-2, umax=1e-1, implicit=1e1),
@@ -66,8 +66,8 @@ PAPER_TABLE2 = {
     "wiki10":    dict(ove=1e-2, nce=1e3, **{"is": 1e2}, vanilla=1e-4, umax=1e-2, implicit=1e0),
     "wikismall": dict(ove=1e3, nce=1e3, **{"is": 1e3}, vanilla=1e-4, umax=1e-3, implicit=1e-3),
 }
-#: the paper's Table 3 (train log-loss after 50 epochs / Implicit SGD's), MATH.md
-#: section 10; its OVE, NCE and IS columns used the defective metric (section 7)
+#: the paper's Table 3 (train log-loss after 50 epochs / Implicit SGD's), docs/math.md
+#: section 10; its OVE, NCE and IS columns used the defective metric (section 1)
 PAPER_TABLE3 = {
     "mnist":     dict(ove=5.73, nce=6.05, **{"is": 5.74}, vanilla=1.43, umax=1.56, implicit=1.00),
     "bibtex":    dict(ove=29.03, nce=28.52, **{"is": 32.71}, vanilla=15.18, umax=9.77,
@@ -138,7 +138,7 @@ class RunSpec:
     ----------
     dataset : loader name (``scalable_softmax.data.load_dataset``).
     method : a :data:`scalable_softmax.methods.METHODS` key.
-    lr : initial learning rate (MATH.md units).
+    lr : initial learning rate (the per-datapoint units of docs/math.md section 2.3).
     seed : seed of the run (data order, sampled classes, monitoring subsample).
     epochs, lr_decay : 50 and 0.9 in the paper.
     train_fraction : train on a seeded random subset of this fraction of the training

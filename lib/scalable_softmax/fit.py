@@ -278,7 +278,7 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     y : 1-D integer labels (N,) in ``0..K-1``.
     method : str, a key of :data:`scalable_softmax.methods.METHODS` (``"vanilla"``,
         ``"umax"``, ``"raman"``, ``"implicit"``, ...).
-    lr : float > 0, initial learning rate in the per-datapoint units of MATH.md
+    lr : float > 0, initial learning rate in the per-datapoint units of docs/math.md
         section 2 (the paper's Table 2 values apply as published). Full-batch methods
         (``exact``) accept ``None``.
     epochs : int >= 1.

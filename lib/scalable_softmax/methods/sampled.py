@@ -1,6 +1,6 @@
 """The biased sampled-softmax baselines: One-vs-Each, NCE and importance sampling.
 
-MATH.md section 7. Each step takes a minibatch of ``n`` datapoints (default 100) and,
+docs/math.md section 7. Each step takes a minibatch of ``n`` datapoints (default 100) and,
 for every datapoint ``i`` with label ``y``, ``m`` sampled classes (default 5); the
 per-datapoint losses are
 
@@ -49,7 +49,7 @@ IS). NCE uses ``c = log(m/K)`` in both variants. With per-datapoint negatives th
 label is never drawn, so ``remove_accidental_hits`` is meaningless there: setting it
 to ``True`` or ``False`` without ``shared_negatives=True`` raises ``ValueError``.
 
-Step, learning rate and ridge (MATH.md section 2)
+Step, learning rate and ridge (docs/math.md section 2)
 -------------------------------------------------
 One step is true minibatch SGD: every gradient of the batch is computed at the old
 ``W``, then all are applied,
