@@ -30,6 +30,7 @@ def _texts():
     for d in SCANNED:
         files += [p for p in (ROOT / d).rglob("*") if p.is_file()
                   and p.suffix in SUFFIXES and "__pycache__" not in p.parts
+                  and not any(part.endswith(".egg-info") for part in p.parts)  # pip's copy
                   and not p.name.startswith(".")]
     for p in sorted(set(files)):
         text = p.read_text(encoding="utf-8", errors="replace")
