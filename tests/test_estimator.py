@@ -165,3 +165,12 @@ def test_protocol_settings_reach_fit():
     p = clf.result_.params
     assert p["order"] == "file" and p["n_sampled"] == 3     # 5 of all K capped at K = 3
     assert p["options"]["sample_from"] == "all" and p["options"]["delta0"] == 1.0
+    assert p["u_init"] == "zero" and p["lr_decay"] == 0.9
+    text = SoftmaxSGDClassifier(method="umax", lr=0.1, epochs=2, protocol="paper-text",
+                                u_init="zero", order="file", random_state=0).fit(X, y)
+    p = text.result_.params
+    assert p["u_init"] == "logK" and p["order"] == "shuffle" and p["n_sampled"] == 1
+    ours = SoftmaxSGDClassifier(method="umax", lr=0.1, epochs=2, u_init="logK",
+                                lr_decay=0.5, order="file", random_state=0).fit(X, y)
+    p = ours.result_.params
+    assert p["u_init"] == "logK" and p["lr_decay"] == 0.5 and p["order"] == "file"

@@ -97,3 +97,29 @@ def test_make_lab_serves_the_collection(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_make_installs_lab_site_and_sklearn_with_the_pins():
+    import tomllib
+    meta = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]
+    extras = meta["optional-dependencies"]
+    assert any(d.startswith("ipywidgets==") for d in meta["dependencies"])
+    assert any(d.startswith("jupyterlab==") for d in extras["lab"])
+    assert any(d.startswith("scikit-learn==") for d in extras["sklearn"])
+    assert any(d.startswith("scikit-learn==") for d in extras["test"])
+    assert {d.split("==")[0] for d in extras["site"]} >= {"sphinx", "myst-nb", "furo"}
+    makefile = (paths.ROOT / "Makefile").read_text()
+    assert "pip install --quiet -e '.[test,lab,site]'" in makefile
+    out = subprocess.run(["make", "-s", "help"], cwd=paths.ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    for target in ("lab", "site", "site-check"):
+        assert re.search(rf"^\s+{target}\s", out, re.M), target
+
+
+def test_readme_says_how_to_read_and_run_the_notebooks():
+    readme = (paths.ROOT / "README.md").read_text()
+    m = re.search(r"^## Reading and running the notebooks\n(.*?)(?=^## )", readme, re.M | re.S)
+    assert m, "README lacks the section 'Reading and running the notebooks'"
+    for needle in ("make lab", "make site", "make site-check", "build/executed/full/",
+                   "LAB_PORT", "build/site/index.html"):
+        assert needle in m.group(1), needle

@@ -167,3 +167,13 @@ def test_screenshots_in_headless_chromium(built, tmp_path):
         img = mpimg.imread(p)
         assert img.shape[:2] == (900, 1280)
         assert img[..., :3].std() > 0.05          # text and pictures, not a blank page
+
+
+def test_command_line_check_reports_broken_links(tmp_path, capsys):
+    (tmp_path / "index.html").write_text('<a href="gone.html">x</a>')
+    assert site_mod.main(["check", "--site", str(tmp_path)]) == 1
+    assert "gone.html: no such file" in capsys.readouterr().out
+    (tmp_path / "gone.html").write_text("here")
+    assert site_mod.main(["check", "--site", str(tmp_path)]) == 0
+    assert site_mod.main(["screenshots", "--site", str(tmp_path / "nothing")]) == 1
+    assert "run `make site` first" in capsys.readouterr().err

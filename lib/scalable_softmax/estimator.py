@@ -187,9 +187,11 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
                            else np.zeros(res.W.shape[0]))
         self.result_ = res
 
-    def _fit_call(self, X, yi, K, lr, epochs, lr_decay, init, u_init):
+    def _fit_call(self, X, yi, K, lr, epochs, init=None, partial=False):
         kw, options = self._settings()
-        kw.update(lr_decay=lr_decay, u_init=u_init)
+        if partial:
+            # one pass at the call's rate; u of the new rows from the current weights
+            kw.update(lr_decay=1.0, u_init="exact")
         if K < 2:
             raise ValueError("SoftmaxSGDClassifier needs at least 2 classes in y; got 1 "
                              "class")
@@ -230,8 +232,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
                              reset=True)
         check_classification_targets(y)
         classes, yi = np.unique(y, return_inverse=True)
-        res = self._fit_call(X, yi.astype(np.int64), len(classes), self.lr, self.epochs,
-                             self.lr_decay, None, self.u_init)
+        res = self._fit_call(X, yi.astype(np.int64), len(classes), self.lr, self.epochs)
         self._store(res, classes)
         self.t_ = int(self.epochs)
         return self
@@ -264,7 +265,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             t = self.t_
         yi = _labels_to_index(y, classes, "partial_fit")
         lr = self.lr * self.lr_decay ** t if self.lr is not None else None
-        res = self._fit_call(X, yi, len(classes), lr, 1, 1.0, init, "exact")
+        res = self._fit_call(X, yi, len(classes), lr, 1, init=init, partial=True)
         self._store(res, classes)
         self.t_ = t + 1
         return self
