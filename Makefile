@@ -14,7 +14,7 @@ export DATA_MIRROR ?= $(abspath $(CURDIR)/../shared/data)
 export NUMBA_CACHE_DIR ?= $(CURDIR)/build/numba-cache
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv data table1 reproduce reproduce-extra test bench clean clean-all
+.PHONY: help venv data table1 reproduce reproduce-extra test bench lab site site-check clean clean-all
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: Python 3.11 not found (set PYTHON=/path/to/python3.11)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lab,site]'
 	touch $@
 
 venv: $(STAMP)  ## create .venv from the pinned dependencies
@@ -78,6 +78,24 @@ bench: $(BENCH_STAMP) data  ## run the benchmarks (results in benchmarks/results
 	$(BIN)/python benchmarks/bench_implicit.py
 	$(BIN)/python benchmarks/bench_sampled.py
 	$(BIN)/python benchmarks/bench_implicit_batch.py
+
+# JupyterLab on the collection; a headless machine opens nothing and prints the URL
+LAB_PORT ?= 8888
+LAB_IP ?= 127.0.0.1
+lab: $(STAMP)  ## open the notebooks in JupyterLab (prints the URL to open; Ctrl-C stops it)
+	$(BIN)/jupyter lab --no-browser --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) \
+	  --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+site: $(STAMP)  ## static HTML site in build/site from the executed notebooks, README, docs/math.md
+	$(BIN)/python -m scalable_softmax.site build
+
+site-check: site  ## open the site in headless Chromium; screenshots in build/site-screenshots/
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing Debian's chromium package"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "error: headless Chromium is missing: sudo apt-get install chromium"; exit 1; fi; }
+	$(BIN)/python -m scalable_softmax.site screenshots
 
 clean:  ## remove executed notebooks and caches (keeps data, figures, tables)
 	rm -rf build .pytest_cache

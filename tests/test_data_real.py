@@ -1,9 +1,9 @@
 """Loaders on the real files of the data directory (``make data`` fills it).
 
-Counts are checked against ``../shared/data/README.md`` (raw) and against the paper's
-Table 1 where they should agree; where ours differ, the test pins our value and the
-reason is in ``data/README.md``. Skipped, with the reason, only when the data
-directory lacks the files.
+Counts are checked against the raw counts documented with the data files (the README
+of the data mirror, ``DATA_MIRROR``) and against the paper's Table 1 where they agree;
+where ours differ, the test pins our value and the reason is in ``data/README.md``.
+Skipped, with the reason, only when the data directory lacks the files.
 """
 from __future__ import annotations
 
