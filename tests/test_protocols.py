@@ -108,7 +108,8 @@ def test_runspec_protocol_sets_fields_and_key():
 
 
 def test_protocols_module_is_part_of_the_code_version():
-    assert "protocols.py" in ex._VERSIONED and "objectives.py" in ex._VERSIONED
+    mods = ex.run_modules()
+    assert "scalable_softmax.protocols" in mods and "scalable_softmax.objectives" in mods
 
 
 def test_load_split_head_subset_is_the_first_rows(monkeypatch):
@@ -121,7 +122,8 @@ def test_load_split_head_subset_is_the_first_rows(monkeypatch):
 
     ds = DS()
     ds.X, ds.y, ds.K, ds.N, ds.synthetic = X, y, K, 50, True
-    monkeypatch.setattr(data_mod, "load_dataset", lambda name, split: ds)
+    monkeypatch.setattr(data_mod, "load_dataset", lambda name, split, **kw: ds)
+    monkeypatch.setattr(ex, "data_fingerprint", lambda name: {"fake": name})
     ex.load_split.cache_clear()
     try:
         Xh, yh, _, _ = ex.load_split("fake", "train", 0.1, 0, "head")
