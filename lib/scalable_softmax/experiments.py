@@ -828,41 +828,6 @@ def _dask(todo, specs, scheduler):
             client.close()
 
 
-class _Terminated(BaseException):
-    """SIGTERM or SIGHUP arrived while :func:`run_all` was running."""
-
-
-def _raise_on_termination():
-    """Context manager: while inside, ``SIGTERM`` and ``SIGHUP`` raise
-    :class:`SystemExit` (128 + the signal) in the main thread, so pools are stopped
-    and temporary files removed (``finally`` blocks run); a handler someone else
-    installed is left alone."""
-    import contextlib
-    import signal
-    import threading
-
-    @contextlib.contextmanager
-    def cm():
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        old = {}
-
-        def handler(signum, frame):
-            raise SystemExit(128 + signum)
-
-        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-            if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
-                old[sig] = signal.signal(sig, handler)
-        try:
-            yield
-        finally:
-            for sig, h in old.items():
-                signal.signal(sig, h)
-
-    return cm()
-
-
 def dask_scheduler() -> str | None:
     """The Dask scheduler address of ``SOFTMAX_DASK_SCHEDULER`` (None if unset)."""
     return os.environ.get("SOFTMAX_DASK_SCHEDULER") or None
@@ -914,6 +879,8 @@ def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
         todo.append(i)
     from tqdm import tqdm
 
+    from .signals import terminate_raises
+
     if scheduler is not None and todo:
         engine = _dask(todo, specs, scheduler)
     elif workers == 1 or len(todo) <= 1:
@@ -923,7 +890,7 @@ def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
     bar = tqdm(total=len(todo), desc=f"{desc} ({len(specs) - len(todo)} cached)",
                disable=not progress or not todo, mininterval=30, file=sys.stderr)
     try:
-        with _raise_on_termination():
+        with terminate_raises():
             for i, history, final, fingerprint in engine:
                 spec = specs[i]
                 if fingerprint is not None and inputs[i] is not None \
