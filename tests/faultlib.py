@@ -89,3 +89,22 @@ def joblib_shm(pid: int) -> list[Path]:
     """joblib's shared-memory folders of process ``pid``."""
     shm = Path("/dev/shm")
     return list(shm.glob(f"joblib_memmapping_folder_{pid}_*")) if shm.is_dir() else []
+
+
+def write_xmlrepo(path: Path, N: int = 200, D: int = 30, K: int = 6, seed: int = 0) -> Path:
+    """A small random file in the Extreme Classification Repository format
+    (``N D K`` header, then ``labels feature:value ...`` lines)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lines = [f"{N} {D} {K}"]
+    for i in range(N):
+        labels = sorted(rng.choice(K, size=int(rng.integers(1, 3)), replace=False))
+        labels[0] = i % K                    # every class is a first label somewhere
+        labels = sorted(set(labels), key=lambda v: v != i % K)
+        feats = sorted(rng.choice(D, size=int(rng.integers(2, 6)), replace=False))
+        lines.append(",".join(map(str, labels)) + " "
+                     + " ".join(f"{f}:{rng.uniform(0.1, 1):.4f}" for f in feats))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from .core import DATASETS, format_table1_markdown, load_dataset, paper_table1
 from .errors import ChecksumError, DataFormatError, MissingDataError
-from .registry import (DATASET_FILES, FILES, USER_FILES, atomic_write_bytes, fetch,
-                       verify_file)
+from . import registry
+from .registry import atomic_write_bytes, fetch, verify_file
 
 
 def _write_table(prefix: str, df) -> list[Path]:
@@ -38,14 +38,14 @@ def data_stamp(data_dir=None) -> str:
 
     data_dir = Path(data_dir).expanduser().resolve() if data_dir is not None \
         else paths.raw_dir()
-    rels = sorted({r for roles in DATASET_FILES.values() for r in roles.values()}
-                  | {r for r, f in FILES.items() if f.required})
+    rels = sorted({r for roles in registry.DATASET_FILES.values() for r in roles.values()}
+                  | {r for r, f in registry.FILES.items() if f.required})
     lines = []
     for rel in rels:
         p = data_dir / rel
         lines.append(f"{verify_file(p, rel, data_dir=data_dir)}  {rel}" if p.is_file()
                      else f"missing  {rel}")
-    for spec in USER_FILES.values():
+    for spec in registry.USER_FILES.values():
         for role in ("train", "test"):
             for rel in spec[role]:
                 if (data_dir / rel).is_file():
