@@ -128,9 +128,21 @@ def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT
                 print(f"executed notebook with the error kept in {failed}; no table or "
                       "figure of this run was published", file=sys.stderr)
             raise
+        _set_output_path(tmp, out)
         stage.commit(last=(tmp, out))
     _record_duration(name, profile, time.perf_counter() - start)
     return out
+
+
+def _set_output_path(executed: Path, out: Path) -> None:
+    """Record the published path (not the stage's) as papermill's ``output_path``."""
+    import json
+
+    nb = json.loads(executed.read_text())
+    pm_meta = nb.get("metadata", {}).get("papermill")
+    if isinstance(pm_meta, dict):
+        pm_meta["output_path"] = str(out)
+        executed.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
 def _record_duration(name: str, profile: str, seconds: float) -> None:
