@@ -27,8 +27,15 @@ case "$1" in
   --version) echo "Python {version}.0" ;;
   -m) case "$2" in
         venv) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && echo "home = /fake" > "$3/pyvenv.cfg" ;;
-        pip|pytest|scalable_softmax.notebooks) ;;
-        scalable_softmax.data) echo "error: no data here (offline)" >&2; exit 1 ;;
+        pip|pytest) ;;
+        scalable_softmax.notebooks)
+          if [ "$3" = run ]; then mkdir -p build/executed/full && touch "build/executed/full/$4.ipynb"; fi ;;
+        scalable_softmax.data)
+          case "$3" in
+            fetch) [ -n "$FAKE_DATA" ] || {{ echo "error: no data here (offline)" >&2; exit 1; }} ;;
+            stamp) mkdir -p "$(dirname "$4")"; printf '%s\n' "$FAKE_DATA" > "$4.new"
+                   cmp -s "$4.new" "$4" || cp "$4.new" "$4"; rm -f "$4.new" ;;
+          esac ;;
         *) exit 1 ;;
       esac ;;
 esac
@@ -124,6 +131,29 @@ def test_make_test_runs_without_the_data_except_under_ci(project, ci):
         assert got.returncode == 0, out
         assert "will be reported as skipped" in out
         assert "-m pytest" in new_calls
+
+
+def test_the_notebooks_rerun_when_the_data_change_and_only_then(project):
+    _venv_ready(project)
+    (project / "notebooks").mkdir()
+    (project / "params").mkdir()
+    (project / "notebooks" / "00-x.ipynb").write_text("{}")
+    (project / "params" / "00-x.yaml").write_text("full: {}\n")
+    target = "build/executed/full/00-x.ipynb"
+
+    def make(data):
+        before = (project / "calls.log").read_text()
+        env = dict(os.environ, FAKE_DATA=data)
+        got = subprocess.run(["make", "--no-print-directory", target], cwd=project,
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert got.returncode == 0, got.stdout + got.stderr
+        new = (project / "calls.log").read_text()[len(before):]
+        return "-m scalable_softmax.notebooks run 00-x" in new
+
+    assert make("sha-a  bibtex/bibtex-train.arff.gz")
+    assert not make("sha-a  bibtex/bibtex-train.arff.gz")     # nothing changed
+    assert make("sha-b  bibtex/bibtex-train.arff.gz")         # the data changed
+    assert not make("sha-b  bibtex/bibtex-train.arff.gz")
 
 
 SCRATCH_TEST = """

@@ -706,8 +706,8 @@ def _sweep_stale_tmp(folder: Path) -> None:
     except OSError:
         return
     for f in entries:
-        parts = f.name.split(".")
-        pid = next((int(p) for p in parts if p.isdigit()), None)
+        parts = f.name.split(".")          # "", key, "json", pid, random, "tmp"
+        pid = int(parts[3]) if len(parts) == 6 and parts[3].isdigit() else None
         if pid is None or pid == os.getpid() or _alive(pid):
             continue
         try:
