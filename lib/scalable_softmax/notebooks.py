@@ -130,7 +130,7 @@ def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT
             raise
         _set_output_path(tmp, out)
         stage.commit(last=(tmp, out))
-    _record_duration(name, profile, time.perf_counter() - start)
+        _record_duration(name, profile, time.perf_counter() - start)
     return out
 
 
@@ -151,9 +151,13 @@ def _record_duration(name: str, profile: str, seconds: float) -> None:
     if log.exists():
         data = yaml.safe_load(log.read_text()) or {}
     data[name] = round(seconds, 1)
-    tmp = log.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=True))
-    os.replace(tmp, log)
+    tmp = log.with_name(f".{log.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(yaml.safe_dump(data, sort_keys=True))
+        os.replace(tmp, log)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
