@@ -867,8 +867,8 @@ def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
     if folder is not None:
         _sweep_stale_tmp(folder)
     results: list[RunResult | None] = [None] * len(specs)
-    inputs = [key_inputs(s) if folder is not None else None for s in specs]
-    keys = [_key_of(x) if x is not None else None for x in inputs]
+    inputs = [key_inputs(s) for s in specs]          # reads (hashes) the data
+    keys = [_key_of(x) for x in inputs]
     todo = []
     for i, s in enumerate(specs):
         if folder is not None and not refresh:
@@ -893,8 +893,7 @@ def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
         with terminate_raises():
             for i, history, final, fingerprint in engine:
                 spec = specs[i]
-                if fingerprint is not None and inputs[i] is not None \
-                        and fingerprint != inputs[i]["data"]:
+                if fingerprint is not None and fingerprint != inputs[i]["data"]:
                     raise RuntimeError(
                         f"a worker read different data for {spec.dataset!r} than this "
                         f"process ({fingerprint} != {inputs[i]['data']}): give every "
