@@ -36,6 +36,7 @@ def cluster():
         yield cl
 
 
+@pytest.mark.slow
 def test_a_sweep_on_a_dask_cluster_equals_the_serial_sweep(cluster, tmp_path, monkeypatch):
     specs = _specs()
     serial = ex.run_all(specs, workers=1, cache_dir=tmp_path / "serial", progress=False)
