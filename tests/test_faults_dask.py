@@ -21,8 +21,8 @@ def _specs():
 
 def _same(a, b):
     assert a.spec == b.spec
-    fa = {k: v for k, v in a.final.items() if k not in ex._TIMING_KEYS}
-    fb = {k: v for k, v in b.final.items() if k not in ex._TIMING_KEYS}
+    fa = {k: v for k, v in a.final.items() if not ex.is_timing(k)}
+    fb = {k: v for k, v in b.final.items() if not ex.is_timing(k)}
     assert fa == fb
     cols = [c for c in a.history.columns if c != "seconds"]
     pd.testing.assert_frame_equal(a.history[cols], b.history[cols])

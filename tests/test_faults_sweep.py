@@ -18,7 +18,6 @@ import faultlib as fl
 from scalable_softmax import experiments as ex
 from scalable_softmax import paths
 
-TIMING = set(ex._TIMING_KEYS)
 
 SWEEP = textwrap.dedent("""
     import json
@@ -27,13 +26,13 @@ SWEEP = textwrap.dedent("""
                              monitor_rows=300, data_options={"scale": 0.1})
              for s in (0, 1, 2) for m in ("umax", "implicit")]
     res = ex.run_all(specs, workers=WORKERS, cache_dir=CACHE, progress=False)
-    print(json.dumps([[r.final[k] for k in sorted(r.final) if k not in TIMING]
+    print(json.dumps([[r.final[k] for k in sorted(r.final) if not ex.is_timing(k)]
                       for r in res]))
 """)
 
 
 def _sweep_code(cache, epochs, workers=2):
-    return (f"EPOCHS = {epochs}\nCACHE = {str(cache)!r}\nTIMING = {sorted(TIMING)!r}\n"
+    return (f"EPOCHS = {epochs}\nCACHE = {str(cache)!r}\n"
             f"WORKERS = {workers}\n" + SWEEP)
 
 

@@ -575,7 +575,12 @@ _FINAL_KEYS = ("N", "D", "K", "synthetic", "diverged", "diverged_at", "epochs_ru
                "train_defective", "train_rows", "wall_seconds")
 _HISTORY_KEYS = ("epoch", "steps", "seconds", "lr", "evaluated", "diverged",
                  "train_log_loss", "train_error", "train_defective")
-_TIMING_KEYS = ("train_seconds", "seconds_per_epoch", "wall_seconds")
+
+
+def is_timing(key: str) -> bool:
+    """Whether a field of ``RunResult.final`` is a measured time (``*_seconds``,
+    ``seconds_per_epoch``): the only fields that differ between two runs of a spec."""
+    return "seconds" in key
 
 
 def _tmp_prefix(path: Path) -> str:
