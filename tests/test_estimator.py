@@ -174,3 +174,14 @@ def test_protocol_settings_reach_fit():
                                 lr_decay=0.5, order="file", random_state=0).fit(X, y)
     p = ours.result_.params
     assert p["u_init"] == "logK" and p["lr_decay"] == 0.5 and p["order"] == "file"
+
+
+def test_full_batch_methods_ignore_the_estimator_rate():
+    """fit() refuses a learning rate for L-BFGS methods; the estimator passes None."""
+    from scalable_softmax import SoftmaxSGDClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 4))
+    y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0)
+    clf = SoftmaxSGDClassifier(method="exact", lr=5.0, epochs=20).fit(X, y)
+    assert clf.score(X, y) > 0.8

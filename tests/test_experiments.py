@@ -70,12 +70,14 @@ def test_stale_or_corrupt_cache_entries_are_recomputed(tmp_path, monkeypatch):
     s = _spec()
     path = tmp_path / f"{s.key}.json"
     path.write_text("{not json")
-    r = ex.run(s, cache_dir=tmp_path)
+    with pytest.warns(ex.RunCacheWarning, match="not valid JSON"):
+        r = ex.run(s, cache_dir=tmp_path)
     assert not r.from_cache and ex.run(s, cache_dir=tmp_path).from_cache
     # an entry written by other code (different CODE_VERSION in the file) is not used
     text = path.read_text().replace(ex.CODE_VERSION, "0" * 12)
     path.write_text(text)
-    assert not ex.run(s, cache_dir=tmp_path).from_cache
+    with pytest.warns(ex.RunCacheWarning, match="written for another run"):
+        assert not ex.run(s, cache_dir=tmp_path).from_cache
 
 
 def test_diverged_run_is_stored_with_infinite_loss(tmp_path):

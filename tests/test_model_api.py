@@ -19,6 +19,13 @@ from scalable_softmax.fit import FORMAT_NAME, FitResult, fit
 from scalable_softmax.methods import METHODS
 
 
+
+def _lr(method, value):
+    """``value``, or None for the full-batch (L-BFGS) methods, which take no rate."""
+    from scalable_softmax.methods import get_trainer_class
+
+    return None if getattr(get_trainer_class(method), "full_batch", False) else value
+
 def _data(N=240, D=6, K=4, seed=0, prior=None):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((N, D)) / np.sqrt(D)
@@ -113,7 +120,7 @@ def test_intercept_learns_the_class_prior_that_weights_alone_cannot():
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_fits_an_intercept(method):
     X, y, K = _data(N=150, D=4, K=7, seed=1)
-    res = fit(X, y, method, 0.01, epochs=2, progress=False, fit_intercept=True,
+    res = fit(X, y, method, _lr(method, 0.01), epochs=2, progress=False, fit_intercept=True,
               intercept_scaling=2.0, eval_epochs=[2])
     assert res.W.shape == (K, 4) and res.intercept.shape == (K,)
     assert np.all(np.isfinite(res.intercept))
@@ -147,7 +154,7 @@ def test_warm_start_begins_at_the_given_weights(method):
     rng = np.random.default_rng(5)
     W0 = rng.standard_normal((K, 5))
     b0 = rng.standard_normal(K)
-    res = fit(X, y, method, 1e-12, epochs=1, progress=False, fit_intercept=True,
+    res = fit(X, y, method, _lr(method, 1e-12), epochs=1, progress=False, fit_intercept=True,
               init_W=W0, init_intercept=b0, eval_epochs=[0], lr_decay=1.0,
               **({"iters_per_epoch": 1} if METHODS[method].endswith(
                   ("ExactTrainer", "BouchardTrainer")) else {}))
@@ -209,7 +216,7 @@ def _same(a: FitResult, b: FitResult):
 ])
 def test_save_load_round_trip(tmp_path, method, kw):
     X, y, K = _data()
-    lr = 1e4 if method == "vanilla" else 0.1
+    lr = _lr(method, 1e4 if method == "vanilla" else 0.1)
     res = fit(X, y, method, lr, epochs=3, progress=False, **kw)
     if method == "vanilla":
         assert res.diverged

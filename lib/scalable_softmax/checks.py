@@ -256,6 +256,10 @@ def write_table(df: pd.DataFrame, stem: str, folder, title: str | None = None,
                 md_columns=None, preamble: str = "") -> tuple[Path, Path]:
     """Write ``folder/stem.csv`` (all columns) and ``folder/stem.md`` atomically.
 
+    Inside a notebook run (``python -m scalable_softmax.notebooks run``) the files go to
+    the run's stage and are published with the run's other outputs when it ends
+    (:mod:`scalable_softmax.publish`); the returned paths are the staged ones.
+
     Parameters
     ----------
     df : the table
@@ -269,9 +273,11 @@ def write_table(df: pd.DataFrame, stem: str, folder, title: str | None = None,
     -------
     (csv_path, md_path)
     """
+    from .publish import staged_path
+
     folder = Path(folder)
-    csv = folder / f"{stem}.csv"
-    md = folder / f"{stem}.md"
+    csv = staged_path(folder / f"{stem}.csv")
+    md = staged_path(folder / f"{stem}.md")
     _atomic_write_text(csv, df.to_csv(index=False))
     head = (f"# {title}\n\n" if title else "") + (f"{preamble.strip()}\n\n" if preamble else "")
     notes = ""
@@ -285,13 +291,18 @@ def write_table(df: pd.DataFrame, stem: str, folder, title: str | None = None,
 
 
 def save_figure(fig, stem: str, folder, formats=("pdf", "png"), dpi=150) -> list[Path]:
-    """Save ``fig`` as ``folder/stem.<fmt>`` for each format, atomically."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    """Save ``fig`` as ``folder/stem.<fmt>`` for each format, atomically.
+
+    Inside a notebook run (``python -m scalable_softmax.notebooks run``) the files go to
+    the run's stage and are published with the run's other outputs when it ends
+    (:mod:`scalable_softmax.publish`); the returned paths are the staged ones."""
+    from .publish import staged_path
+
     out = []
     for fmt in formats:
-        path = folder / f"{stem}.{fmt}"
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        path = staged_path(Path(folder) / f"{stem}.{fmt}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
         try:
             fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight",

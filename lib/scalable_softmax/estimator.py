@@ -210,6 +210,10 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             W0, b0 = init
             if not self.fit_intercept:
                 b0 = None
+        from .methods import get_trainer_class
+
+        if getattr(get_trainer_class(self.method), "full_batch", False):
+            lr = None       # L-BFGS has no learning rate (fit() refuses one)
         return fit(X, yi, self.method, lr, epochs=epochs, seed=self._seed(),
                    eval_epochs=[], progress=bool(self.verbose), K=K,
                    fit_intercept=self.fit_intercept,

@@ -15,8 +15,9 @@ lazily scaled weights and ``mu > 0`` (folding the scales for an evaluation round
 differently from folding them later).
 
 Divergence: when a trainer reports a non-finite step, or ``u`` (checked every epoch)
-or ``W`` (checked at evaluation epochs and at the end) holds a non-finite value, the
-run stops, the last history row gets ``diverged = True`` and ``log_loss = inf``
+or ``W`` (checked at evaluation epochs and at the end) holds a non-finite value, or an
+evaluation gives a non-finite score or log-loss (finite but huge weights), the run
+stops, the last history row gets ``diverged = True`` and ``log_loss = inf``
 (error and defective ``NaN``) for every set, ``FitResult.diverged_at`` records where,
 and ``fit`` returns normally so that a sweep goes on.
 
@@ -451,9 +452,11 @@ def _validate(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, see
               eval_epochs, eval_sets, eval_rows, progress, u_init, K):
     cls = get_trainer_class(method)          # ValueError listing the names
     full_batch = bool(getattr(cls, "full_batch", False))
-    if lr is None and full_batch:
-        lr = 1.0
-    if not (_is_real(lr) and math.isfinite(lr) and lr > 0):
+    if full_batch:
+        if lr is not None:
+            raise ValueError(f"lr={lr!r} is not used by {method!r} (full-batch L-BFGS has "
+                             "no learning rate); pass lr=None")
+    elif not (_is_real(lr) and math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr (learning rate) must be a finite number > 0; got {lr!r}")
     if not (_is_int(epochs) and epochs >= 1):
         raise ValueError(f"epochs must be an integer >= 1; got {epochs!r}")
@@ -520,7 +523,7 @@ def _validate(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, see
             raise ValueError(f"eval_epochs must hold integers in 0..epochs = 0..{epochs}; "
                              f"got {bad}")
         ev = sorted({int(e) for e in ev})
-    return cls, float(lr), X, y, K, sets, ev
+    return cls, (None if lr is None else float(lr)), X, y, K, sets, ev
 
 
 def _validate_model_options(fit_intercept, intercept_scaling, init_intercept):
@@ -632,8 +635,10 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     method : str, a key of :data:`scalable_softmax.methods.METHODS` (``"vanilla"``,
         ``"umax"``, ``"raman"``, ``"implicit"``, ...).
     lr : float > 0, initial learning rate in the per-datapoint units of docs/math.md
-        section 2 (the paper's Table 2 values apply as published). Full-batch methods
-        (``exact``) accept ``None``.
+        section 2 (the paper's Table 2 values apply as published). The full-batch
+        methods (``exact``, ``bouchard``, ``ove-exact``: L-BFGS) have no learning rate
+        and need ``lr=None`` (a number raises ``ValueError``); their history's ``lr``
+        is NaN and ``params["lr"]`` None.
     epochs : int >= 1.
     lr_decay : float in (0, 1]; epoch ``e = 1, 2, ...`` runs at ``lr * lr_decay**(e-1)``.
     mu : float >= 0, ridge parameter.
@@ -703,7 +708,7 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
                   **method_options)                       # unknown options raise here
     evaluate = None
     if ev:
-        from scalable_softmax.evaluate import evaluate
+        from scalable_softmax.evaluate import NonFiniteScoreError, evaluate
 
     params = dict(method=method, lr=lr, epochs=epochs, lr_decay=float(lr_decay),
                   mu=float(mu), batch_size=batch_size, n_sampled=n_sampled, seed=seed,
@@ -724,6 +729,8 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     timings = dict(setup=time.perf_counter() - t_call, train=0.0, eval=0.0)
 
     def evaluate_all():
+        """The metrics row, or None when the run has diverged: ``W`` is not finite, or
+        a score or a log-loss is not finite (finite but huge weights)."""
         W = trainer.weights()
         if not _all_finite(W):
             return None
@@ -731,7 +738,12 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
         row = {}
         for name, (Xe, ye) in sets.items():
             sub = eval_rows if (eval_rows is not None and eval_rows < Xe.shape[0]) else None
-            res = evaluate(Xe, ye, W, subsample=sub, seed=seed)
+            try:
+                res = evaluate(Xe, ye, W, subsample=sub, seed=seed)
+            except NonFiniteScoreError:
+                return None
+            if not math.isfinite(res.log_loss):
+                return None
             row[f"{name}_log_loss"] = float(res.log_loss)
             row[f"{name}_error"] = float(res.error)
             row[f"{name}_defective"] = float(res.defective)
@@ -771,7 +783,7 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
         for e in range(1, epochs + 1):
             if diverged_at is not None:
                 break
-            lr_e = lr * lr_decay ** (e - 1)
+            lr_e = math.nan if lr is None else lr * lr_decay ** (e - 1)
             t0 = time.perf_counter()
             idx = _make_order(rng, N, order)
             kseed = int(rng.integers(0, 2 ** 63 - 1))

@@ -83,34 +83,66 @@ def prepare(name: str, profile: str, out: Path | None = None) -> Path:
     check_params(name, params)
     out = out or paths.BUILD / "prepared" / profile / f"{name}.ipynb"
     tmp = _atomic_output(out)
-    pm.execute_notebook(str(notebook_path(name)), str(tmp), parameters=params,
-                        prepare_only=True, kernel_name=KERNEL, progress_bar=False)
-    os.replace(tmp, out)
+    try:
+        pm.execute_notebook(str(notebook_path(name)), str(tmp), parameters=params,
+                            prepare_only=True, kernel_name=KERNEL, progress_bar=False)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return out
 
 
 def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT_TIMEOUT) -> Path:
-    """Execute the notebook with ``profile``'s parameters; returns the executed copy."""
+    """Execute the notebook with ``profile``'s parameters; returns the executed copy.
+
+    The run's tables and figures are staged and published together with the executed
+    copy when the notebook has run to its end, or not at all
+    (:mod:`scalable_softmax.publish`); the stages of killed runs are finished first.
+    ``SIGTERM`` and ``SIGHUP`` stop the run like ``Ctrl-C``: nothing is published and
+    no temporary file is left. On an error the executed copy is kept as
+    ``<out>.failed.ipynb``.
+    """
     import papermill as pm
+
+    from . import publish
+    from .signals import terminate_raises
 
     params = load_params(name, profile)
     check_params(name, params)
     out = out or paths.BUILD / "executed" / profile / f"{name}.ipynb"
-    tmp = _atomic_output(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for line in publish.recover():
+        print(line, file=sys.stderr)
     start = time.perf_counter()
-    try:
-        pm.execute_notebook(str(notebook_path(name)), str(tmp), parameters=params,
-                            kernel_name=KERNEL, log_output=True, progress_bar=False,
-                            execution_timeout=timeout, cwd=str(paths.NOTEBOOKS))
-    except BaseException:
-        failed = out.with_name(out.stem + ".failed.ipynb")
-        if tmp.exists():
-            os.replace(tmp, failed)
-            print(f"executed notebook with the error kept in {failed}", file=sys.stderr)
-        raise
-    os.replace(tmp, out)
-    _record_duration(name, profile, time.perf_counter() - start)
+    with terminate_raises(), publish.Stage(name) as stage:
+        tmp = stage.dir / f"{name}.executed.ipynb"
+        try:
+            pm.execute_notebook(str(notebook_path(name)), str(tmp), parameters=params,
+                                kernel_name=KERNEL, log_output=True, progress_bar=False,
+                                execution_timeout=timeout, cwd=str(paths.NOTEBOOKS))
+        except BaseException:
+            failed = out.with_name(out.stem + ".failed.ipynb")
+            if tmp.exists():
+                os.replace(tmp, failed)
+                print(f"executed notebook with the error kept in {failed}; no table or "
+                      "figure of this run was published", file=sys.stderr)
+            raise
+        _set_output_path(tmp, out)
+        stage.commit(last=(tmp, out))
+        _record_duration(name, profile, time.perf_counter() - start)
     return out
+
+
+def _set_output_path(executed: Path, out: Path) -> None:
+    """Record the published path (not the stage's) as papermill's ``output_path``."""
+    import json
+
+    nb = json.loads(executed.read_text())
+    pm_meta = nb.get("metadata", {}).get("papermill")
+    if isinstance(pm_meta, dict):
+        pm_meta["output_path"] = str(out)
+        executed.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
 def _record_duration(name: str, profile: str, seconds: float) -> None:
@@ -119,9 +151,13 @@ def _record_duration(name: str, profile: str, seconds: float) -> None:
     if log.exists():
         data = yaml.safe_load(log.read_text()) or {}
     data[name] = round(seconds, 1)
-    tmp = log.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=True))
-    os.replace(tmp, log)
+    tmp = log.with_name(f".{log.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(yaml.safe_dump(data, sort_keys=True))
+        os.replace(tmp, log)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
