@@ -163,6 +163,8 @@ def test_where_a_run_writes(project):
         (project / "build" / "mine").resolve()
     with pytest.raises(notebooks.NotebookParameterError, match="only the committed full"):
         notebooks.output_root_for("99-demo", {**mine, "output_root": "."})
+    with pytest.raises(notebooks.NotebookParameterError, match="inside the repository"):
+        notebooks.output_root_for("99-demo", {**mine, "output_root": "/tmp/elsewhere"})
     # the executed copy of an exploring run sits beside its outputs, never in build/executed
     assert notebooks.executed_path("99-demo", "full", {"seed": 7}) == explore / "99-demo.ipynb"
     assert notebooks.executed_path("99-demo", "smoke") == \

@@ -296,6 +296,10 @@ def output_root_for(name: str, params: dict) -> Path:
     profile = profile_of(name, params)
     if explicit:
         root = (paths.ROOT / explicit).resolve()
+        if not root.is_relative_to(paths.ROOT.resolve()):
+            raise NotebookParameterError(
+                f"output_root = {explicit!r}: must be a folder inside the repository "
+                f"({paths.ROOT}), e.g. build/mine")
         if root == paths.ROOT.resolve() and profile != "full":
             raise NotebookParameterError(
                 f"output_root = {explicit!r} is the repository itself: only the committed "

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 __all__ = ["METHODS", "METHOD_ORDER", "FIG_WIDTH", "use", "label", "color", "marker",
            "line", "ordered", "handles", "rate_colors", "dataset_label", "panel_grid",
-           "legend_below", "legend_right", "bars_from_zero", "show", "save",
+           "legend_below", "legend_right", "bars_from_zero", "log_ticks", "show", "save",
            "SERIES_COLORS"]
 
 #: width of a full-width figure, inches (1,080 px at the 150 dpi of the saved PNGs)
@@ -264,6 +264,32 @@ def bars_from_zero(ax, axis: str = "y") -> None:
             raise ValueError("bars_from_zero: a bar axis must be linear")
         lo, hi = ax.get_xlim()
         ax.set_xlim(0, max(hi, 0))
+
+
+def log_ticks(ax, axis: str = "y") -> None:
+    """Readable tick labels on a log axis (call after the data are drawn): plain numbers
+    (``0.3``, ``2``, ``50``) over up to four decades, with labelled minor ticks over
+    less than about one decade; powers of ten beyond."""
+    import matplotlib.ticker as mt
+
+    a = ax.yaxis if axis == "y" else ax.xaxis
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    if lo <= 0 or hi <= 0:
+        return
+    decades = math.log10(hi / lo)
+
+    def plain(v, _pos=None):
+        return f"{v:g}" if 1e-4 <= v < 1e5 else f"{v:.0e}"
+
+    if decades <= 4:
+        a.set_major_formatter(mt.FuncFormatter(plain))
+    else:
+        a.set_major_formatter(mt.LogFormatterSciNotation())
+    if decades < 1.3:
+        a.set_minor_locator(mt.LogLocator(subs=(2, 3, 5)))
+        a.set_minor_formatter(mt.FuncFormatter(plain))
+    else:
+        a.set_minor_formatter(mt.NullFormatter())
 
 
 def show(fig) -> None:
