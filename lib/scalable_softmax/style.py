@@ -268,8 +268,8 @@ def bars_from_zero(ax, axis: str = "y") -> None:
 
 def log_ticks(ax, axis: str = "y") -> None:
     """Readable tick labels on a log axis (call after the data are drawn): plain numbers
-    (``0.3``, ``2``, ``50``) over up to four decades, with labelled minor ticks over
-    less than about one decade; powers of ten beyond."""
+    (``0.3``, ``2``, ``50``) over up to four decades, with labelled minor ticks (2, 5,
+    and 3 under one decade) over less than 2.5 decades; powers of ten beyond."""
     import matplotlib.ticker as mt
 
     a = ax.yaxis if axis == "y" else ax.xaxis
@@ -287,6 +287,9 @@ def log_ticks(ax, axis: str = "y") -> None:
         a.set_major_formatter(mt.LogFormatterSciNotation())
     if decades < 1.3:
         a.set_minor_locator(mt.LogLocator(subs=(2, 3, 5)))
+        a.set_minor_formatter(mt.FuncFormatter(plain))
+    elif decades < 2.5:
+        a.set_minor_locator(mt.LogLocator(subs=(2, 5)))
         a.set_minor_formatter(mt.FuncFormatter(plain))
     else:
         a.set_minor_formatter(mt.NullFormatter())
