@@ -75,7 +75,9 @@ def compile_kernels(methods=("ove", "nce", "is", "vanilla", "umax", "implicit"),
     """Compile (or load from numba's cache) the kernels of ``methods`` by fitting each
     once, under each protocol of ``protocols`` (None: ``fit``'s defaults), on a tiny
     random problem for one epoch with an evaluation; returns the seconds taken.
-    A progress bar counts the methods; one line reports the total time."""
+    An entry of ``methods`` may be ``(method, options)`` with extra ``fit`` keyword
+    arguments (e.g. ``("raman", {"variant": "umax"})``). A progress bar counts the
+    fits; one line reports the total time."""
     import numpy as np
     import scipy.sparse as sp
 
@@ -86,13 +88,15 @@ def compile_kernels(methods=("ove", "nce", "is", "vanilla", "umax", "implicit"),
     N, D, K = 48, 8, 8
     X = sp.random(N, D, density=0.5, format="csr", random_state=0) + sp.eye(N, D, format="csr")
     y = np.arange(N) % K
-    jobs = [(m, p) for p in protocols for m in methods]
+    methods = [(m, {}) if isinstance(m, str) else (m[0], dict(m[1])) for m in methods]
+    jobs = [(m, opts, p) for p in protocols for m, opts in methods]
     start = time.perf_counter()
     bar = tqdm(total=len(jobs), desc="numba kernels (compiled once, then cached)",
                disable=not progress, mininterval=0.5, leave=True)
     try:
-        for m, p in jobs:
+        for m, opts, p in jobs:
             kw = fit_kwargs(p, m) if p else {}
+            kw.update(opts)
             lr = kw.pop("lr", 0.01)
             bar.set_postfix_str(f"{m}{' / ' + p if p else ''}", refresh=False)
             fit(X, y, m, lr, K=K, epochs=1, seed=int(rng.integers(1000)), eval_epochs=[1],
@@ -102,6 +106,6 @@ def compile_kernels(methods=("ove", "nce", "is", "vanilla", "umax", "implicit"),
         bar.close()
     seconds = time.perf_counter() - start
     if progress:
-        print(f"numba kernels of {len(set(methods))} method(s) ready in {seconds:.1f} s "
+        print(f"numba kernels of {len(methods)} method(s) ready in {seconds:.1f} s "
               f"(cache: {os.environ.get('NUMBA_CACHE_DIR', 'numba default')})")
     return seconds
