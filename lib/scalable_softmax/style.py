@@ -12,7 +12,8 @@ width of a README (about 1,000 pixels):
   methods), marker and rank; :func:`label`, :func:`color`, :func:`marker`,
   :func:`ordered` and :func:`handles` read it;
 * :func:`panel_grid` lays out ``n`` panels in a grid (never a long strip),
-  :func:`legend_below` / :func:`legend_right` put a legend outside the data,
+  :func:`legend_below` / :func:`legend_right` / :func:`legend_panel` put a legend
+  outside the data (below, right, or in a spare panel of the grid),
   :func:`bars_from_zero` starts a bar axis at zero, :func:`show` displays a figure
   inline (also one built without pyplot), :func:`save` writes the PDF and PNG.
 
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 
 __all__ = ["METHODS", "METHOD_ORDER", "FIG_WIDTH", "use", "label", "color", "marker",
            "line", "ordered", "handles", "rate_colors", "dataset_label", "panel_grid",
-           "legend_below", "legend_right", "bars_from_zero", "log_ticks", "show", "save",
+           "legend_below", "legend_right", "legend_panel", "bars_from_zero", "log_ticks", "show", "save",
            "SERIES_COLORS"]
 
 #: width of a full-width figure, inches (1,080 px at the 150 dpi of the saved PNGs)
@@ -237,6 +238,15 @@ def legend_right(fig_or_ax, handles=None, labels=None, title=None, **kw):
         kw["labels"] = labels
     return ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5),
                      title=title, borderaxespad=0, **kw)
+
+
+def legend_panel(ax, handles, labels=None, title=None, **kw):
+    """Use a spare panel of a grid (``ax``) for the figure's legend: no axes, the legend
+    centred in it."""
+    ax.axis("off")
+    if labels is not None:
+        kw["labels"] = labels
+    return ax.legend(handles=handles, loc="center", title=title, **kw)
 
 
 def _collect(fig):
