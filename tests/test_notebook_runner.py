@@ -171,7 +171,7 @@ def test_where_a_run_writes(project):
         project / "build" / "executed" / "smoke" / "99-demo.ipynb"
 
 
-def test_profile_outputs_inside_a_notebook(project, capsys):
+def test_profile_outputs_inside_a_notebook(project, capsys, monkeypatch):
     (project / "params" / "99-demo.yaml").write_text(FULL + "smoke:\n  epochs: 2\n")
     out = notebooks.profile_outputs("99-demo", {"epochs": 50, "seed": 0, "output_root": ""})
     assert out.profile == "full" and out.tables == project / "tables"
@@ -187,7 +187,14 @@ def test_profile_outputs_inside_a_notebook(project, capsys):
     assert record["differs"] == {"seed": {"value": 5, "committed": 0}}
     assert out.input_root == project / "build" / "smoke"
     with pytest.raises(FileNotFoundError, match=r"notebook 03-x.*--profile smoke"):
+        out.input("tables/03-x.csv", "03-x", make_smoke=False)
+    # a missing smoke-profile input is made by running its producer's smoke profile
+    calls = []
+    monkeypatch.setattr(notebooks, "_run_producer",
+                        lambda name, profile: calls.append((name, profile)))
+    with pytest.raises(FileNotFoundError):
         out.input("tables/03-x.csv", "03-x")
+    assert calls == [("03-x", "smoke")]
     (project / "build" / "smoke" / "tables").mkdir(parents=True)
     (project / "build" / "smoke" / "tables" / "03-x.csv").write_text("a\n")
     assert out.input("tables/03-x.csv", "03-x").read_text() == "a\n"

@@ -346,19 +346,40 @@ class Outputs:
             self._findings = Findings(self.profile)
         return self._findings
 
-    def input(self, relative: str, producer: str) -> Path:
+    def input(self, relative: str, producer: str, make_smoke: bool = True) -> Path:
         """The path of another notebook's output ``relative`` (e.g.
         ``tables/03-learning-rate-tuning.csv``) under :attr:`input_root` (an absolute
-        path is used as is); a clear error if it is not there."""
+        path is used as is). If it is missing and the inputs come from the smoke profile
+        (``build/smoke``), the producing notebook's smoke profile is run first
+        (``make_smoke``, a minute or so); a missing full-profile output is an error that
+        says what to run."""
         p = Path(relative)
         p = p if p.is_absolute() else self.input_root / p
+        base = "full" if self.input_root == profile_root("full") else "smoke"
+        if not p.exists() and base == "smoke" and make_smoke \
+                and not Path(relative).is_absolute():
+            print(f"{_shown(p).rstrip('/')} not found: running notebook {producer} "
+                  "(smoke profile) first, which writes it", flush=True)
+            _run_producer(producer, "smoke")
         if not p.exists():
-            base = "full" if self.input_root == profile_root("full") else "smoke"
             raise FileNotFoundError(
                 f"{p}: not found; it is written by notebook {producer}. Run it first: "
                 f"python -m scalable_softmax.notebooks run {producer} --profile {base}"
                 + (" (or make reproduce)" if base == "full" else ""))
         return p
+
+
+def _run_producer(name: str, profile: str) -> None:
+    """Run notebook ``name`` in a separate process (its output kept out of the calling
+    notebook unless it fails)."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "scalable_softmax.notebooks", "run", name,
+                           "--profile", profile], capture_output=True, text=True,
+                          cwd=paths.ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"running notebook {name} ({profile}) failed:\n"
+                           + "\n".join((proc.stdout + proc.stderr).splitlines()[-30:]))
 
 
 def profile_outputs(name: str, namespace: dict, announce: bool = True) -> Outputs:
