@@ -279,7 +279,9 @@ def bars_from_zero(ax, axis: str = "y") -> None:
 def log_ticks(ax, axis: str = "y") -> None:
     """Readable tick labels on a log axis (call after the data are drawn): plain numbers
     (``0.3``, ``2``, ``50``) over up to four decades, with labelled minor ticks (2, 5,
-    and 3 under one decade) over less than 2.5 decades; powers of ten beyond."""
+    and 3 under one decade) over less than 2.5 decades; powers of ten beyond. Over more
+    than 2.5 decades the axis is extended to the nearest power of ten within a factor 3,
+    so that both ends carry a label."""
     import matplotlib.ticker as mt
 
     a = ax.yaxis if axis == "y" else ax.xaxis
@@ -287,6 +289,12 @@ def log_ticks(ax, axis: str = "y") -> None:
     if lo <= 0 or hi <= 0:
         return
     decades = math.log10(hi / lo)
+    if decades > 2.5:       # end on a labelled power of ten when one is close
+        lo_p, hi_p = 10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(hi))
+        lo2 = lo_p if lo / lo_p < 3 else lo
+        hi2 = hi_p if hi_p / hi < 3 else hi
+        (ax.set_ylim if axis == "y" else ax.set_xlim)(lo2, hi2)
+        decades = math.log10(hi2 / lo2)
 
     def plain(v, _pos=None):
         return f"{v:g}" if 1e-4 <= v < 1e5 else f"{v:.0e}"
