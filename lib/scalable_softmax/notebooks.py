@@ -1,8 +1,9 @@
 """Run the notebook collection headlessly with papermill.
 
 Every notebook ``notebooks/NN-slug.ipynb`` has a settings file ``params/NN-slug.yaml``
-with two profiles: ``full`` (reproduces the paper; empty means the notebook's own
-defaults) and ``smoke`` (tiny data or epochs, for ``make test``)::
+with two profiles: ``full`` (reproduces the paper: every parameter, equal to the
+defaults of the notebook's ``parameters`` cell) and ``smoke`` (changes to ``full`` for
+tiny data or epochs, for ``make test``)::
 
     python -m scalable_softmax.notebooks run 00-derivation-checks --profile full
     python -m scalable_softmax.notebooks prepare 00-derivation-checks --profile smoke
