@@ -1358,7 +1358,8 @@ def plot_implicit_step(sweep: pd.DataFrame, K=None, etas=None, z_min_linear=-100
     drawn beyond float64's overflow at ``1.8e308``, marked by a horizontal line).
     Right: linear scale, implicit steps only, with Appendix F.2's bound (dotted,
     :func:`prop2_bound` / ``(2||x||)``). Both panels start at ``z_min_linear`` (below
-    it both steps are negligible).
+    it both steps are negligible). Drawn in the collection's style
+    (:mod:`scalable_softmax.style`; call ``style.use()`` first), one legend below.
 
     Parameters
     ----------
@@ -1372,18 +1373,21 @@ def plot_implicit_step(sweep: pd.DataFrame, K=None, etas=None, z_min_linear=-100
     """
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
+
+    from . import style
     K = int(sweep.K.iloc[0]) if K is None else int(K)
     df = sweep[sweep.K == K]
     if etas is not None:
         df = df[df.eta.isin(etas)]
     if df.empty:
         raise ValueError(f"no rows of the sweep with K = {K} and eta in {etas}")
-    fig = Figure(figsize=(10, 3.8))
+    fig = Figure(figsize=(style.FIG_WIDTH, 3.1), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
-    colors = ["C0", "C1", "C2", "C3", "C4", "C5", "C6"]
+    colors = style.rate_colors(df.eta.unique(), cmap="plasma")
     handles = []
     lin = df[df.z >= z_min_linear]
-    for c, (eta, g) in zip(colors, df.groupby("eta")):
+    for eta, g in df.groupby("eta"):
+        c = colors[float(eta)]
         g = g.sort_values("z")
         ax1.plot(g.z, np.log10(np.maximum(g.implicit_step, 1e-300)), color=c)
         ax1.plot(g.z, g.log10_vanilla_step, color=c, ls="--")
@@ -1391,24 +1395,24 @@ def plot_implicit_step(sweep: pd.DataFrame, K=None, etas=None, z_min_linear=-100
         ax2.plot(gl.z, gl.implicit_step, color=c)
         ax2.plot(gl.z, gl.bound_step, color=c, ls=":", lw=1)
         handles.append(Line2D([], [], color=c, label=f"$\\eta$ = {eta:g}"))
-    style = [Line2D([], [], color="k", label="implicit SGD"),
-             Line2D([], [], color="k", ls="--", label="vanilla SGD")]
+    kinds = [Line2D([], [], color="0.3", label="implicit SGD"),
+             Line2D([], [], color="0.3", ls="--", label="vanilla SGD"),
+             Line2D([], [], color="0.3", ls=":", lw=1, label="bound of App. F.2")]
     top = math.log10(np.finfo(float).max)
     ax1.axhline(top, color="k", lw=0.8)
-    ax1.text(0.98, top + 8, "float64 overflow", fontsize=8, ha="right",
+    ax1.text(0.02, top + 8, "float64 overflow", fontsize=8, ha="left",
              transform=ax1.get_yaxis_transform())
     ax1.set_ylim(-15, 460)
     ax1.set_xlim(z_min_linear, float(df.z.max()))
     ax1.set_xlabel(r"$\tilde\delta - \tilde u = x_i^\top(\tilde w_k - \tilde w_{y_i}) - \tilde u_i$")
     ax1.set_ylabel(r"$\log_{10}$ of the step size in $w_k$")
-    ax1.set_title(f"step size, K = {K}, $\\|x_i\\| = 1$", fontsize=10)
-    ax1.legend(handles=handles + style, fontsize=7, loc="upper left")
+    ax1.set_title(f"step size, K = {K}, $\\|x_i\\| = 1$")
     ax2.set_ylim(0, 1.15 * max(float(lin.implicit_step.max()), 1e-12))
     ax2.set_xlabel(r"$\tilde\delta - \tilde u$")
     ax2.set_ylabel(r"step size in $w_k$ (implicit SGD)")
-    ax2.set_title("implicit SGD: linear (dotted: bound of App. F.2)", fontsize=10)
-    ax2.legend(handles=handles, fontsize=7, loc="upper left")
-    fig.tight_layout()
+    ax2.set_title("implicit SGD: linear in $\\tilde\\delta - \\tilde u$")
+    fig.legend(handles=handles + kinds, loc="outside lower center",
+               ncol=len(handles) + len(kinds))
     return fig
 
 

@@ -653,7 +653,8 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     eval_sets : dict name -> (X, y); default ``{"train": (X, y)}``.
     eval_rows : int, evaluate on a fixed subsample of this many rows of each set
         (seeded by ``seed``; the whole set when it has no more rows); default all rows.
-    progress : bool, show a progress bar over epochs (``tqdm.auto``, cleared at the end).
+    progress : bool, show a progress bar over epochs (:func:`scalable_softmax.progress.tqdm`,
+        cleared at the end).
     u_init : ``"zero"``, ``"logK"`` or ``"exact"``, initial ``u`` of the double-sum
         methods; ``"exact"``: the optimum ``u_i*(W)`` of the initial weights (for
         ``raman``, ``ubar_i* = log sum_k exp(s_ik)``), the natural start of a warm start
@@ -776,7 +777,7 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
         row0.update(m0, evaluated=0 in ev)
     rows.append(row0)
 
-    from tqdm.auto import tqdm
+    from scalable_softmax.progress import tqdm
     bar = tqdm(total=epochs, desc=f"fit {method}", disable=not progress, leave=False,
                mininterval=1.0, dynamic_ncols=True)
     try:
