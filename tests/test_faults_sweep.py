@@ -146,7 +146,9 @@ def _write_project(root):
 
 def _runner(root, **params):
     (root / "params" / f"{NOTEBOOK}.yaml").write_text(
-        "full: {}\nsmoke:\n" + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in params.items()))
+        # the full profile lists every parameter at the parameters cell's value
+        'full:\n  cache_dir: ""\n  out_dir: ""\n  markers: ""\n  tag: a\n  pause: 0.0\n'
+        "  fail: false\nsmoke:\n" + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in params.items()))
     return textwrap.dedent(f"""
         from pathlib import Path
         from scalable_softmax import notebooks, paths
