@@ -535,21 +535,6 @@ def _solve_alpha(s, a0, max_iter):
 
 
 @numba.njit(**JIT)
-def _rows_scores(indptr, indices, data, WT, b0, S, t):
-    """``S[t] = x_{b0+t}^T WT`` (``WT`` is ``D x K``)."""
-    K = WT.shape[1]
-    st = S[t]
-    for k in range(K):
-        st[k] = 0.0
-    i = b0 + t
-    for p in range(indptr[i], indptr[i + 1]):
-        v = data[p]
-        wr = WT[indices[p]]
-        for k in range(K):
-            st[k] += v * wr[k]
-
-
-@numba.njit(**JIT)
 def _row_coef(st, yi, mode, alpha, i, max_iter):
     """Turn scores into ``d loss_i / d s`` in place; return ``(loss_i, iterations)``.
 
@@ -596,16 +581,20 @@ def _row_coef(st, yi, mode, alpha, i, max_iter):
 @numba.njit(**PJIT)
 def _full_pass(indptr, indices, data, y, WT, GT, mode, alpha, block, nchunk, max_iter):
     """Sum over datapoints of the loss (``mode`` 0: softmax NLL, 1: Bouchard's bound at
-    the optimal ``alpha``, 2: the One-vs-Each bound) and its gradient ``GT`` (``D x K``, overwritten). Blocks of ``block``
-    rows: scores in parallel over the rows, gradient in parallel over ``nchunk``
-    slices of the classes. Returns ``(loss_sum, alpha_iterations)``."""
+    the optimal ``alpha``, 2: the One-vs-Each bound) and its gradient ``GT`` (``D x K``,
+    overwritten). Blocks of ``min(block, N)`` rows: scores and ``d loss / d s`` in
+    parallel over the block's rows, then the gradient ``GT[f] += x_if (d loss_i / d s_i)``
+    in parallel over ``nchunk`` slices of the classes (``nchunk = 1``: one serial sweep
+    over all ``K`` classes). Every element is summed in the same order whatever the
+    number of threads. Returns ``(loss_sum, alpha_iterations)``."""
     D, K = WT.shape
     N = y.shape[0]
+    block = max(1, min(block, N))
     for q in numba.prange(nchunk):
         for f in range(q * D // nchunk, (q + 1) * D // nchunk):
             for k in range(K):
                 GT[f, k] = 0.0
-    S = np.zeros((block, K))
+    S = np.empty((block, K))
     L = np.zeros(block)
     its = np.zeros(block, dtype=np.int64)
     total = 0.0
@@ -613,22 +602,37 @@ def _full_pass(indptr, indices, data, y, WT, GT, mode, alpha, block, nchunk, max
     for b0 in range(0, N, block):
         nb = min(block, N - b0)
         for t in numba.prange(nb):
-            _rows_scores(indptr, indices, data, WT, b0, S, t)
-            L[t], its[t] = _row_coef(S[t], y[b0 + t], mode, alpha, b0 + t, max_iter)
+            i = b0 + t
+            for k in range(K):
+                S[t, k] = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                f = indices[p]
+                for k in range(K):
+                    S[t, k] += v * WT[f, k]
+            L[t], its[t] = _row_coef(S[t], y[i], mode, alpha, i, max_iter)
         for t in range(nb):
             total += L[t]
             total_it += its[t]
-        for q in numba.prange(nchunk):
-            k0 = q * K // nchunk
-            k1 = (q + 1) * K // nchunk
+        if nchunk == 1:
             for t in range(nb):
                 i = b0 + t
-                st = S[t]
                 for p in range(indptr[i], indptr[i + 1]):
                     v = data[p]
-                    gr = GT[indices[p]]
-                    for k in range(k0, k1):
-                        gr[k] += v * st[k]
+                    f = indices[p]
+                    for k in range(K):
+                        GT[f, k] += v * S[t, k]
+        else:
+            for q in numba.prange(nchunk):
+                k0 = q * K // nchunk
+                k1 = (q + 1) * K // nchunk
+                for t in range(nb):
+                    i = b0 + t
+                    for p in range(indptr[i], indptr[i + 1]):
+                        v = data[p]
+                        f = indices[p]
+                        for k in range(k0, k1):
+                            GT[f, k] += v * S[t, k]
     return total, total_it
 
 
