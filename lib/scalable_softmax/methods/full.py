@@ -455,29 +455,32 @@ class _one_thread:
 # ---------------------------------------------------------------------------
 
 @numba.njit(**JIT)
-def _alpha_g(s, k1, a):
+def _alpha_g(s, k1, s2, a):
     """``g(a) = log sum_{k != k1} sigma(s_k - a) - log sigma(a - s_k1)`` and ``g'(a)``.
 
-    ``g`` has the root of ``sum_k sigma(s_k - a) = 1`` (``k1`` = the largest score),
-    written so that no ``1 - sigma`` cancels: accurate even when the scores are
-    hundreds apart."""
+    ``g`` has the root of ``sum_k sigma(s_k - a) = 1`` (``k1`` = the largest score,
+    ``s2`` the largest of the others), written so that no ``1 - sigma`` cancels:
+    accurate even when the scores are hundreds apart. For ``a >= s2`` (always, inside
+    the bracket of :func:`_solve_alpha`) every ``t_k = s_k - a``, ``k != k1``, is
+    ``<= t_max = s2 - a <= 0``; with ``u_k = exp(t_k - t_max)`` in ``(0, 1]`` and
+    ``v_k = exp(t_k) = exp(t_max) u_k <= 1``,
+
+        sum_{k != k1} sigma(t_k) = exp(t_max) B,   B = sum u_k / (1 + v_k) >= 1/2,
+        d/da log(that) = -(1/B) sum u_k / (1 + v_k)^2,
+
+    one exponential per class (the value can underflow only in ``u_k``, harmlessly)."""
     K = s.shape[0]
-    mx = -np.inf
+    tmax = s2 - a
+    etm = math.exp(tmax)
+    B = 0.0
+    dB = 0.0
     for k in range(K):
         if k != k1:
-            lk = -_softplus(a - s[k])
-            if lk > mx:
-                mx = lk
-    tot = 0.0
-    for k in range(K):
-        if k != k1:
-            tot += math.exp(-_softplus(a - s[k]) - mx)
-    logA = mx + math.log(tot)
-    dlogA = 0.0
-    for k in range(K):
-        if k != k1:
-            dlogA -= math.exp(-_softplus(a - s[k]) - logA) * _sigmoid(a - s[k])
-    return logA + _softplus(s[k1] - a), dlogA - _sigmoid(s[k1] - a)
+            u = math.exp(s[k] - s2)
+            r = 1.0 / (1.0 + etm * u)
+            B += u * r
+            dB += u * r * r
+    return tmax + math.log(B) + _softplus(s[k1] - a), -dB / B - _sigmoid(s[k1] - a)
 
 
 @numba.njit(**JIT)
@@ -507,7 +510,7 @@ def _solve_alpha(s, a0, max_iter):
         return lo, 0
     a = a0 if (a0 > lo and a0 < hi) else 0.5 * (lo + hi)
     for it in range(1, max_iter + 1):
-        g, dg = _alpha_g(s, k1, a)
+        g, dg = _alpha_g(s, k1, s2, a)
         if g == 0.0:
             return a, it
         if g > 0.0:
