@@ -759,8 +759,9 @@ class _LBFGSTrainer(Trainer):
     solver : ``"scipy"`` (default) or ``"lbfgs"``
         ``"scipy"``: ``scipy.optimize.minimize(method="L-BFGS-B")``; ``"lbfgs"``: the
         plain L-BFGS of :mod:`scalable_softmax.methods.lbfgs` (same algorithm without
-        bounds, same stopping test ``max |grad| <= gtol``; several times less work per
-        iteration when ``K D`` is large; ``ftol`` does not apply to it).
+        bounds, same stopping test ``max |grad| <= gtol``; less time of its own per
+        iteration when ``K D`` is large, ``benchmarks/bench_lbfgs.py``; ``ftol`` does
+        not apply to it).
     trace : bool, default False
         record ``(iteration, objective)`` after every L-BFGS iteration in
         :attr:`trace` (a list, iterations counted over all epochs; iteration 0 is the

@@ -3,10 +3,12 @@
 Why not only ``scipy.optimize.minimize(method="L-BFGS-B")``: L-BFGS-B handles bounds,
 and its per-iteration bookkeeping (generalised Cauchy point, subspace minimisation over
 the compact ``2m x 2m`` representation) costs several times the ``4 m n`` flops of the
-plain two-loop recursion. On the One-vs-Each paper's 20 Newsgroups problem
-(``n = K (D + 1) = 1.2 million`` parameters, ``m = 10``) that bookkeeping takes about
-five times as long as the objective and its gradient
-(``benchmarks/bench_lbfgs.py``). The trainers have no bounds, so this module is the
+plain two-loop recursion. On the One-vs-Each paper's 20 Newsgroups shape
+(``n = K (D + 1) = 1.2 million`` parameters, ``m = 10``) L-BFGS-B's own time per
+iteration was 1.6 to 3.3 times this module's, about one to two evaluations of the
+objective and its gradient, in two runs of ``benchmarks/bench_lbfgs.py`` on the shared
+2-core machine (``benchmarks/results/lbfgs.md`` keeps the last). The trainers have no
+bounds, so this module is the
 textbook algorithm (Nocedal & Wright, *Numerical Optimization*, 2nd ed., Algorithms 7.4
 and 7.5) in NumPy, with SciPy's strong-Wolfe line search
 (:func:`scipy.optimize.line_search`, Algorithms 3.5 and 3.6) for the step length:
