@@ -133,3 +133,24 @@ def test_trace_spans_epochs_and_solver_option_is_checked():
         ExactTrainer(X, y, K, solver="newton")
     with pytest.raises(ValueError, match="'trace'"):
         ExactTrainer(X, y, K, trace=1)
+    with pytest.raises(ValueError, match="'callback' must be None or a callable"):
+        ExactTrainer(X, y, K, callback=3)
+
+
+@pytest.mark.parametrize("solver", ["scipy", "lbfgs"])
+def test_callback_sees_every_iterate(solver):
+    X, y, K = _problem()
+    seen = []
+
+    def cb(it, W):
+        seen.append((it, W.copy(), full_objective(X, y, W, mu=1.0)[0]))
+
+    tr = ExactTrainer(X, y, K, mu=1.0, iters_per_epoch=None, gtol=1e-8, solver=solver,
+                      trace=True, callback=cb)
+    tr.init_params()
+    rep = tr.run_epoch()
+    assert [i for i, _, _ in seen] == list(range(1, rep.extra["nit"] + 1))
+    # the iterate handed over is the one whose objective the trace records
+    np.testing.assert_allclose([v for _, _, v in seen], [v for _, v in tr.trace[1:]],
+                               rtol=1e-12)
+    np.testing.assert_array_equal(seen[-1][1], tr.W)

@@ -149,6 +149,12 @@ def _pos_int(key, v):
     return int(v)
 
 
+def _callable_or_none(key, v):
+    if v is not None and not callable(v):
+        raise ValueError(f"option {key!r} must be None or a callable; got {v!r}")
+    return v
+
+
 def _solver(key, v):
     if v not in ("scipy", "lbfgs"):
         raise ValueError(f"option {key!r} must be 'scipy' or 'lbfgs'; got {v!r}")
@@ -766,6 +772,10 @@ class _LBFGSTrainer(Trainer):
         record ``(iteration, objective)`` after every L-BFGS iteration in
         :attr:`trace` (a list, iterations counted over all epochs; iteration 0 is the
         start of the first epoch).
+    callback : callable or None
+        called as ``callback(iteration, W)`` after every L-BFGS iteration, ``W`` the
+        ``K x D`` iterate as a view of the optimiser's vector (read it, do not keep or
+        change it).
 
     ``order``, ``lr`` and ``seed`` of :meth:`run_epoch` are not used.
     """
@@ -788,6 +798,7 @@ class _LBFGSTrainer(Trainer):
             "parallel": (None, lambda k, v: None if v is None else _bool(k, v)),
             "solver": ("scipy", _solver),
             "trace": (False, _bool),
+            "callback": (None, _callable_or_none),
         })
         if self.K < 2:
             raise ValueError(f"K must be at least 2; got {self.K}")
@@ -864,21 +875,27 @@ class _LBFGSTrainer(Trainer):
             self.trace.append((start, float(self._fun(x0)[0])))
         if o["solver"] == "lbfgs":
             def record(nit, x, f, g):
-                self.trace.append((start + nit, float(f)))
+                if o["trace"]:
+                    self.trace.append((start + nit, float(f)))
+                if o["callback"] is not None:
+                    o["callback"](start + nit, x.reshape(self.D, self.K).T)
 
             res = lbfgs(self._fun, x0, gtol=o["gtol"], maxiter=int(budget),
                         memory=o["memory"], maxfun=max(20 * int(budget), 100),
-                        callback=record if o["trace"] else None)
+                        callback=record if (o["trace"] or o["callback"]) else None)
         else:
             done = [start]
 
             def record_scipy(intermediate_result):
                 done[0] += 1
-                self.trace.append((done[0], float(intermediate_result.fun)))
+                if o["trace"]:
+                    self.trace.append((done[0], float(intermediate_result.fun)))
+                if o["callback"] is not None:
+                    o["callback"](done[0], intermediate_result.x.reshape(self.D, self.K).T)
 
             res = scipy.optimize.minimize(
                 self._fun, x0, jac=True, method="L-BFGS-B",
-                callback=record_scipy if o["trace"] else None,
+                callback=record_scipy if (o["trace"] or o["callback"]) else None,
                 options=dict(maxiter=int(budget), gtol=o["gtol"], ftol=o["ftol"],
                              maxcor=o["memory"], maxfun=max(20 * int(budget), 100)))
         # re-evaluate at the returned point: u (alpha) must belong to this W
