@@ -94,6 +94,7 @@ from scalable_softmax._jit import JIT, PJIT
 from scalable_softmax._kernels import sigmoid as _sigmoid
 from scalable_softmax._kernels import softplus as _softplus
 from scalable_softmax.methods.base import EpochReport, Trainer
+from scalable_softmax.methods.lbfgs import lbfgs
 from scalable_softmax.methods.sampled import _axpy_check, _dot, _touched_zeros
 
 __all__ = [
@@ -146,6 +147,18 @@ def _pos_int(key, v):
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
         raise ValueError(f"option {key!r} must be a positive integer; got {v!r}")
     return int(v)
+
+
+def _callable_or_none(key, v):
+    if v is not None and not callable(v):
+        raise ValueError(f"option {key!r} must be None or a callable; got {v!r}")
+    return v
+
+
+def _solver(key, v):
+    if v not in ("scipy", "lbfgs"):
+        raise ValueError(f"option {key!r} must be 'scipy' or 'lbfgs'; got {v!r}")
+    return v
 
 
 def _nonneg_float(key, v):
@@ -448,29 +461,32 @@ class _one_thread:
 # ---------------------------------------------------------------------------
 
 @numba.njit(**JIT)
-def _alpha_g(s, k1, a):
+def _alpha_g(s, k1, s2, a):
     """``g(a) = log sum_{k != k1} sigma(s_k - a) - log sigma(a - s_k1)`` and ``g'(a)``.
 
-    ``g`` has the root of ``sum_k sigma(s_k - a) = 1`` (``k1`` = the largest score),
-    written so that no ``1 - sigma`` cancels: accurate even when the scores are
-    hundreds apart."""
+    ``g`` has the root of ``sum_k sigma(s_k - a) = 1`` (``k1`` = the largest score,
+    ``s2`` the largest of the others), written so that no ``1 - sigma`` cancels:
+    accurate even when the scores are hundreds apart. For ``a >= s2`` (always, inside
+    the bracket of :func:`_solve_alpha`) every ``t_k = s_k - a``, ``k != k1``, is
+    ``<= t_max = s2 - a <= 0``; with ``u_k = exp(t_k - t_max)`` in ``(0, 1]`` and
+    ``v_k = exp(t_k) = exp(t_max) u_k <= 1``,
+
+        sum_{k != k1} sigma(t_k) = exp(t_max) B,   B = sum u_k / (1 + v_k) >= 1/2,
+        d/da log(that) = -(1/B) sum u_k / (1 + v_k)^2,
+
+    one exponential per class (the value can underflow only in ``u_k``, harmlessly)."""
     K = s.shape[0]
-    mx = -np.inf
+    tmax = s2 - a
+    etm = math.exp(tmax)
+    B = 0.0
+    dB = 0.0
     for k in range(K):
         if k != k1:
-            lk = -_softplus(a - s[k])
-            if lk > mx:
-                mx = lk
-    tot = 0.0
-    for k in range(K):
-        if k != k1:
-            tot += math.exp(-_softplus(a - s[k]) - mx)
-    logA = mx + math.log(tot)
-    dlogA = 0.0
-    for k in range(K):
-        if k != k1:
-            dlogA -= math.exp(-_softplus(a - s[k]) - logA) * _sigmoid(a - s[k])
-    return logA + _softplus(s[k1] - a), dlogA - _sigmoid(s[k1] - a)
+            u = math.exp(s[k] - s2)
+            r = 1.0 / (1.0 + etm * u)
+            B += u * r
+            dB += u * r * r
+    return tmax + math.log(B) + _softplus(s[k1] - a), -dB / B - _sigmoid(s[k1] - a)
 
 
 @numba.njit(**JIT)
@@ -500,7 +516,7 @@ def _solve_alpha(s, a0, max_iter):
         return lo, 0
     a = a0 if (a0 > lo and a0 < hi) else 0.5 * (lo + hi)
     for it in range(1, max_iter + 1):
-        g, dg = _alpha_g(s, k1, a)
+        g, dg = _alpha_g(s, k1, s2, a)
         if g == 0.0:
             return a, it
         if g > 0.0:
@@ -525,21 +541,6 @@ def _solve_alpha(s, a0, max_iter):
             return a_new, it
         a = a_new
     return a, max_iter
-
-
-@numba.njit(**JIT)
-def _rows_scores(indptr, indices, data, WT, b0, S, t):
-    """``S[t] = x_{b0+t}^T WT`` (``WT`` is ``D x K``)."""
-    K = WT.shape[1]
-    st = S[t]
-    for k in range(K):
-        st[k] = 0.0
-    i = b0 + t
-    for p in range(indptr[i], indptr[i + 1]):
-        v = data[p]
-        wr = WT[indices[p]]
-        for k in range(K):
-            st[k] += v * wr[k]
 
 
 @numba.njit(**JIT)
@@ -589,16 +590,20 @@ def _row_coef(st, yi, mode, alpha, i, max_iter):
 @numba.njit(**PJIT)
 def _full_pass(indptr, indices, data, y, WT, GT, mode, alpha, block, nchunk, max_iter):
     """Sum over datapoints of the loss (``mode`` 0: softmax NLL, 1: Bouchard's bound at
-    the optimal ``alpha``, 2: the One-vs-Each bound) and its gradient ``GT`` (``D x K``, overwritten). Blocks of ``block``
-    rows: scores in parallel over the rows, gradient in parallel over ``nchunk``
-    slices of the classes. Returns ``(loss_sum, alpha_iterations)``."""
+    the optimal ``alpha``, 2: the One-vs-Each bound) and its gradient ``GT`` (``D x K``,
+    overwritten). Blocks of ``min(block, N)`` rows: scores and ``d loss / d s`` in
+    parallel over the block's rows, then the gradient ``GT[f] += x_if (d loss_i / d s_i)``
+    in parallel over ``nchunk`` slices of the classes (``nchunk = 1``: one serial sweep
+    over all ``K`` classes). Every element is summed in the same order whatever the
+    number of threads. Returns ``(loss_sum, alpha_iterations)``."""
     D, K = WT.shape
     N = y.shape[0]
+    block = max(1, min(block, N))
     for q in numba.prange(nchunk):
         for f in range(q * D // nchunk, (q + 1) * D // nchunk):
             for k in range(K):
                 GT[f, k] = 0.0
-    S = np.zeros((block, K))
+    S = np.empty((block, K))
     L = np.zeros(block)
     its = np.zeros(block, dtype=np.int64)
     total = 0.0
@@ -606,22 +611,37 @@ def _full_pass(indptr, indices, data, y, WT, GT, mode, alpha, block, nchunk, max
     for b0 in range(0, N, block):
         nb = min(block, N - b0)
         for t in numba.prange(nb):
-            _rows_scores(indptr, indices, data, WT, b0, S, t)
-            L[t], its[t] = _row_coef(S[t], y[b0 + t], mode, alpha, b0 + t, max_iter)
+            i = b0 + t
+            for k in range(K):
+                S[t, k] = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                f = indices[p]
+                for k in range(K):
+                    S[t, k] += v * WT[f, k]
+            L[t], its[t] = _row_coef(S[t], y[i], mode, alpha, i, max_iter)
         for t in range(nb):
             total += L[t]
             total_it += its[t]
-        for q in numba.prange(nchunk):
-            k0 = q * K // nchunk
-            k1 = (q + 1) * K // nchunk
+        if nchunk == 1:
             for t in range(nb):
                 i = b0 + t
-                st = S[t]
                 for p in range(indptr[i], indptr[i + 1]):
                     v = data[p]
-                    gr = GT[indices[p]]
-                    for k in range(k0, k1):
-                        gr[k] += v * st[k]
+                    f = indices[p]
+                    for k in range(K):
+                        GT[f, k] += v * S[t, k]
+        else:
+            for q in numba.prange(nchunk):
+                k0 = q * K // nchunk
+                k1 = (q + 1) * K // nchunk
+                for t in range(nb):
+                    i = b0 + t
+                    for p in range(indptr[i], indptr[i + 1]):
+                        v = data[p]
+                        f = indices[p]
+                        for k in range(k0, k1):
+                            GT[f, k] += v * S[t, k]
     return total, total_it
 
 
@@ -742,6 +762,20 @@ class _LBFGSTrainer(Trainer):
         numba's threads for the objective kernel (identical results); None: only
         when an evaluation is big enough to pay for the threads' synchronisation
         (``nnz(X) * K >= 2e6``).
+    solver : ``"scipy"`` (default) or ``"lbfgs"``
+        ``"scipy"``: ``scipy.optimize.minimize(method="L-BFGS-B")``; ``"lbfgs"``: the
+        plain L-BFGS of :mod:`scalable_softmax.methods.lbfgs` (same algorithm without
+        bounds, same stopping test ``max |grad| <= gtol``; less time of its own per
+        iteration when ``K D`` is large, ``benchmarks/bench_lbfgs.py``; ``ftol`` does
+        not apply to it).
+    trace : bool, default False
+        record ``(iteration, objective)`` after every L-BFGS iteration in
+        :attr:`trace` (a list, iterations counted over all epochs; iteration 0 is the
+        start of the first epoch).
+    callback : callable or None
+        called as ``callback(iteration, W)`` after every L-BFGS iteration, ``W`` the
+        ``K x D`` iterate as a view of the optimiser's vector (read it, do not keep or
+        change it).
 
     ``order``, ``lr`` and ``seed`` of :meth:`run_epoch` are not used.
     """
@@ -762,6 +796,9 @@ class _LBFGSTrainer(Trainer):
             "memory": (10, _pos_int),
             "block": (None, _pos_int_or_none),
             "parallel": (None, lambda k, v: None if v is None else _bool(k, v)),
+            "solver": ("scipy", _solver),
+            "trace": (False, _bool),
+            "callback": (None, _callable_or_none),
         })
         if self.K < 2:
             raise ValueError(f"K must be at least 2; got {self.K}")
@@ -775,6 +812,7 @@ class _LBFGSTrainer(Trainer):
         self.nfev = 0
         self.alpha_iters = 0
         self.history: list[dict] = []
+        self.trace: list[tuple[int, float]] = []
 
     # the objective on the flattened D x K layout
     def _fun(self, x):
@@ -812,6 +850,7 @@ class _LBFGSTrainer(Trainer):
             self.u = None
         self.total_iters = 0
         self.converged = False
+        self.trace = []
 
     def run_epoch(self, order=None, lr=None, seed=None):
         """Run L-BFGS iterations from the current ``W`` (see the options)."""
@@ -831,10 +870,34 @@ class _LBFGSTrainer(Trainer):
             val, g = self._fun(x0)
             return EpochReport(steps=0, extra=self._extra(val, g, 0, "nothing to do: "
                                + ("converged" if self.converged else "maxiter reached")))
-        res = scipy.optimize.minimize(
-            self._fun, x0, jac=True, method="L-BFGS-B",
-            options=dict(maxiter=int(budget), gtol=o["gtol"], ftol=o["ftol"],
-                         maxcor=o["memory"], maxfun=max(20 * int(budget), 100)))
+        start = self.total_iters
+        if o["trace"] and not self.trace:
+            self.trace.append((start, float(self._fun(x0)[0])))
+        if o["solver"] == "lbfgs":
+            def record(nit, x, f, g):
+                if o["trace"]:
+                    self.trace.append((start + nit, float(f)))
+                if o["callback"] is not None:
+                    o["callback"](start + nit, x.reshape(self.D, self.K).T)
+
+            res = lbfgs(self._fun, x0, gtol=o["gtol"], maxiter=int(budget),
+                        memory=o["memory"], maxfun=max(20 * int(budget), 100),
+                        callback=record if (o["trace"] or o["callback"]) else None)
+        else:
+            done = [start]
+
+            def record_scipy(intermediate_result):
+                done[0] += 1
+                if o["trace"]:
+                    self.trace.append((done[0], float(intermediate_result.fun)))
+                if o["callback"] is not None:
+                    o["callback"](done[0], intermediate_result.x.reshape(self.D, self.K).T)
+
+            res = scipy.optimize.minimize(
+                self._fun, x0, jac=True, method="L-BFGS-B",
+                callback=record_scipy if (o["trace"] or o["callback"]) else None,
+                options=dict(maxiter=int(budget), gtol=o["gtol"], ftol=o["ftol"],
+                             maxcor=o["memory"], maxfun=max(20 * int(budget), 100)))
         # re-evaluate at the returned point: u (alpha) must belong to this W
         val, g = self._fun(res.x)
         self.W[:] = res.x.reshape(self.D, self.K).T
