@@ -776,7 +776,18 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
         b2, tot = _deferred_prepare(nb, cls, ncls, bi, coef, V, scale, cnt, touched, nt, step,
                                     ridge, fused, dj, da, dn)
         bad |= b2
-        if tot > 0:
+        if shared and ahead:
+            # the remaining updates, meanwhile the next batch's label rows are hinted:
+            # their lines arrive while this phase computes in cache
+            for t in range(nb):
+                if t < nn:
+                    i2 = order[b0 + nb + t]
+                    _hint_row(V, cls[1 - bi, t, 0], indices, indptr[i2], indptr[i2 + 1])
+                if dn[t] > 0:
+                    i = order[b0 + t]
+                    bad |= _axpy_list(indices, data, indptr[i], indptr[i + 1], V, dj, da, t,
+                                      dn[t])
+        elif tot > 0:
             bad |= _deferred_rows(indptr, indices, data, order, b0, nb, V, dj, da, dn)
         _batch_reset(cnt, ridge, touched, nt)
         steps += 1
