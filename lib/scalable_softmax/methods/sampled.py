@@ -132,6 +132,10 @@ _TINY_SCALE = 1e-100
 #: inline costs an atomic reference-count increment and decrement of every array
 #: argument, more than the work of a short helper.
 IJIT = dict(JIT, inline="always")
+#: flags of the serial epoch kernel: it allocates nothing (scratch from the caller), so
+#: it runs without numba's reference counting, whose atomic increments and decrements
+#: of the arrays' counts the helpers' inlined calls otherwise pay for on every datapoint
+NJIT = dict(JIT, _nrt=False)
 
 
 # ---------------------------------------------------------------------------
@@ -354,6 +358,95 @@ def _hint_row(V, j, indices, q0, q1):
 
 
 @numba.njit(**IJIT)
+def _dot3(indices, data, p0, p1, V, j, k, l, q0, q1, hj, hk, hl):
+    """The dot products of rows ``j``, ``k`` and ``l`` of ``V`` with the entries
+    ``p0..p1``, each in :func:`_dot`'s order, loading every index and value once;
+    meanwhile the lines of rows ``hj``, ``hk``, ``hl`` (when ``>= 0``) at the columns
+    ``indices[q0:q1]`` (another datapoint's) are hinted, four of each per four
+    entries."""
+    rj = _U(j)
+    rk = _U(k)
+    rl = _U(l)
+    a0 = 0.0
+    a1 = 0.0
+    a2 = 0.0
+    a3 = 0.0
+    b0 = 0.0
+    b1 = 0.0
+    b2 = 0.0
+    b3 = 0.0
+    e0 = 0.0
+    e1 = 0.0
+    e2 = 0.0
+    e3 = 0.0
+    p = _U(p0)
+    pe = _U(p1)
+    q = _U(q0)
+    qe = _U(q1) if (hj >= 0 or hk >= 0 or hl >= 0) else _U(q0)
+    uj = _U(max(hj, 0))
+    uk = _U(max(hk, 0))
+    ul = _U(max(hl, 0))
+    while p + _U(4) <= pe:
+        c0 = _U(indices[p])
+        c1 = _U(indices[p + _U(1)])
+        c2 = _U(indices[p + _U(2)])
+        c3 = _U(indices[p + _U(3)])
+        x0 = data[p]
+        x1 = data[p + _U(1)]
+        x2 = data[p + _U(2)]
+        x3 = data[p + _U(3)]
+        a0 += x0 * V[rj, c0]
+        a1 += x1 * V[rj, c1]
+        a2 += x2 * V[rj, c2]
+        a3 += x3 * V[rj, c3]
+        b0 += x0 * V[rk, c0]
+        b1 += x1 * V[rk, c1]
+        b2 += x2 * V[rk, c2]
+        b3 += x3 * V[rk, c3]
+        e0 += x0 * V[rl, c0]
+        e1 += x1 * V[rl, c1]
+        e2 += x2 * V[rl, c2]
+        e3 += x3 * V[rl, c3]
+        if q + _U(4) <= qe:
+            d0 = _U(indices[q])
+            d1 = _U(indices[q + _U(1)])
+            d2 = _U(indices[q + _U(2)])
+            d3 = _U(indices[q + _U(3)])
+            if hj >= 0:
+                _prefetch_w2(V, uj, d0)
+                _prefetch_w2(V, uj, d1)
+                _prefetch_w2(V, uj, d2)
+                _prefetch_w2(V, uj, d3)
+            if hk >= 0:
+                _prefetch_w2(V, uk, d0)
+                _prefetch_w2(V, uk, d1)
+                _prefetch_w2(V, uk, d2)
+                _prefetch_w2(V, uk, d3)
+            if hl >= 0:
+                _prefetch_w2(V, ul, d0)
+                _prefetch_w2(V, ul, d1)
+                _prefetch_w2(V, ul, d2)
+                _prefetch_w2(V, ul, d3)
+            q += _U(4)
+        p += _U(4)
+    while p < pe:
+        c0 = _U(indices[p])
+        x0 = data[p]
+        a0 += x0 * V[rj, c0]
+        b0 += x0 * V[rk, c0]
+        e0 += x0 * V[rl, c0]
+        p += _U(1)
+    if q < qe:
+        if hj >= 0:
+            _hint_row(V, hj, indices, q, qe)
+        if hk >= 0:
+            _hint_row(V, hk, indices, q, qe)
+        if hl >= 0:
+            _hint_row(V, hl, indices, q, qe)
+    return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3), (e0 + e1) + (e2 + e3)
+
+
+@numba.njit(**IJIT)
 def _dot2(indices, data, p0, p1, V, j, k, q0, q1, hj, hk):
     """The dot products of rows ``j`` and ``k`` of ``V`` with the entries ``p0..p1``,
     each in :func:`_dot`'s order, loading every index and value once; meanwhile the
@@ -450,6 +543,31 @@ def _dot1(indices, data, p0, p1, V, j, q0, q1, hj, hk):
 
 
 @numba.njit(**IJIT)
+def _axpy3(indices, data, p0, p1, V, j, k, l, a, b, c):
+    """:func:`_axpy2` for three rows (``j``, ``k``, ``l`` in that order, entry by
+    entry; equal rows allowed)."""
+    rj = _U(j)
+    rk = _U(k)
+    rl = _U(l)
+    bad = 0
+    p = _U(p0)
+    pe = _U(p1)
+    while p < pe:
+        f = _U(indices[p])
+        x = data[p]
+        u = V[rj, f] - a * x
+        V[rj, f] = u
+        v = V[rk, f] - b * x
+        V[rk, f] = v
+        w = V[rl, f] - c * x
+        V[rl, f] = w
+        if not (abs(u) < np.inf and abs(v) < np.inf and abs(w) < np.inf):
+            bad = 1
+        p += _U(1)
+    return bad
+
+
+@numba.njit(**IJIT)
 def _axpy2(indices, data, p0, p1, V, j, k, a, b):
     """``V[j, indices[p]] -= a * data[p]``, then the same for row ``k`` with ``b``,
     entry by entry (``j == k`` is allowed: the two updates then apply in that order).
@@ -491,15 +609,18 @@ def _axpy1(indices, data, p0, p1, V, j, a):
 
 @numba.njit(**IJIT)
 def _axpy_list(indices, data, p0, p1, V, rows, coefs, r, nr):
-    """:func:`_axpy2` over the rows ``rows[r, :nr]`` (coefficients ``coefs[r, :nr]``)
-    two at a time, in list order."""
+    """:func:`_axpy3` over the rows ``rows[r, :nr]`` (coefficients ``coefs[r, :nr]``)
+    three at a time, in list order."""
     bad = 0
     f = 0
-    while f + 1 < nr:
+    while f + 2 < nr:
+        bad |= _axpy3(indices, data, p0, p1, V, rows[r, f], rows[r, f + 1], rows[r, f + 2],
+                      coefs[r, f], coefs[r, f + 1], coefs[r, f + 2])
+        f += 3
+    if f + 1 < nr:
         bad |= _axpy2(indices, data, p0, p1, V, rows[r, f], rows[r, f + 1], coefs[r, f],
                       coefs[r, f + 1])
-        f += 2
-    if f < nr:
+    elif f < nr:
         bad |= _axpy1(indices, data, p0, p1, V, rows[r, f], coefs[r, f])
     return bad
 
@@ -507,7 +628,7 @@ def _axpy_list(indices, data, p0, p1, V, rows, coefs, r, nr):
 @numba.njit(**IJIT)
 def _score(indptr, indices, data, i, V, scale, cls, ncls, b, t, s, sr, i2, b2, t2, hint_all):
     """Scores ``s[sr, jj] = w_j . x_i`` for the classes ``j = cls[b, t, jj]``
-    (``jj < ncls[b, t]``) at the current ``W``, two rows per pass over ``x_i``.
+    (``jj < ncls[b, t]``) at the current ``W``, three rows per pass over ``x_i``.
     Meanwhile the lines of datapoint ``i2`` (``-1``: none), whose classes are
     ``cls[b2, t2]``, are hinted: its label's row, and with ``hint_all`` all its rows."""
     p0 = indptr[i]
@@ -525,17 +646,29 @@ def _score(indptr, indices, data, i, V, scale, cls, ncls, b, t, s, sr, i2, b2, t
     while jj < nc:
         hj = cls[b2, t2, h] if h < nh else -1
         hk = cls[b2, t2, h + 1] if h + 1 < nh else -1
-        h += 2
-        if jj + 1 < nc:
-            j = cls[b, t, jj]
+        hl = cls[b2, t2, h + 2] if h + 2 < nh else -1
+        h += 3
+        j = cls[b, t, jj]
+        if jj + 2 < nc:
             k = cls[b, t, jj + 1]
-            x, z = _dot2(indices, data, p0, p1, V, j, k, q0, q1, hj, hk)
+            l = cls[b, t, jj + 2]
+            x, y, z = _dot3(indices, data, p0, p1, V, j, k, l, q0, q1, hj, hk, hl)
             s[sr, jj] = scale[j] * x
-            s[sr, jj + 1] = scale[k] * z
+            s[sr, jj + 1] = scale[k] * y
+            s[sr, jj + 2] = scale[l] * z
+            jj += 3
+        elif jj + 1 < nc:
+            k = cls[b, t, jj + 1]
+            x, y = _dot2(indices, data, p0, p1, V, j, k, q0, q1, hj, hk)
+            s[sr, jj] = scale[j] * x
+            s[sr, jj + 1] = scale[k] * y
+            if hl >= 0:
+                _hint_row(V, hl, indices, q0, q1)
             jj += 2
         else:
-            j = cls[b, t, jj]
             s[sr, jj] = scale[j] * _dot1(indices, data, p0, p1, V, j, q0, q1, hj, hk)
+            if hl >= 0:
+                _hint_row(V, hl, indices, q0, q1)
             jj += 1
     while h < nh:
         _hint_row(V, cls[b2, t2, h], indices, q0, q1)
@@ -688,9 +821,20 @@ def _batch_reset(cnt, ridge, touched, nt):
         ridge[touched[a]] = 0.0
 
 
-@numba.njit(**JIT)
+def _buffers(n, m, K):
+    """The serial kernel's scratch arrays (allocated here so that the kernel allocates
+    nothing and runs without numba's reference counting)."""
+    return (np.zeros((2, n, m + 1), dtype=np.int64), np.zeros((2, n), dtype=np.int64),
+            np.zeros((2, m), dtype=np.int64), np.zeros((n, m + 1)), np.zeros((1, m + 1)),
+            np.zeros(K, dtype=np.int64), np.zeros(K), np.zeros(n * (m + 1), dtype=np.int64),
+            np.zeros((n, m + 1), dtype=np.int64), np.zeros((n, m + 1)),
+            np.zeros(n, dtype=np.int64), np.zeros((1, m + 1), dtype=np.int64),
+            np.zeros((1, m + 1)))
+
+
+@numba.njit(**NJIT)
 def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, muN, kind,
-                   shared, drop_hits, logr, c_nce, seed, fused, pf, red_sum, sorted_idx):
+                   shared, drop_hits, logr, c_nce, seed, fused, pf, red_sum, sorted_idx, buf):
     """One epoch of minibatch SGD on the OVE / NCE / IS loss (serial kernel).
 
     ``fused=False`` is the straightforward loop: draw the batch's classes, score every
@@ -710,25 +854,15 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
 
     Same arithmetic in every variant, in the same order: bit-identical results.
     ``red_sum``: ``reduction="sum"`` (no ``1/b`` in the step and the ridge rates).
+    ``buf``: scratch arrays from :func:`_buffers` (``cnt`` and ``ridge`` zero on entry;
+    zero again on return).
+
     Returns ``(steps, diverged_at, sink)``; ``sink`` is the sum the row reads produced
     (returned so that the reads are not optimised away; meaningless).
     """
     N = order.shape[0]
     K = V.shape[0]
-    D = V.shape[1]
-    cls = np.zeros((2, n, m + 1), dtype=np.int64)
-    ncls = np.zeros((2, n), dtype=np.int64)
-    smp = np.zeros((2, m), dtype=np.int64)
-    coef = np.zeros((n, m + 1))
-    s = np.zeros((1, m + 1))
-    cnt = np.zeros(K, dtype=np.int64)
-    ridge = np.zeros(K)
-    touched = np.zeros(n * (m + 1), dtype=np.int64)
-    dj = np.zeros((n, m + 1), dtype=np.int64)
-    da = np.zeros((n, m + 1))
-    dn = np.zeros(n, dtype=np.int64)
-    rows = np.zeros((1, m + 1), dtype=np.int64)
-    rcoef = np.zeros((1, m + 1))
+    cls, ncls, smp, coef, s, cnt, ridge, touched, dj, da, dn, rows, rcoef = buf
     sink = 0.0
     np.random.seed(seed)
     ahead = fused and pf > 0
@@ -1099,7 +1233,8 @@ class _SampledTrainer(Trainer):
         if self.opts["parallel"] and nthr > 1:
             steps, div, _ = _sampled_epoch_par(*args, nthr)
         else:
-            steps, div, _ = _sampled_epoch(*args)
+            buf = _buffers(self.batch_size, self.n_sampled, self.K)
+            steps, div, _ = _sampled_epoch(*args, buf)
         return EpochReport(steps=int(steps), diverged_at=int(div))
 
     def warmup(self):
