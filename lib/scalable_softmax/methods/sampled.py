@@ -626,53 +626,72 @@ def _axpy_list(indices, data, p0, p1, V, rows, coefs, r, nr):
 
 
 @numba.njit(**IJIT)
-def _score(indptr, indices, data, i, V, scale, cls, ncls, b, t, s, sr, i2, b2, t2, hint_all):
-    """Scores ``s[sr, jj] = w_j . x_i`` for the classes ``j = cls[b, t, jj]``
-    (``jj < ncls[b, t]``) at the current ``W``, three rows per pass over ``x_i``.
-    Meanwhile the lines of datapoint ``i2`` (``-1``: none), whose classes are
-    ``cls[b2, t2]``, are hinted: its label's row, and with ``hint_all`` all its rows."""
+def _score(indptr, indices, data, i, V, scale, lj, lp, r, nr, s, sr, i2, cls, b2, t2, nh):
+    """Scores ``s[sr, lp[r, k]] = w_j . x_i`` of the listed classes ``j = lj[r, k]``
+    (``k < nr``) at the current ``W``, three rows per pass over ``x_i``. Meanwhile the
+    lines of datapoint ``i2`` (``-1``: none) are hinted, at the rows of its first ``nh``
+    classes ``cls[b2, t2, :nh]``."""
     p0 = indptr[i]
     p1 = indptr[i + 1]
-    nc = ncls[b, t]
     q0 = 0
     q1 = 0
-    nh = 0
     if i2 >= 0:
         q0 = indptr[i2]
         q1 = indptr[i2 + 1]
-        nh = ncls[b2, t2] if hint_all else 1
-    jj = 0
+    else:
+        nh = 0
+    k = 0
     h = 0
-    while jj < nc:
+    while k < nr:
         hj = cls[b2, t2, h] if h < nh else -1
         hk = cls[b2, t2, h + 1] if h + 1 < nh else -1
         hl = cls[b2, t2, h + 2] if h + 2 < nh else -1
         h += 3
-        j = cls[b, t, jj]
-        if jj + 2 < nc:
-            k = cls[b, t, jj + 1]
-            l = cls[b, t, jj + 2]
-            x, y, z = _dot3(indices, data, p0, p1, V, j, k, l, q0, q1, hj, hk, hl)
-            s[sr, jj] = scale[j] * x
-            s[sr, jj + 1] = scale[k] * y
-            s[sr, jj + 2] = scale[l] * z
-            jj += 3
-        elif jj + 1 < nc:
-            k = cls[b, t, jj + 1]
-            x, y = _dot2(indices, data, p0, p1, V, j, k, q0, q1, hj, hk)
-            s[sr, jj] = scale[j] * x
-            s[sr, jj + 1] = scale[k] * y
+        j = lj[r, k]
+        if k + 2 < nr:
+            jb = lj[r, k + 1]
+            jc = lj[r, k + 2]
+            x, y, z = _dot3(indices, data, p0, p1, V, j, jb, jc, q0, q1, hj, hk, hl)
+            s[sr, lp[r, k]] = scale[j] * x
+            s[sr, lp[r, k + 1]] = scale[jb] * y
+            s[sr, lp[r, k + 2]] = scale[jc] * z
+            k += 3
+        elif k + 1 < nr:
+            jb = lj[r, k + 1]
+            x, y = _dot2(indices, data, p0, p1, V, j, jb, q0, q1, hj, hk)
+            s[sr, lp[r, k]] = scale[j] * x
+            s[sr, lp[r, k + 1]] = scale[jb] * y
             if hl >= 0:
                 _hint_row(V, hl, indices, q0, q1)
-            jj += 2
+            k += 2
         else:
-            s[sr, jj] = scale[j] * _dot1(indices, data, p0, p1, V, j, q0, q1, hj, hk)
+            s[sr, lp[r, k]] = scale[j] * _dot1(indices, data, p0, p1, V, j, q0, q1, hj, hk)
             if hl >= 0:
                 _hint_row(V, hl, indices, q0, q1)
-            jj += 1
+            k += 1
     while h < nh:
         _hint_row(V, cls[b2, t2, h], indices, q0, q1)
         h += 1
+
+
+@numba.njit(**IJIT)
+def _split(cls, ncls, b, t, cnt, fused, pj, pp, dj, dp, r):
+    """Split the classes ``cls[b, t]`` into those no other datapoint of the batch
+    touches (``cnt == 1``; ``pj[r]``, their positions ``pp[r]``) and the others (all of
+    them unless ``fused``; ``dj[r]``, ``dp[r]``). Returns the two counts."""
+    a = 0
+    d = 0
+    for jj in range(ncls[b, t]):
+        j = cls[b, t, jj]
+        if fused and cnt[j] == 1:
+            pj[r, a] = j
+            pp[r, a] = jj
+            a += 1
+        else:
+            dj[r, d] = j
+            dp[r, d] = jj
+            d += 1
+    return a, d
 
 
 @numba.njit(**IJIT)
@@ -824,12 +843,11 @@ def _batch_reset(cnt, ridge, touched, nt):
 def _buffers(n, m, K):
     """The serial kernel's scratch arrays (allocated here so that the kernel allocates
     nothing and runs without numba's reference counting)."""
-    return (np.zeros((2, n, m + 1), dtype=np.int64), np.zeros((2, n), dtype=np.int64),
-            np.zeros((2, m), dtype=np.int64), np.zeros((n, m + 1)), np.zeros((1, m + 1)),
-            np.zeros(K, dtype=np.int64), np.zeros(K), np.zeros(n * (m + 1), dtype=np.int64),
-            np.zeros((n, m + 1), dtype=np.int64), np.zeros((n, m + 1)),
-            np.zeros(n, dtype=np.int64), np.zeros((1, m + 1), dtype=np.int64),
-            np.zeros((1, m + 1)))
+    z = lambda *shape: np.zeros(shape)  # noqa: E731
+    i = lambda *shape: np.zeros(shape, dtype=np.int64)  # noqa: E731
+    return (i(2, n, m + 1), i(2, n), i(2, m), z(n, m + 1), z(n, m + 1), i(K), z(K),
+            i(n * (m + 1)), i(n, m + 1), i(n, m + 1), z(n, m + 1), i(n), i(n, m + 1),
+            i(n, m + 1), i(n), i(1, m + 1), z(1, m + 1))
 
 
 @numba.njit(**NJIT)
@@ -862,7 +880,8 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
     """
     N = order.shape[0]
     K = V.shape[0]
-    cls, ncls, smp, coef, s, cnt, ridge, touched, dj, da, dn, rows, rcoef = buf
+    (cls, ncls, smp, coef, s, cnt, ridge, touched, dj, dp, da, dn, pj, pp, pn, rows,
+     rcoef) = buf
     sink = 0.0
     np.random.seed(seed)
     ahead = fused and pf > 0
@@ -886,43 +905,61 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
                           red_sum)
         step = _step_size(lr, nb, red_sum)
         bad = 0
-        if shared and ahead:
-            sink += _touch_rows(V, smp[bi], m)
-        for t in range(nb):
-            i2 = -1
-            b2 = bi
-            t2 = t
-            if ahead:
-                if t + pf < nb:
-                    t2 = t + pf
-                    i2 = order[b0 + t2]
-                elif t + pf - nb < nn:
-                    b2 = 1 - bi
-                    t2 = t + pf - nb
-                    i2 = order[b0 + t + pf]
-            i = order[b0 + t]
-            _score(indptr, indices, data, i, V, scale, cls, ncls, bi, t, s, 0, i2, b2, t2,
-                   not shared)
-            _coefs(kind, logr, c_nce, s, 0, ncls[bi, t], coef, t)
-            if fused:
+        if not fused:
+            # the straightforward loop: score everything at the old W, then apply
+            for t in range(nb):
+                pn[t], dn[t] = _split(cls, ncls, bi, t, cnt, False, pj, pp, dj, dp, t)
+                _score(indptr, indices, data, order[b0 + t], V, scale, dj, dp, t, dn[t], s,
+                       t, -1, cls, bi, t, 0)
+                _coefs(kind, logr, c_nce, s, t, ncls[bi, t], coef, t)
+            b2, tot = _deferred_prepare(nb, cls, ncls, bi, coef, V, scale, cnt, touched, nt,
+                                        step, ridge, False, dj, da, dn)
+            bad |= b2
+            bad |= _deferred_rows(indptr, indices, data, order, b0, nb, V, dj, da, dn)
+        else:
+            # rows touched by several datapoints of the batch (with shared negatives: the
+            # shared rows) are scored for every datapoint first, at the old W; then each
+            # datapoint scores its own rows and applies its whole update: to its own rows
+            # while their lines are in cache, and to the others in datapoint order, which
+            # is the order of the straightforward loop
+            nd = 0
+            for t in range(nb):
+                pn[t], dn[t] = _split(cls, ncls, bi, t, cnt, True, pj, pp, dj, dp, t)
+                nd += dn[t]
+            if nd > 0:
+                if shared and ahead:
+                    sink += _touch_rows(V, smp[bi], m)
+                for t in range(nb):
+                    if dn[t] > 0:
+                        _score(indptr, indices, data, order[b0 + t], V, scale, dj, dp, t,
+                               dn[t], s, t, -1, cls, bi, t, 0)
+                for a in range(nt):
+                    j = touched[a]
+                    if cnt[j] > 1 and ridge[j] != 0.0:
+                        bad |= _shrink_row(V, scale, j, 1.0 - ridge[j])
+            for t in range(nb):
+                i2 = -1
+                b2 = bi
+                t2 = t
+                if ahead:
+                    if t + pf < nb:
+                        t2 = t + pf
+                        i2 = order[b0 + t2]
+                    elif t + pf - nb < nn:
+                        b2 = 1 - bi
+                        t2 = t + pf - nb
+                        i2 = order[b0 + t + pf]
+                i = order[b0 + t]
+                _score(indptr, indices, data, i, V, scale, pj, pp, t, pn[t], s, t, i2, cls, b2,
+                       t2, 1 if shared else ncls[b2, t2])
+                _coefs(kind, logr, c_nce, s, t, ncls[bi, t], coef, t)
                 bad |= _apply_private(indptr, indices, data, i, V, scale, cls, ncls, bi, t,
                                       coef, cnt, step, ridge, rows, rcoef, 0)
-        b2, tot = _deferred_prepare(nb, cls, ncls, bi, coef, V, scale, cnt, touched, nt, step,
-                                    ridge, fused, dj, da, dn)
-        bad |= b2
-        if shared and ahead:
-            # the remaining updates, meanwhile the next batch's label rows are hinted:
-            # their lines arrive while this phase computes in cache
-            for t in range(nb):
-                if t < nn:
-                    i2 = order[b0 + nb + t]
-                    _hint_row(V, cls[1 - bi, t, 0], indices, indptr[i2], indptr[i2 + 1])
                 if dn[t] > 0:
-                    i = order[b0 + t]
+                    for k in range(dn[t]):
+                        da[t, k] = step * coef[t, dp[t, k]] / scale[dj[t, k]]
                     bad |= _axpy_list(indices, data, indptr[i], indptr[i + 1], V, dj, da, t,
                                       dn[t])
-        elif tot > 0:
-            bad |= _deferred_rows(indptr, indices, data, order, b0, nb, V, dj, da, dn)
         _batch_reset(cnt, ridge, touched, nt)
         steps += 1
         if bad:
@@ -956,6 +993,8 @@ def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr
     dn = np.zeros(n, dtype=np.int64)
     rows = np.zeros((n, m + 1), dtype=np.int64)
     rcoef = np.zeros((n, m + 1))
+    lj = np.zeros((n, m + 1), dtype=np.int64)
+    lp = np.zeros((n, m + 1), dtype=np.int64)
     bads = np.zeros(n, dtype=np.int64)
     dbads = np.zeros(nthr, dtype=np.int64)
     np.random.seed(seed)
@@ -972,8 +1011,9 @@ def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr
             if fused and pf > 0 and t + pf < nb:
                 t2 = t + pf
                 i2 = order[b0 + t2]
-            _score(indptr, indices, data, order[b0 + t], V, scale, cls, ncls, 0, t, s, t, i2,
-                   0, t2, not shared)
+            na, nall = _split(cls, ncls, 0, t, cnt, False, rows, lp, lj, lp, t)
+            _score(indptr, indices, data, order[b0 + t], V, scale, lj, lp, t, nall, s, t, i2,
+                   cls, 0, t2, 1 if shared else ncls[0, t2])
             _coefs(kind, logr, c_nce, s, t, ncls[0, t], coef, t)
             bads[t] = 0
             if fused:
