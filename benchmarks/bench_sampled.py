@@ -49,6 +49,7 @@ import scipy.sparse as sp
 from scipy.special import logsumexp
 
 from scalable_softmax import objectives as ob
+from scalable_softmax._kernels import prefetch_r as _prefetch_r
 from scalable_softmax._kernels import prefetch_w as _prefetch_w
 from scalable_softmax.methods import full, sampled, sgd
 
@@ -136,7 +137,8 @@ def memory_bound(W, lines_per_datapoint, n=5_000_000, repeats=3, seed=0):
 
 
 @numba.njit(nogil=True, boundscheck=False)
-def _pattern(indptr, indices, order, cls, ncls, W, n, m, pf, hint_all, touch, read_first, inc):
+def _pattern(indptr, indices, data, order, cls, ncls, W, n, m, pf, hint_all, touch, read_first,
+             xpf, inc):
     """The memory accesses of the sampled kernels with trivial arithmetic.
 
     For every datapoint ``t`` of the epoch (``order``) and each of its classes
@@ -148,6 +150,9 @@ def _pattern(indptr, indices, order, cls, ncls, W, n, m, pf, hint_all, touch, re
       scores), then read-modify-write them (the kernel's two passes);
     * ``pf > 0``: the lines of datapoint ``t + pf`` (its label's row, or all its rows
       with ``hint_all``) are hinted, one hint per entry of the first pass;
+    * ``xpf`` (with ``pf > 0``): the CSR lines (indices and values) of datapoint
+      ``t + 2 pf`` are hinted too, and the ``indptr`` entry of ``t + 3 pf`` (the hints of
+      datapoint ``t + pf`` read its columns);
     * ``touch``: at the start of each batch of ``n``, one element per cache line of the
       batch's ``m`` shared rows is read in address order (the shared-negatives kernel);
       the shared rows are the first datapoint's sampled classes, plus its label when
@@ -165,6 +170,14 @@ def _pattern(indptr, indices, order, cls, ncls, W, n, m, pf, hint_all, touch, re
                 r = U(cls[t, jj])
                 for c in range(0, D, 8):
                     sink += W[r, U(c)]
+        if xpf and pf > 0:
+            if t + 2 * pf < N:
+                i3 = order[t + 2 * pf]
+                for p in range(indptr[i3], indptr[i3 + 1], 8):
+                    _prefetch_r(indices, U(p))
+                    _prefetch_r(data, U(p))
+            if t + 3 * pf < N:
+                _prefetch_r(indptr, U(order[t + 3 * pf]))
         i = order[t]
         p0 = indptr[i]
         p1 = indptr[i + 1]
@@ -212,16 +225,132 @@ def _pattern(indptr, indices, order, cls, ncls, W, n, m, pf, hint_all, touch, re
     return sink
 
 
-#: the bound loops timed beside the kernels: name -> (pf, hint_all, touch, read_first)
+@numba.njit(nogil=True, boundscheck=False)
+def _rmw_rows(indices, p0, p1, W, cls, t, j0, j1, inc):
+    """``W[j, c] += inc`` at the columns ``indices[p0:p1]`` for the rows
+    ``j = cls[t, j0:j1]``, three rows per pass (the kernels' update loops)."""
+    U = np.uint64
+    jj = j0
+    while jj < j1:
+        a = U(cls[t, jj])
+        b = U(cls[t, jj + 1]) if jj + 1 < j1 else a
+        c = U(cls[t, jj + 2]) if jj + 2 < j1 else a
+        k = min(3, j1 - jj)
+        for p in range(p0, p1):
+            f = U(indices[p])
+            W[a, f] += inc
+            if k > 1:
+                W[b, f] += inc
+            if k > 2:
+                W[c, f] += inc
+        jj += 3
+
+
+@numba.njit(nogil=True, boundscheck=False)
+def _read_rows(indptr, indices, data, i, W, cls, t, j0, j1, i2, cls2, t2, h0, nh):
+    """Sum ``data * W[j, c]`` over the entries of datapoint ``i`` for the rows
+    ``j = cls[t, j0:j1]`` with the kernels' own dot-product loops (three rows per pass,
+    :func:`sampled._dot3`), hinting the rows ``cls2[t2, h0:h0 + nh]`` at the columns of
+    datapoint ``i2`` (``-1``: none), as the kernels do."""
+    p0 = indptr[i]
+    p1 = indptr[i + 1]
+    q0 = 0
+    q1 = 0
+    if i2 >= 0:
+        q0 = indptr[i2]
+        q1 = indptr[i2 + 1]
+    else:
+        nh = 0
+    tot = 0.0
+    jj = j0
+    h = 0
+    while jj < j1:
+        hj = cls2[t2, h0 + h] if h < nh else -1
+        hk = cls2[t2, h0 + h + 1] if h + 1 < nh else -1
+        hl = cls2[t2, h0 + h + 2] if h + 2 < nh else -1
+        h += 3
+        a = cls[t, jj]
+        b = cls[t, jj + 1] if jj + 1 < j1 else a
+        c = cls[t, jj + 2] if jj + 2 < j1 else a
+        x, y, z = sampled._dot3(indices, data, p0, p1, W, a, b, c, q0, q1, hj, hk, hl)
+        tot += x + y + z
+        jj += 3
+    while h < nh:
+        sampled._hint_row(W, cls2[t2, h0 + h], indices, q0, q1)
+        h += 1
+    return tot
+
+
+@numba.njit(nogil=True, boundscheck=False)
+def _pattern_kernel_order(indptr, indices, data, order, cls, ncls, W, n, m, pf, shared, inc):
+    """The sampled kernels' memory accesses in the kernels' own order and loops, with no
+    arithmetic beyond the dot products' multiply-adds: per batch of ``n`` (shared
+    negatives) the shared rows are read one element per line, then scored for every
+    datapoint; then per datapoint: the CSR lines of ``t + 2 pf`` hinted, its own rows
+    read (with the rows of ``t + pf`` hinted, three rows per pass), then every entry it
+    touches read-modified-written. ``cls[t, 0]`` is the label (its own row); the
+    shared rows are ``cls[t, 1:]`` (``shared``), otherwise every row is the
+    datapoint's own. Returns the sum read."""
+    U = np.uint64
+    N = order.shape[0]
+    D = W.shape[1]
+    sink = 0.0
+    for b0 in range(0, N, n):
+        nb = min(n, N - b0)
+        if shared:
+            nc0 = ncls[b0]
+            for jj in range(1 if nc0 > m else 0, nc0):
+                r = U(cls[b0, jj])
+                for c in range(0, D, 8):
+                    sink += W[r, U(c)]
+            for t in range(b0, b0 + nb):
+                if t + 4 < b0 + nb:
+                    sampled._hint_x(indptr, indices, data, order[t + 4])
+                sink += _read_rows(indptr, indices, data, order[t], W, cls, t, 1, ncls[t], -1,
+                                   cls, t, 0, 0)
+        for t in range(b0, b0 + nb):
+            if pf > 0:
+                sampled._hint_ahead(indptr, indices, data, order, t, pf, N)
+            i = order[t]
+            own = 1 if shared else ncls[t]
+            i2 = order[t + pf] if (pf > 0 and t + pf < N) else -1
+            t2 = t + pf if i2 >= 0 else t
+            sink += _read_rows(indptr, indices, data, i, W, cls, t, 0, own, i2, cls, t2, 0,
+                               1 if shared else ncls[t2])
+            _rmw_rows(indices, indptr[i], indptr[i + 1], W, cls, t, 0, ncls[t], inc)
+    return sink
+
+
+def kernel_order_runner(trainer, W, pf, shared, drop_hits=True):
+    """A :func:`time_variants` runner of :func:`_pattern_kernel_order` on the kernel's
+    draws (drawn before the clock starts)."""
+    def run(order, e):
+        order = np.ascontiguousarray(order, dtype=np.int64)
+        cls, ncls = sampled.epoch_draws(trainer._y, order, trainer.K, trainer.batch_size,
+                                        trainer.n_sampled, shared, drop_hits, 1000 + e)
+        c0, t0 = time.process_time(), time.perf_counter()
+        _pattern_kernel_order(trainer._indptr, trainer._indices, trainer._data, order, cls,
+                              ncls, W, trainer.batch_size, trainer.n_sampled, pf, shared,
+                              1e-300)
+        return order.size, time.perf_counter() - t0, time.process_time() - c0
+    return run
+
+
+#: the bound loops timed beside the kernels: name -> (pf, hint_all, touch, read_first, xpf)
 PATTERN_LOOPS = {
-    "own": {"rmw": (0, True, False, False), "rmw_hint1": (1, True, False, False),
-            "rmw_hint2": (2, True, False, False), "rmw_hint4": (4, True, False, False),
-            "read_rmw_hint2": (2, True, False, True)},
-    "shared": {"rmw": (0, False, False, False), "rmw_hint2": (2, False, False, False),
-               "rmw_hint2_touch": (2, False, True, False),
-               "read_rmw_hint2_touch": (2, False, True, True)},
-    "umax": {"rmw": (0, True, False, False), "rmw_hint2": (2, True, False, False),
-             "read_rmw_hint2": (2, True, False, True)},
+    "own": {"rmw": (0, True, False, False, False), "rmw_hint2": (2, True, False, False, False),
+            "rmw_hint1_x": (1, True, False, False, True),
+            "rmw_hint2_x": (2, True, False, False, True),
+            "rmw_hint4_x": (4, True, False, False, True),
+            "read_rmw_hint2_x": (2, True, False, True, True)},
+    "shared": {"rmw": (0, False, False, False, False),
+               "rmw_hint2": (2, False, False, False, False),
+               "rmw_hint2_touch": (2, False, True, False, False),
+               "rmw_hint2_x_touch": (2, False, True, False, True),
+               "read_rmw_hint2_x_touch": (2, False, True, True, True)},
+    "umax": {"rmw": (0, True, False, False, False), "rmw_hint2": (2, True, False, False, False),
+             "rmw_hint2_x": (2, True, False, False, True),
+             "read_rmw_hint2_x": (2, True, False, True, True)},
 }
 
 
@@ -230,8 +359,8 @@ def pattern_runner(trainer, W, loop, shared, drop_hits=True, umax=False):
     (a value of :data:`PATTERN_LOOPS`) on the draws the kernel would make for the
     epoch (drawn before the clock starts): the sampled trainer's, or with ``umax`` a
     label and one class uniform among the others per step (U-max's access pattern)."""
-    pf, hint_all, touch, read_first = loop
-    ip, ix = trainer._indptr, trainer._indices
+    pf, hint_all, touch, read_first, xpf = loop
+    ip, ix, xd = trainer._indptr, trainer._indices, trainer._data
     n, m = trainer.batch_size, trainer.n_sampled
 
     def run(order, e):
@@ -245,7 +374,8 @@ def pattern_runner(trainer, W, loop, shared, drop_hits=True, umax=False):
             cls, ncls = sampled.epoch_draws(trainer._y, order, trainer.K, n, m, shared,
                                             drop_hits, 1000 + e)
         c0, t0 = time.process_time(), time.perf_counter()
-        _pattern(ip, ix, order, cls, ncls, W, n, m, pf, hint_all, touch, read_first, 1e-300)
+        _pattern(ip, ix, xd, order, cls, ncls, W, n, m, pf, hint_all, touch, read_first, xpf,
+                 1e-300)
         return order.size, time.perf_counter() - t0, time.process_time() - c0
     return run
 
@@ -376,6 +506,10 @@ def headline(X, y, K, n, m, W, um, repeats, baseline=None):
             tr = proto["own" if pat in ("own", "umax") else "shared"]
             variants[f"bound_{pat}_{lname}"] = pattern_runner(
                 tr, W, loop, shared=pat == "shared", umax=pat == "umax")
+        if pat != "umax":
+            tr = proto[pat]
+            variants[f"bound_{pat}_kernel_order"] = kernel_order_runner(
+                tr, W, tr.opts["prefetch"], pat == "shared")
     out = {"rates": time_variants(variants, X.shape[0], repeats, 11)}
     if baseline:
         out["baseline_rev"] = baseline[1]
@@ -576,7 +710,7 @@ def headline_markdown(h, sh):
          "(`benchmarks/bench_sampled.py::_pattern`): the kernels' own draws, every entry a "
          "kernel writes read-modified-written (`W[j, c] += tiny`, nothing else), in the "
          "orders a kernel may use (`rmw`: one pass; `hintD`: the lines of the datapoint D "
-         "ahead hinted; `touch`: the batch's shared rows first read in address order; "
+         "ahead hinted; `x`: also the CSR lines of the datapoint 2D ahead; `touch`: the batch's shared rows first read in address order; "
          "`read_rmw`: all entries read, then written, the kernels' two passes). The bound "
          "of a pattern is its fastest loop. Times are per datapoint (per step for U-max).",
          "",

@@ -119,12 +119,12 @@ def _pattern_replay(X, order, cls, ncls, W, n, m, touch, read_first, inc):
 
 
 @pytest.mark.parametrize("shared", [False, True])
-@pytest.mark.parametrize("pf, hint_all, touch, read_first",
-                         [(0, True, False, False), (2, True, False, False),
-                          (2, False, True, False), (2, False, True, True),
-                          (1, True, False, True), (5, False, False, True)])
+@pytest.mark.parametrize("pf, hint_all, touch, read_first, xpf",
+                         [(0, True, False, False, False), (2, True, False, False, True),
+                          (2, False, True, False, False), (2, False, True, True, True),
+                          (1, True, False, True, True), (5, False, False, True, False)])
 def test_pattern_loop_makes_the_kernels_accesses(bench_sampled, shared, pf, hint_all, touch,
-                                                 read_first):
+                                                 read_first, xpf):
     from scalable_softmax.methods import sampled
     K, D, N, n, m = 13, 40, 57, 10, 3
     X = _csr(N, D, 0.15, seed=7)
@@ -137,8 +137,8 @@ def test_pattern_loop_makes_the_kernels_accesses(bench_sampled, shared, pf, hint
     W = W0.copy()
     indptr = np.ascontiguousarray(X.indptr, dtype=np.int64)
     indices = np.ascontiguousarray(X.indices, dtype=np.int64)
-    got = bench_sampled._pattern(indptr, indices, order, cls, ncls, W, n, m, pf, hint_all,
-                                 touch, read_first, 1.0)
+    got = bench_sampled._pattern(indptr, indices, np.ascontiguousarray(X.data), order, cls,
+                                 ncls, W, n, m, pf, hint_all, touch, read_first, xpf, 1.0)
     # every entry the kernel writes was read-modified-written once per datapoint
     np.testing.assert_array_equal(W, want_W)
     assert got == pytest.approx(want_sink, rel=1e-12, abs=1e-12)

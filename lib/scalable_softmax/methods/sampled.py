@@ -110,9 +110,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax._jit import JIT, PJIT
+from scalable_softmax._kernels import prefetch_r as _prefetch_r
 from scalable_softmax._kernels import prefetch_w as _prefetch_w2
 from scalable_softmax._kernels import sigmoid as _sigmoid
 from scalable_softmax.methods.base import EpochReport, Trainer
+from scalable_softmax.methods.sgd import _rand_below, _seed_state
 
 __all__ = [
     "OVETrainer", "NCETrainer", "ISTrainer", "KIND_OVE", "KIND_NCE", "KIND_IS",
@@ -142,63 +144,72 @@ NJIT = dict(JIT, _nrt=False)
 # class sampling
 # ---------------------------------------------------------------------------
 
-@numba.njit(**JIT)
-def _floyd(M, m, out, off):
-    """Write a uniformly random ``m``-subset of ``{0..M-1}`` into ``out[off:off+m]``
-    (Floyd's algorithm: exactly ``m`` draws of numba's generator)."""
+@numba.njit(**IJIT)
+def _floyd(state, M, m, out, r, off):
+    """Write a uniformly random ``m``-subset of ``{0..M-1}`` into ``out[r, off:off+m]``
+    (Floyd's algorithm: exactly ``m`` draws of the splitmix64 generator ``state``);
+    returns the new state."""
     first = M - m
     for j in range(first, M):
-        t = np.random.randint(0, j + 1)
+        state, t = _rand_below(state, j + 1)
         filled = off + (j - first)
         dup = False
         for q in range(off, filled):
-            if out[q] == t:
+            if out[r, q] == t:
                 dup = True
                 break
-        out[filled] = j if dup else t
+        out[r, filled] = j if dup else t
+    return state
 
 
-@numba.njit(**JIT)
-def _draw_batch(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp):
-    """Draw the classes of one minibatch (``order[b0:b0+nb]``).
+@numba.njit(**IJIT)
+def _draw_batch(state, y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, smp, b):
+    """Draw the classes of one minibatch (``order[b0:b0+nb]``) with the generator
+    ``state``; returns the new state.
 
-    Row ``t`` of ``cls`` gets the label of datapoint ``t`` in column 0 and its
-    ``ncls[t] - 1`` sampled classes after it.
+    Row ``cls[b, t]`` gets the label of datapoint ``t`` in column 0 and its
+    ``ncls[b, t] - 1`` sampled classes after it; with ``shared``, ``smp[b]`` gets the
+    batch's sample.
     """
     if shared:
-        _floyd(K, m, tmp, 0)
+        state = _floyd(state, K, m, smp, b, 0)
     for t in range(nb):
         yt = y[order[b0 + t]]
-        cls[t, 0] = yt
+        cls[b, t, 0] = yt
         if shared:
             c = 1
             for q in range(m):
-                j = tmp[q]
+                j = smp[b, q]
                 if drop_hits and j == yt:
                     continue
-                cls[t, c] = j
+                cls[b, t, c] = j
                 c += 1
-            ncls[t] = c
+            ncls[b, t] = c
         else:
-            _floyd(K - 1, m, cls[t], 1)
+            state = _floyd(state, K - 1, m, cls[b], t, 1)
             for q in range(1, m + 1):
-                if cls[t, q] >= yt:
-                    cls[t, q] += 1
-            ncls[t] = m + 1
+                if cls[b, t, q] >= yt:
+                    cls[b, t, q] += 1
+            ncls[b, t] = m + 1
+    return state
 
 
 @numba.njit(**JIT)
 def _epoch_draws(y, order, K, n, m, shared, drop_hits, seed):
     N = order.shape[0]
-    cls = np.zeros((N, m + 1), dtype=np.int64)
-    ncls = np.zeros(N, dtype=np.int64)
-    tmp = np.zeros(m, dtype=np.int64)
-    np.random.seed(seed)
+    cls = np.zeros((1, n, m + 1), dtype=np.int64)
+    ncls = np.zeros((1, n), dtype=np.int64)
+    smp = np.zeros((1, m), dtype=np.int64)
+    out = np.zeros((N, m + 1), dtype=np.int64)
+    nout = np.zeros(N, dtype=np.int64)
+    state = _seed_state(seed)
     for b0 in range(0, N, n):
         nb = min(n, N - b0)
-        _draw_batch(y, order, b0, nb, K, m, shared, drop_hits, cls[b0:b0 + nb],
-                    ncls[b0:b0 + nb], tmp)
-    return cls, ncls
+        state = _draw_batch(state, y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, smp,
+                            0)
+        out[b0:b0 + nb] = cls[0, :nb]
+        nout[b0:b0 + nb] = ncls[0, :nb]
+    return out, nout
 
 
 def epoch_draws(y, order, K, n, m, shared, drop_hits, seed):
@@ -355,6 +366,30 @@ def _hint_row(V, j, indices, q0, q1):
     while q < _U(q1):
         _prefetch_w2(V, r, _U(indices[q]))
         q += _U(1)
+
+
+@numba.njit(**IJIT)
+def _hint_x(indptr, indices, data, i):
+    """Hint the lines of row ``i`` of ``X`` (its indices and values) for reading."""
+    p0 = indptr[i]
+    p1 = indptr[i + 1]
+    if p1 > p0:
+        for p in range(p0, p1, 8):
+            _prefetch_r(indices, _U(p))
+            _prefetch_r(data, _U(p))
+        _prefetch_r(indices, _U(p1 - 1))
+        _prefetch_r(data, _U(p1 - 1))
+
+
+@numba.njit(**IJIT)
+def _hint_ahead(indptr, indices, data, order, t, pf, N):
+    """The CSR lines of datapoint ``order[t + 2 pf]`` and the ``indptr`` entry of
+    ``order[t + 3 pf]``: the W rows of datapoint ``t + pf`` are hinted at its columns,
+    so its columns must arrive first."""
+    if t + 2 * pf < N:
+        _hint_x(indptr, indices, data, order[t + 2 * pf])
+    if t + 3 * pf < N:
+        _prefetch_r(indptr, _U(order[t + 3 * pf]))
 
 
 @numba.njit(**IJIT)
@@ -802,15 +837,6 @@ def _touch_rows(V, rows, nr):
     return (a0 + a1) + (a2 + a3)
 
 
-@numba.njit(**JIT)
-def _batch_prepare(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp, cnt, touched,
-                   ridge, lr, muN, beta, red_sum):
-    """Draw the batch's classes, count who touches what, and set the shrink rates
-    (``lr (cnt_j/b) (mu/N) beta_j``, or with ``red_sum`` ``lr cnt_j (mu/N) beta_j``)."""
-    _draw_batch(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp)
-    return _batch_count(nb, cls, ncls, cnt, touched, ridge, lr, muN, beta, red_sum)
-
-
 @numba.njit(**IJIT)
 def _batch_count(nb, cls, ncls, cnt, touched, ridge, lr, muN, beta, red_sum):
     """Count who touches what in the drawn batch and set the shrink rates."""
@@ -883,11 +909,11 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
     (cls, ncls, smp, coef, s, cnt, ridge, touched, dj, dp, da, dn, pj, pp, pn, rows,
      rcoef) = buf
     sink = 0.0
-    np.random.seed(seed)
+    state = _seed_state(seed)
     ahead = fused and pf > 0
     if N > 0:
-        _draw_batch(y, order, 0, min(n, N), K, m, shared, drop_hits, cls[0], ncls[0],
-                    smp[0])
+        state = _draw_batch(state, y, order, 0, min(n, N), K, m, shared, drop_hits, cls, ncls,
+                            smp, 0)
         if ahead:
             for t in range(min(pf, n, N)):
                 i = order[t]
@@ -899,8 +925,8 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
         nb = min(n, N - b0)
         nn = min(n, N - b0 - nb)  # the next batch's size (0: none)
         if nn > 0:
-            _draw_batch(y, order, b0 + nb, nn, K, m, shared, drop_hits, cls[1 - bi],
-                        ncls[1 - bi], smp[1 - bi])
+            state = _draw_batch(state, y, order, b0 + nb, nn, K, m, shared, drop_hits, cls,
+                                ncls, smp, 1 - bi)
         nt = _batch_count(nb, cls[bi], ncls[bi], cnt, touched, ridge, lr, muN, beta,
                           red_sum)
         step = _step_size(lr, nb, red_sum)
@@ -931,6 +957,8 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
                     sink += _touch_rows(V, smp[bi], m)
                 for t in range(nb):
                     if dn[t] > 0:
+                        if ahead and t + 4 < nb:
+                            _hint_x(indptr, indices, data, order[b0 + t + 4])
                         _score(indptr, indices, data, order[b0 + t], V, scale, dj, dp, t,
                                dn[t], s, t, -1, cls, bi, t, 0)
                 for a in range(nt):
@@ -949,6 +977,8 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
                         b2 = 1 - bi
                         t2 = t + pf - nb
                         i2 = order[b0 + t + pf]
+                if ahead:
+                    _hint_ahead(indptr, indices, data, order, b0 + t, pf, N)
                 i = order[b0 + t]
                 _score(indptr, indices, data, i, V, scale, pj, pp, t, pn[t], s, t, i2, cls, b2,
                        t2, 1 if shared else ncls[b2, t2])
@@ -984,7 +1014,6 @@ def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr
     ncls = np.zeros((1, n), dtype=np.int64)
     coef = np.zeros((n, m + 1))
     s = np.zeros((n, m + 1))
-    tmp = np.zeros(m, dtype=np.int64)
     cnt = np.zeros(K, dtype=np.int64)
     ridge = np.zeros(K)
     touched = np.zeros(n * (m + 1), dtype=np.int64)
@@ -997,12 +1026,14 @@ def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr
     lp = np.zeros((n, m + 1), dtype=np.int64)
     bads = np.zeros(n, dtype=np.int64)
     dbads = np.zeros(nthr, dtype=np.int64)
-    np.random.seed(seed)
+    smp = np.zeros((1, m), dtype=np.int64)
+    state = _seed_state(seed)
     steps = 0
     for b0 in range(0, N, n):
         nb = min(n, N - b0)
-        nt = _batch_prepare(y, order, b0, nb, K, m, shared, drop_hits, cls[0], ncls[0], tmp,
-                            cnt, touched, ridge, lr, muN, beta, red_sum)
+        state = _draw_batch(state, y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, smp,
+                            0)
+        nt = _batch_count(nb, cls[0], ncls[0], cnt, touched, ridge, lr, muN, beta, red_sum)
         step = _step_size(lr, nb, red_sum)
         for tp in numba.prange(nb):
             t = np.int64(tp)  # numba types the prange index unsigned
@@ -1011,6 +1042,7 @@ def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr
             if fused and pf > 0 and t + pf < nb:
                 t2 = t + pf
                 i2 = order[b0 + t2]
+                _hint_ahead(indptr, indices, data, order, b0 + t, pf, b0 + nb)
             na, nall = _split(cls, ncls, 0, t, cnt, False, rows, lp, lj, lp, t)
             _score(indptr, indices, data, order[b0 + t], V, scale, lj, lp, t, nall, s, t, i2,
                    cls, 0, t2, 1 if shared else ncls[0, t2])
@@ -1223,7 +1255,9 @@ class _SampledTrainer(Trainer):
                              f"K = {K} ({where}); got {m}")
         self.X = X if (sp.issparse(X) and X.format == "csr") else sp.csr_matrix(X)
         self._indptr = np.ascontiguousarray(self.X.indptr, dtype=np.int64)
-        self._indices = np.ascontiguousarray(self.X.indices, dtype=np.int64)
+        # 32-bit column indices when they fit: half the lines of a datapoint's indices
+        self._indices = np.ascontiguousarray(
+            self.X.indices, dtype=np.int32 if self.D < 2**31 else np.int64)
         self._data = np.ascontiguousarray(self.X.data, dtype=np.float64)
         self._y = np.ascontiguousarray(y, dtype=np.int64)
         #: the indices of every CSR row are sorted (the kernels then apply the shared
