@@ -98,7 +98,11 @@ def available(family: str) -> tuple[bool, str]:
     if mod is None:
         return True, "scalable_softmax"
     import importlib.util
-    if importlib.util.find_spec(mod) is None:
+    try:
+        found = importlib.util.find_spec(mod) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
         return False, (f"{mod} is not installed (the optional 'peers' extra: "
                        "pip install -e '.[peers]')")
     import importlib.metadata
