@@ -390,3 +390,38 @@ def test_isolated_run_is_killed_at_the_wall_clock_limit(tmp_path):
     r = out["results"][0]
     assert r["status"] == "killed" and "wall-clock limit of 6 s" in r["reason"]
     assert out["wall_seconds"] < 30
+
+
+def test_a_tuning_job_scores_only_the_end_on_held_out_rows(tmp_path):
+    X, y, K = _problem(N=400, K=8)
+    path = tmp_path / "p.npz"
+    P.save_problem(path, X, y, X[:50], y[:50], K)
+    res = P.run_job(P.Job(str(path), "umax", 0.1, 30.0, split="tune", max_epochs=2,
+                          eval_rows=None))
+    assert res["status"] == "completed"
+    assert len(res["points"]) == 1 and set(res["points"][0]) >= {"val_log_loss", "seconds"}
+    _, held_out = P.split_for_tuning(400, 0.2, 0)
+    sets = P._problem(P.Job(str(path), "umax", 0.1, 30.0, split="tune", eval_rows=None))[3]
+    assert list(sets) == ["val"] and sets["val"][0].shape[0] == len(held_out)
+    np.testing.assert_array_equal(sets["val"][1], y[held_out])
+
+
+def test_the_study_functions_end_to_end(tmp_path):
+    X, y, K = _problem(N=400, K=8)
+    path = str(tmp_path / "p.npz")
+    P.save_problem(path, X, y, X[:100], y[:100], K)
+    methods = ["umax", "exact"]
+    tuning = P.tune_rates([path], methods, {"umax": [0.01, 0.1]}, {path: 0.5}, max_epochs=3,
+                          eval_rows=None, progress=False)
+    assert list(tuning.lr) == [0.01, 0.1] and tuning.method.eq("umax").all()
+    assert np.isfinite(tuning.val_log_loss).all()
+    rates = P.choose_rates(tuning)
+    curves, runs = P.run_final([path], methods, rates, {path: 2.0}, max_epochs=3,
+                               eval_rows=None, isolate="family", progress=False)
+    assert list(runs.method) == methods and runs.status.isin(["completed", "time cap"]).all()
+    assert runs.lr.iloc[0] == rates.lr.iloc[0] and runs.rss_scope.iloc[0] == \
+        "child of umax+exact"
+    assert (runs.peak_rss_gb > 0).all()
+    q = P.time_to_quality(curves)
+    assert len(q) == 2 and q.group_best.nunique() == 1
+    assert (curves.groupby("method").seconds.min() == 0).all()     # the start points

@@ -8,10 +8,11 @@ method trains: evaluations pause it (as ``fit``'s ``seconds`` column does).
 Methods (:data:`METHODS`), every one with 2 threads where it can use them:
 
 * ours, through the library's trainers (:mod:`scalable_softmax.methods`) under the
-  ``"paper-text"`` protocol (:mod:`scalable_softmax.protocols`): ``implicit`` (Implicit
-  SGD; its kernel is serial), ``umax`` (U-max, Hogwild on 2 threads), ``is`` (importance
-  sampling, n = 100, m = 5, numba's threads), all at ``lr * 0.9**(epoch - 1)`` for at
-  most ``max_epochs`` epochs; and ``exact``: full-batch L-BFGS on the exact objective
+  ``"paper-text"`` protocol (:mod:`scalable_softmax.protocols`), ``mu = 0``:
+  ``implicit`` (Implicit SGD; its kernel is serial), ``umax`` (U-max, Hogwild on 2
+  threads), ``is`` (importance sampling, n = 100, m = 5; the library's default serial
+  kernel, see ``_OUR_THREAD_OPTIONS``), all at ``lr * 0.9**(epoch - 1)`` for at most
+  ``max_epochs`` epochs; and ``exact``: full-batch L-BFGS on the exact objective
   (the library's :class:`~scalable_softmax.methods.full.ExactTrainer` objective kernel,
   driven here by one ``scipy.optimize.minimize(method="L-BFGS-B")`` call whose callback
   evaluates at the checkpoints, so the curvature pairs are kept throughout);
@@ -128,8 +129,8 @@ class Job:
         evaluate on the held-out rows as ``val``).
     max_epochs : epochs of the stochastic methods (the schedule ``lr * 0.9**(e-1)``).
     eval_rows : rows of each evaluation set (a seeded subsample; None: all).
-    checkpoints : training seconds at which to evaluate (None: only the start and the
-        end); the run also evaluates at its start (``seconds = 0``) and its end.
+    checkpoints : training seconds at which to evaluate (None: only the end); a final
+        run also evaluates at its start (``seconds = 0``), every run at its end.
     options : method options (``batch_size``, ``negatives``, ``layout`` for torch).
     """
 
@@ -190,6 +191,7 @@ class _Recorder:
         self.seconds = 0.0
         self.points = []
         self.on_point = on_point
+        self.start_point = True
         self.eval_seconds = 0.0
         self._t = None
 
@@ -209,6 +211,11 @@ class _Recorder:
 
     def over(self):
         return self.now() >= self.cap
+
+    def record_start(self, W, **info):
+        """The point at ``seconds = 0`` (skipped when ``self.start_point`` is False)."""
+        if self.start_point:
+            self.record(W, **info)
 
     def record(self, W, **info):
         """Evaluate ``W`` (K x D; None: a diverged point, log-loss inf) on every set."""
@@ -283,7 +290,19 @@ def _subsample(X, y, rows, seed):
 
 
 def _problem(job: Job):
-    """Training data and evaluation sets of a job."""
+    """Training data and evaluation sets of a job (kept for the next job of the same
+    child process that needs the same ones)."""
+    key = (job.data, job.split, job.holdout, job.seed, job.eval_rows)
+    if _PROBLEM_CACHE.get("key") != key:
+        _PROBLEM_CACHE.clear()                # one problem at a time: bounded memory
+        _PROBLEM_CACHE.update(key=key, value=_make_problem(job))
+    return _PROBLEM_CACHE["value"]
+
+
+_PROBLEM_CACHE: dict = {}
+
+
+def _make_problem(job: Job):
     from .fit import _as_csr
 
     X, y, Xt, yt, K = _load(job.data)
@@ -318,7 +337,7 @@ def _run_ours(job, X, y, K, rec):
     tr.warmup()
     rng = np.random.default_rng(job.seed)
     N = X.shape[0]
-    rec.record(tr.weights(), epoch=0)
+    rec.record_start(tr.weights(), epoch=0)
     status, reason = "completed", f"{job.max_epochs} epochs"
     for e in range(1, job.max_epochs + 1):
         rec.start()
@@ -355,7 +374,7 @@ def _run_exact(job, X, y, K, rec):
     tr.init_params()
     tr.warmup()
     D = X.shape[1]
-    rec.record(tr.W, iteration=0)
+    rec.record_start(tr.W, iteration=0)
     state = {"it": 0, "stopped": False}
 
     def callback(intermediate_result):
@@ -423,7 +442,7 @@ def _run_sklearn(job, X, y, K, rec):
 
     solver = job.method.split("-", 1)[1]
     D = X.shape[1]
-    rec.record(np.zeros((K, D)), max_iter=0)
+    rec.record_start(np.zeros((K, D)), max_iter=0)
     max_iter, last_fit = 1, 0.0
     info = {"fits": 0}
     while True:
@@ -597,7 +616,7 @@ def _run_torch(job, X, y, K, rec):
     if opts:
         raise ValueError(f"unknown option(s) {sorted(opts)} for {job.method}")
     rng = np.random.default_rng(job.seed)
-    rec.record(weights(), epoch=0, steps=0)
+    rec.record_start(weights(), epoch=0, steps=0)
     steps = 0
     for e in range(1, job.max_epochs + 1):
         for g in opt.param_groups:
@@ -684,11 +703,14 @@ def run_job(job: Job, on_point=None, problem=None) -> dict:
         X, y, K, sets = problem if problem is not None else _problem(job)
         out["load_seconds"] = time.perf_counter() - t0
         rec = _Recorder(sets, job.checkpoints, job.cap_seconds, on_point)
+        rec.start_point = job.split == "final"     # tuning scores only the end
         family = METHODS[job.method]
         runner = _run_exact if job.method == "exact" else _RUNNERS[family]
         status, reason, info = runner(job, X, y, K, rec)
         out.update(status=status, reason=reason, info=info)
     except (Exception, MemoryError) as exc:   # noqa: BLE001 -- reported, not hidden
+        if rec is not None:
+            rec.stop()
         out.update(status=classify_failure(exc),
                    reason=f"{type(exc).__name__}: {str(exc)[:300]}"
                    + (f" (after {rec.now():.3g} training seconds)" if rec is not None else
