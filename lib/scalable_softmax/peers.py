@@ -407,9 +407,10 @@ def _run_exact(job, X, y, K, rec):
         rec.stop()
         if "x" in state:       # the last accepted iterate, at the time the cap passed
             rec.record(state["x"].reshape(D, K).T, iteration=state["it"])
-        return "time cap", (f"the cap passed during L-BFGS iteration {state['it'] + 1} "
-                            f"(after {tr.nfev} objective evaluations)"), \
-            {"iterations": state["it"], "nfev": tr.nfev}
+        why = (f"the cap passed during L-BFGS iteration {state['it'] + 1} (after "
+               f"{tr.nfev} objective evaluations)" if tr.nfev else
+               "the cap passed before the first objective evaluation had finished")
+        return "time cap", why, {"iterations": state["it"], "nfev": tr.nfev}
     rec.stop()
     info = {"iterations": int(res.nit), "message": str(res.message), "nfev": tr.nfev}
     if state["stopped"]:
