@@ -8,6 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
+PEERS_STAMP := $(VENV)/.peers-stamp
 export SOFTMAX_DATA_DIR ?= $(CURDIR)/data/raw
 export DATA_MIRROR ?= $(abspath $(CURDIR)/../shared/data)
 # keep numba's compiled kernels between runs
@@ -54,7 +55,7 @@ table1: data  ## print the paper's Table 1 beside ours
 	$(BIN)/python -m scalable_softmax.data table1
 
 # extensions beyond the papers, run by `make reproduce-extra` (outside the 45-minute budget)
-EXTRA_NAMES := 11-tuned-rates
+EXTRA_NAMES := 11-tuned-rates 12-peers
 NOTEBOOK_NAMES := $(filter-out $(EXTRA_NAMES),$(basename $(notdir $(wildcard notebooks/[0-9][0-9]-*.ipynb))))
 EXECUTED := $(patsubst %,build/executed/full/%.ipynb,$(NOTEBOOK_NAMES))
 EXTRA_EXECUTED := $(patsubst %,build/executed/full/%.ipynb,$(EXTRA_NAMES))
@@ -77,7 +78,14 @@ tables/data-table1.md: $(LIB_SOURCES) $(DATA_STAMP) | $(STAMP)
 reproduce: data tables/data-table1.md $(EXECUTED)  ## regenerate every table and figure
 	$(BIN)/python -m scalable_softmax.notebooks provenance --profile full
 
-reproduce-extra: reproduce $(EXTRA_EXECUTED)  ## also the extensions (notebook 11: Table 3 at our tuned rates, ~15 min)
+# notebook 12 compares with scikit-learn and PyTorch: the optional `peers` extra
+build/executed/full/12-peers.ipynb: $(PEERS_STAMP)
+
+$(PEERS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[peers]'
+	touch $@
+
+reproduce-extra: reproduce $(EXTRA_EXECUTED)  ## also the extensions (notebook 11: Table 3 at our tuned rates, ~15 min; 12: peers, ~15 min)
 	$(BIN)/python -m scalable_softmax.notebooks provenance --profile full
 
 # without the data (offline, no mirror) the tests that need them are reported as
