@@ -80,26 +80,42 @@ Kernels
 One numba kernel runs a whole epoch over CSR arrays (``indptr, indices, data``).
 ``_sampled_epoch`` is the serial kernel. With ``fused=False`` it is the
 straightforward loop: draw the batch's classes, score every datapoint at the old
-``W``, then apply every update. With ``fused=True`` (default) a class row that no
-other datapoint of the batch touches is updated right after its datapoint is scored,
-while its lines are in cache, and the lines of the datapoint ``prefetch`` places ahead
-are hinted to the memory system; rows shared within the batch are updated after the
-whole batch is scored, as before. This is still true minibatch SGD (every gradient
-is taken at the old ``W``) and each element receives the same operations in the same
-order: the results are bit-identical. ``_sampled_epoch_par`` is the fused kernel on
-numba's threads (the datapoints of a batch in parallel; the shared rows' updates
-split by class row, ``j % threads``): bit-identical too, for any number of threads.
-The class draws are made serially with numba's generator, seeded inside the kernel
-by ``seed``; :func:`epoch_draws` replays them. :func:`reference_step` is the plain
-NumPy step the kernels are tested against. A step whose update makes a weight
-non-finite stops the epoch (``EpochReport.diverged_at``); the losses' gradients are
-bounded (by ``r ||x||`` for OVE, ``||x||`` for NCE and IS), so this takes a huge
-learning rate or data.
+``W``, then apply every update datapoint by datapoint. With ``fused=True`` (default)
+the rows that several datapoints of the batch touch (with shared negatives: the ``m``
+shared rows) are scored for every datapoint first; then each datapoint scores its own
+rows (those no other datapoint of the batch touches: its label's, and its own
+negatives') and applies its whole update at once, its own rows while their lines are
+in cache. This is still true minibatch SGD (every gradient is taken at the old ``W``)
+and each element receives the same operations in the same order as in the
+straightforward loop: the results are bit-identical. Memory: the classes are drawn one
+batch ahead (the same draws in the same order), so that while a datapoint is scored
+the lines of the datapoint ``prefetch`` places ahead (its label's row; with
+per-datapoint negatives all its rows) and the CSR lines of the one ``2 prefetch``
+ahead are hinted to the memory system, across batch boundaries; with shared
+negatives the batch's shared rows are first read in address order, one element per
+cache line, so that the hardware streams them in at full bandwidth instead of
+fetching them one random column at a time. ``_sampled_epoch_par`` is the fused kernel
+on numba's threads (the datapoints of a batch in parallel; the updates of rows shared
+within the batch after them, split by columns): bit-identical too, for any number of
+threads.
 
-Speed: each datapoint reads and writes ``(m+1) nnz(x)`` elements of ``W`` at random
-rows, about one cache line each; when ``W`` is far larger than the caches this is
-bound by the machine's random-access rate (``benchmarks/bench_sampled.py`` measures
-both). Shared negatives make ``m`` of those rows common to the batch, hence cached.
+The class draws are made serially with the splitmix64 generator of the U-max kernels
+(:mod:`scalable_softmax.methods.sgd`), seeded inside the kernel by ``seed``; Floyd's
+algorithm draws ``m`` distinct classes with exactly ``m`` draws.
+:func:`epoch_draws` replays them. :func:`reference_step` is the plain NumPy step the
+kernels are tested against. A step whose update makes a weight non-finite stops the
+epoch (``EpochReport.diverged_at``); the losses' gradients are bounded (by
+``r ||x||`` for OVE, ``||x||`` for NCE and IS), so this takes a huge learning rate or
+data.
+
+Speed (``benchmarks/bench_sampled.py``, beside U-max and loops that make only the
+kernels' memory accesses): with per-datapoint negatives each datapoint reads and
+writes ``(m+1) nnz(x)`` elements of ``W`` at random rows, about one cache line each;
+when ``W`` is far larger than the caches the kernel runs close to a loop that makes
+just those accesses in the same order. With shared negatives a datapoint touches
+``nnz(x)`` random lines (its label's row) and the batch streams its ``m`` shared rows
+in and out (about ``m D / (8 n)`` lines per datapoint); all their scores must be taken
+before any of their updates, so the shared rows are passed over twice in cache.
 """
 from __future__ import annotations
 
@@ -1043,7 +1059,10 @@ def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr
                 t2 = t + pf
                 i2 = order[b0 + t2]
                 _hint_ahead(indptr, indices, data, order, b0 + t, pf, b0 + nb)
-            na, nall = _split(cls, ncls, 0, t, cnt, False, rows, lp, lj, lp, t)
+            nall = ncls[0, t]  # every class of the datapoint, at the old W
+            for jj in range(nall):
+                lj[t, jj] = cls[0, t, jj]
+                lp[t, jj] = jj
             _score(indptr, indices, data, order[b0 + t], V, scale, lj, lp, t, nall, s, t, i2,
                    cls, 0, t2, 1 if shared else ncls[0, t2])
             _coefs(kind, logr, c_nce, s, t, ncls[0, t], coef, t)
@@ -1225,7 +1244,9 @@ class _SampledTrainer(Trainer):
         two-phase loop; identical results).
     prefetch : int, default 1
         with ``fused``: hint the cache lines of the datapoint this many places ahead
-        while the current one is processed (0: off; no effect on results).
+        (and the CSR lines of the one twice as far) while the current one is
+        processed; with shared negatives also stream the batch's shared rows in first
+        (0: none of this; no effect on results).
     parallel : bool, default False
         use numba's threads (bit-identical results). Off by default: the kernel
         synchronises its threads twice per minibatch, which only pays on idle cores.
