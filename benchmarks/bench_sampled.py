@@ -3,23 +3,29 @@ softmax SGD (methods/full.py), plus the converged-point comparison.
 
 Measures, in one run (ratios side by side):
 
-1. ``bound``: the machine's rate of random cache-line read-modify-writes on an array
-   the size of W, divided by the lines one datapoint touches (``(m+1) * nnz`` for
-   per-datapoint sampling): the memory-latency bound of these kernels.
-2. ``sparse``: the issue's shape, N=100,000, D=10,000, ~50 non-zeros per row
-   (uniform random columns, L2-normalised rows), K=18,000, n=100, m=5; W written at
-   initialisation. For each of ove, nce, is, with classes drawn per datapoint
-   (default) and shared by the minibatch (``shared_negatives``): the straightforward
-   kernel (``fused=False``: score the batch, then apply), ``fused=True`` (apply a
-   row's update while it is in cache) without and with ``prefetch=1`` (the default),
-   and the default on numba's threads (``parallel=True``). Also ove with ``mu > 0``
-   (lazy ridge) against ``mu = 0``.
-3. ``sparse_zipf``: ove on the same shape with Zipf-distributed columns and labels
+1. ``headline``: on the issue's shape (N=100,000, D=10,000, ~50 non-zeros per row,
+   uniform random columns, L2-normalised rows, K=18,000, n=100, m=5; one W written at
+   initialisation and shared by every variant), interleaved epoch by epoch: U-max (one
+   class per step, its default pipelined kernel), the nine sampled kernels (ove, nce,
+   is; own negatives, shared negatives, and shared with the authors' TensorFlow
+   settings: accidental hits kept, summed loss, IS unweighted), and the bound loops of
+   their three access patterns (:func:`_pattern`, :func:`_pattern_kernel_order`): the
+   kernels' own draws, every entry a kernel writes read-modified-written and nothing
+   else, in several orders (one pass; hints ahead; the kernels' own two passes). With
+   ``--baseline REV`` the kernels of an earlier revision are timed in the same run
+   (the "before").
+2. ``bound``: context, the machine's rate of single-element read-modify-writes at
+   independent random places of W.
+3. ``sparse``: every kernel variant of ove, nce, is with own and shared negatives:
+   the straightforward kernel (``fused=False``), ``fused=True`` without and with
+   ``prefetch=1`` (the default), and the default on numba's threads
+   (``parallel=True``). Also ove with ``mu > 0`` (lazy ridge) against ``mu = 0``.
+4. ``sparse_zipf``: ove on the same shape with Zipf-distributed columns and labels
    (text-like), for context.
-4. ``softmax_sgd``: exact softmax SGD (n = 100), O(K) per datapoint, at K = 18,000
+5. ``softmax_sgd``: exact softmax SGD (n = 100), O(K) per datapoint, at K = 18,000
    and K = 1,000 (20 and 200 minibatches, not whole epochs): the straightforward
    kernel (``transposed=False``) beside the default one, serial and on threads.
-5. ``converged``: on a small ridge problem (N=200, D=10, K=5, mu=1), the distance of
+6. ``converged``: on a small ridge problem (N=200, D=10, K=5, mu=1), the distance of
    each method's end point to the exact optimum (L-BFGS), as in tests/test_sampled.py.
 
 Rates are datapoints per second (datapoint-updates/s), best and median over repeated
@@ -28,7 +34,8 @@ machine load affects them alike. Also the CPU-time rate (process time) of the se
 variants, less sensitive to other processes. The machine is shared (2 cores): the
 load average is recorded.
 
-Usage: ``python benchmarks/bench_sampled.py [--quick] [--repeats R]``; results go to
+Usage: ``python benchmarks/bench_sampled.py [--quick] [--repeats R] [--baseline REV]``;
+results go to
 ``benchmarks/results/sampled.json`` and ``sampled.md`` (``sampled-quick.*`` with
 ``--quick``).
 """

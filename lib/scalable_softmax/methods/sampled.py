@@ -746,25 +746,21 @@ def _split(cls, ncls, b, t, cnt, fused, pj, pp, dj, dp, r):
 
 
 @numba.njit(**IJIT)
-def _apply_private(indptr, indices, data, i, V, scale, cls, ncls, b, t, g, cnt, step, ridge,
-                   rows, coefs, r):
-    """Apply datapoint ``i``'s update (classes ``cls[b, t]``, coefficients ``g[t]``) to
-    its rows that no other datapoint of the batch touches (``cnt[j] == 1``): the lazy
-    ridge shrink, then ``w_j -= step g_j x_i``. Returns 1 if a weight became non-finite.
-    ``rows``, ``coefs``: scratch (row ``r``)."""
+def _apply_private(indptr, indices, data, i, V, scale, y0, pj, pp, t, nr, g, step, ridge,
+                   ridged, coefs):
+    """Apply datapoint ``i``'s update (coefficients ``g[t]``) to its rows that no other
+    datapoint of the batch touches, listed by :func:`_split` (``pj[t, :nr]``, at the
+    positions ``pp[t, :nr]``; ``y0``: its label): with ``ridged``, the lazy ridge
+    shrink, then ``w_j -= step g_j x_i``. Returns 1 if a weight became non-finite.
+    ``coefs``: scratch (row ``t``)."""
     bad = 0
-    nr = 0
-    y0 = cls[b, t, 0]
-    for jj in range(ncls[b, t]):
-        j = cls[b, t, jj]
-        if cnt[j] != 1:
-            continue
-        if ridge[j] != 0.0 and (jj == 0 or j != y0):
+    for k in range(nr):
+        j = pj[t, k]
+        jj = pp[t, k]
+        if ridged and ridge[j] != 0.0 and (jj == 0 or j != y0):
             bad |= _shrink_row(V, scale, j, 1.0 - ridge[j])
-        rows[r, nr] = j
-        coefs[r, nr] = step * g[t, jj] / scale[j]
-        nr += 1
-    bad |= _axpy_list(indices, data, indptr[i], indptr[i + 1], V, rows, coefs, r, nr)
+        coefs[t, k] = step * g[t, jj] / scale[j]
+    bad |= _axpy_list(indices, data, indptr[i], indptr[i + 1], V, pj, coefs, t, nr)
     return bad
 
 
@@ -889,7 +885,7 @@ def _buffers(n, m, K):
     i = lambda *shape: np.zeros(shape, dtype=np.int64)  # noqa: E731
     return (i(2, n, m + 1), i(2, n), i(2, m), z(n, m + 1), z(n, m + 1), i(K), z(K),
             i(n * (m + 1)), i(n, m + 1), i(n, m + 1), z(n, m + 1), i(n), i(n, m + 1),
-            i(n, m + 1), i(n), i(1, m + 1), z(1, m + 1))
+            i(n, m + 1), i(n), z(n, m + 1))
 
 
 @numba.njit(**NJIT)
@@ -922,8 +918,7 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
     """
     N = order.shape[0]
     K = V.shape[0]
-    (cls, ncls, smp, coef, s, cnt, ridge, touched, dj, dp, da, dn, pj, pp, pn, rows,
-     rcoef) = buf
+    cls, ncls, smp, coef, s, cnt, ridge, touched, dj, dp, da, dn, pj, pp, pn, pa = buf
     sink = 0.0
     state = _seed_state(seed)
     ahead = fused and pf > 0
@@ -999,8 +994,8 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
                 _score(indptr, indices, data, i, V, scale, pj, pp, t, pn[t], s, t, i2, cls, b2,
                        t2, 1 if shared else ncls[b2, t2])
                 _coefs(kind, logr, c_nce, s, t, ncls[bi, t], coef, t)
-                bad |= _apply_private(indptr, indices, data, i, V, scale, cls, ncls, bi, t,
-                                      coef, cnt, step, ridge, rows, rcoef, 0)
+                bad |= _apply_private(indptr, indices, data, i, V, scale, cls[bi, t, 0], pj,
+                                      pp, t, pn[t], coef, step, ridge, muN > 0.0, pa)
                 if dn[t] > 0:
                     for k in range(dn[t]):
                         da[t, k] = step * coef[t, dp[t, k]] / scale[dj[t, k]]
@@ -1040,6 +1035,7 @@ def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr
     rcoef = np.zeros((n, m + 1))
     lj = np.zeros((n, m + 1), dtype=np.int64)
     lp = np.zeros((n, m + 1), dtype=np.int64)
+    rp = np.zeros((n, m + 1), dtype=np.int64)
     bads = np.zeros(n, dtype=np.int64)
     dbads = np.zeros(nthr, dtype=np.int64)
     smp = np.zeros((1, m), dtype=np.int64)
@@ -1068,8 +1064,10 @@ def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr
             _coefs(kind, logr, c_nce, s, t, ncls[0, t], coef, t)
             bads[t] = 0
             if fused:
-                bads[t] = _apply_private(indptr, indices, data, order[b0 + t], V, scale, cls,
-                                         ncls, 0, t, coef, cnt, step, ridge, rows, rcoef, t)
+                na, _ = _split(cls, ncls, 0, t, cnt, True, rows, rp, lj, lp, t)
+                bads[t] = _apply_private(indptr, indices, data, order[b0 + t], V, scale,
+                                         cls[0, t, 0], rows, rp, t, na, coef, step, ridge,
+                                         muN > 0.0, rcoef)
         b2, tot = _deferred_prepare(nb, cls, ncls, 0, coef, V, scale, cnt, touched, nt, step,
                                     ridge, fused, dj, da, dn)
         dbads[:] = 0
