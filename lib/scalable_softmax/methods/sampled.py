@@ -292,7 +292,8 @@ def _coefs(kind, logr, c_nce, s, sr, nc, g, gr):
 @numba.njit(**JIT)
 def _dot(indices, data, p0, p1, row):
     """``sum_p data[p] * row[indices[p]]`` with four partial sums (shorter
-    dependency chains; every kernel uses this one summation order)."""
+    dependency chains; every kernel uses this one summation order: exact softmax SGD
+    calls this function, the sampled kernels :func:`_dot1`, :func:`_dot2`, :func:`_dot3`)."""
     a0 = 0.0
     a1 = 0.0
     a2 = 0.0
