@@ -3,23 +3,29 @@ softmax SGD (methods/full.py), plus the converged-point comparison.
 
 Measures, in one run (ratios side by side):
 
-1. ``bound``: the machine's rate of random cache-line read-modify-writes on an array
-   the size of W, divided by the lines one datapoint touches (``(m+1) * nnz`` for
-   per-datapoint sampling): the memory-latency bound of these kernels.
-2. ``sparse``: the issue's shape, N=100,000, D=10,000, ~50 non-zeros per row
-   (uniform random columns, L2-normalised rows), K=18,000, n=100, m=5; W written at
-   initialisation. For each of ove, nce, is, with classes drawn per datapoint
-   (default) and shared by the minibatch (``shared_negatives``): the straightforward
-   kernel (``fused=False``: score the batch, then apply), ``fused=True`` (apply a
-   row's update while it is in cache) without and with ``prefetch=1`` (the default),
-   and the default on numba's threads (``parallel=True``). Also ove with ``mu > 0``
-   (lazy ridge) against ``mu = 0``.
-3. ``sparse_zipf``: ove on the same shape with Zipf-distributed columns and labels
+1. ``headline``: on the issue's shape (N=100,000, D=10,000, ~50 non-zeros per row,
+   uniform random columns, L2-normalised rows, K=18,000, n=100, m=5; one W written at
+   initialisation and shared by every variant), interleaved epoch by epoch: U-max (one
+   class per step, its default pipelined kernel), the nine sampled kernels (ove, nce,
+   is; own negatives, shared negatives, and shared with the authors' TensorFlow
+   settings: accidental hits kept, summed loss, IS unweighted), and the bound loops of
+   their three access patterns (:func:`_pattern`, :func:`_pattern_kernel_order`): the
+   kernels' own draws, every entry a kernel writes read-modified-written and nothing
+   else, in several orders (one pass; hints ahead; the kernels' own two passes). With
+   ``--baseline REV`` the kernels of an earlier revision are timed in the same run
+   (the "before").
+2. ``bound``: context, the machine's rate of single-element read-modify-writes at
+   independent random places of W.
+3. ``sparse``: every kernel variant of ove, nce, is with own and shared negatives:
+   the straightforward kernel (``fused=False``), ``fused=True`` without and with
+   ``prefetch=1`` (the default), and the default on numba's threads
+   (``parallel=True``). Also ove with ``mu > 0`` (lazy ridge) against ``mu = 0``.
+4. ``sparse_zipf``: ove on the same shape with Zipf-distributed columns and labels
    (text-like), for context.
-4. ``softmax_sgd``: exact softmax SGD (n = 100), O(K) per datapoint, at K = 18,000
+5. ``softmax_sgd``: exact softmax SGD (n = 100), O(K) per datapoint, at K = 18,000
    and K = 1,000 (20 and 200 minibatches, not whole epochs): the straightforward
    kernel (``transposed=False``) beside the default one, serial and on threads.
-5. ``converged``: on a small ridge problem (N=200, D=10, K=5, mu=1), the distance of
+6. ``converged``: on a small ridge problem (N=200, D=10, K=5, mu=1), the distance of
    each method's end point to the exact optimum (L-BFGS), as in tests/test_sampled.py.
 
 Rates are datapoints per second (datapoint-updates/s), best and median over repeated
@@ -28,7 +34,8 @@ machine load affects them alike. Also the CPU-time rate (process time) of the se
 variants, less sensitive to other processes. The machine is shared (2 cores): the
 load average is recorded.
 
-Usage: ``python benchmarks/bench_sampled.py [--quick] [--repeats R]``; results go to
+Usage: ``python benchmarks/bench_sampled.py [--quick] [--repeats R] [--baseline REV]``;
+results go to
 ``benchmarks/results/sampled.json`` and ``sampled.md`` (``sampled-quick.*`` with
 ``--quick``).
 """
@@ -537,8 +544,14 @@ def headline_summary(rates):
                        "bound": which[pat],
                        "bound_us_per_datapoint": 1.0 / bounds[pat],
                        "over_bound": bounds[pat] / v[key]}
-        summ[key.split("_")[0]] = {"kernels": rows,
-                                   "bounds_over_umax": {p: um / b for p, b in bounds.items()}}
+            ko = rates.get(f"bound_{pat}_kernel_order")
+            if ko is not None:
+                rows[k]["over_kernel_order_bound"] = ko[key] / v[key]
+        summ[key.split("_")[0]] = {
+            "kernels": rows, "bounds_over_umax": {p: um / b for p, b in bounds.items()},
+            "kernel_order_bounds_over_umax": {
+                p: um / rates[f"bound_{p}_kernel_order"][key] for p in PATTERN_LOOPS
+                if f"bound_{p}_kernel_order" in rates}}
     return summ
 
 
@@ -699,7 +712,7 @@ def _table(rows, unit="M/s", cpu=True):
 
 
 def headline_markdown(h, sh):
-    """The headline table: per-datapoint times, ratios to U-max and to the bound."""
+    """The headline table: per-datapoint times, ratios to U-max and to the bounds."""
     r = h["rates"]
     sb, sm = h["summary"]["best"], h["summary"]["median"]
     L = ["Every variant below ran in one call, interleaved epoch by epoch on the same W: "
@@ -707,31 +720,48 @@ def headline_markdown(h, sh):
          "with default options (`own`: each datapoint its own m negatives; `shared`: m "
          "shared by the minibatch) and with the authors' TensorFlow settings (`shared_tf`: "
          "shared, accidental hits kept, summed loss, IS unweighted), and the bound loops "
-         "(`benchmarks/bench_sampled.py::_pattern`): the kernels' own draws, every entry a "
-         "kernel writes read-modified-written (`W[j, c] += tiny`, nothing else), in the "
-         "orders a kernel may use (`rmw`: one pass; `hintD`: the lines of the datapoint D "
-         "ahead hinted; `x`: also the CSR lines of the datapoint 2D ahead; `touch`: the batch's shared rows first read in address order; "
-         "`read_rmw`: all entries read, then written, the kernels' two passes). The bound "
-         "of a pattern is its fastest loop. Times are per datapoint (per step for U-max).",
+         "of the three access patterns (U-max's: label row and one random row per step; "
+         "`own`: label row and m random rows; `shared`: label row and the batch's m "
+         "shared rows): the kernels' own draws, every entry a kernel writes "
+         "read-modified-written (`W[j, c] += tiny`) and no other work. `_pattern` makes "
+         "them in one pass per datapoint, in several orders (`rmw`: plain; `hintD`: the "
+         "lines of the datapoint D ahead hinted; `x`: also the CSR lines of the datapoint "
+         "2D ahead; `touch`: the batch's shared rows first read in address order; "
+         "`read_rmw`: a datapoint's entries all read, then written). "
+         "`_pattern_kernel_order` makes them in the kernels' own order with the kernels' "
+         "own loops: the shared rows scored for the whole batch before any of them is "
+         "written (true minibatch SGD takes every gradient at the old W), then per "
+         "datapoint its own rows read and every entry it touches written; it does the "
+         "dot products' multiply-adds and nothing else. The bound of a pattern is its "
+         "fastest loop; `/ kernel-order` compares with the kernel-order loop. Times are "
+         "per datapoint (per step for U-max).",
          "",
          "| variant | best M/s | median M/s | us / datapoint (best) | / U-max (best) | "
-         "/ U-max (median) | bound loop | / bound (best) | / bound (median) |",
-         "|---|---|---|---|---|---|---|---|---|"]
+         "/ U-max (median) | fastest bound loop | / bound (best) | / bound (median) | "
+         "/ kernel-order (best) | / kernel-order (median) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for k, v in sb["kernels"].items():
         w = sm["kernels"][k]
+        ko = (f"{v['over_kernel_order_bound']:.2f} | {w['over_kernel_order_bound']:.2f}"
+              if "over_kernel_order_bound" in v else "- | -")
         L.append(f"| {k} | {r[k]['best_M_per_s']:.3f} | {r[k]['median_M_per_s']:.3f} | "
                  f"{v['us_per_datapoint']:.3f} | {v['over_umax']:.2f} | {w['over_umax']:.2f} "
-                 f"| {v['bound']} | {v['over_bound']:.2f} | {w['over_bound']:.2f} |")
-    L += ["", "| bound loop | best M/s | median M/s | us / datapoint (best) |",
-          "|---|---|---|---|"]
+                 f"| {v['bound']} | {v['over_bound']:.2f} | {w['over_bound']:.2f} | {ko} |")
+    L += ["", "| bound loop | best M/s | median M/s | us / datapoint (best) | / U-max (best) "
+          "| / U-max (median) |", "|---|---|---|---|---|---|"]
     for k, v in r.items():
         if k.startswith("bound_"):
             L.append(f"| {k} | {v['best_M_per_s']:.3f} | {v['median_M_per_s']:.3f} | "
-                     f"{1 / v['best_M_per_s']:.3f} |")
+                     f"{1 / v['best_M_per_s']:.3f} | "
+                     f"{r['umax']['best_M_per_s'] / v['best_M_per_s']:.2f} | "
+                     f"{r['umax']['median_M_per_s'] / v['median_M_per_s']:.2f} |")
     L += ["", "Fastest bound loop per pattern, per datapoint, over U-max's time per step: "
           + "; ".join(f"{p} {sb['bounds_over_umax'][p]:.2f} (best), "
                       f"{sm['bounds_over_umax'][p]:.2f} (median)" for p in sb['bounds_over_umax'])
-          + "."]
+          + ". Kernel-order loops over U-max: "
+          + "; ".join(f"{p} {sb['kernel_order_bounds_over_umax'][p]:.2f} (best), "
+                      f"{sm['kernel_order_bounds_over_umax'][p]:.2f} (median)"
+                      for p in sb.get('kernel_order_bounds_over_umax', {})) + "."]
     if "baseline_rev" in h:
         L += ["", f"`before_*`: the kernels of revision {h['baseline_rev'][:10]} (the module "
               "loaded from git), timed in the same run."]
@@ -811,6 +841,7 @@ def _write(path, text):
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         f.write(text)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 
@@ -820,12 +851,20 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3, help="timed epochs per variant")
     ap.add_argument("--baseline", metavar="REV", default=None,
                     help="also time methods/sampled.py of this git revision (the 'before')")
+    ap.add_argument("--markdown-only", action="store_true",
+                    help="rewrite the .md from the existing .json (no timing)")
     a = ap.parse_args(argv)
+    stem = "sampled-quick" if a.quick else "sampled"
+    if a.markdown_only:
+        res = json.loads((RESULTS / f"{stem}.json").read_text())
+        res["headline"]["summary"] = headline_summary(res["headline"]["rates"])
+        _write(RESULTS / f"{stem}.json", json.dumps(res, indent=1) + "\n")
+        _write(RESULTS / f"{stem}.md", to_markdown(res))
+        return
     baseline = load_baseline(a.baseline) if a.baseline else None
     res = run(quick=a.quick, repeats=a.repeats, baseline=baseline)
     if baseline:
         res["baseline_rev"] = baseline[1]
-    stem = "sampled-quick" if a.quick else "sampled"
     _write(RESULTS / f"{stem}.json", json.dumps(res, indent=1) + "\n")
     _write(RESULTS / f"{stem}.md", to_markdown(res))
     print(to_markdown(res))

@@ -80,26 +80,42 @@ Kernels
 One numba kernel runs a whole epoch over CSR arrays (``indptr, indices, data``).
 ``_sampled_epoch`` is the serial kernel. With ``fused=False`` it is the
 straightforward loop: draw the batch's classes, score every datapoint at the old
-``W``, then apply every update. With ``fused=True`` (default) a class row that no
-other datapoint of the batch touches is updated right after its datapoint is scored,
-while its lines are in cache, and the lines of the datapoint ``prefetch`` places ahead
-are hinted to the memory system; rows shared within the batch are updated after the
-whole batch is scored, as before. This is still true minibatch SGD (every gradient
-is taken at the old ``W``) and each element receives the same operations in the same
-order: the results are bit-identical. ``_sampled_epoch_par`` is the fused kernel on
-numba's threads (the datapoints of a batch in parallel; the shared rows' updates
-split by class row, ``j % threads``): bit-identical too, for any number of threads.
-The class draws are made serially with numba's generator, seeded inside the kernel
-by ``seed``; :func:`epoch_draws` replays them. :func:`reference_step` is the plain
-NumPy step the kernels are tested against. A step whose update makes a weight
-non-finite stops the epoch (``EpochReport.diverged_at``); the losses' gradients are
-bounded (by ``r ||x||`` for OVE, ``||x||`` for NCE and IS), so this takes a huge
-learning rate or data.
+``W``, then apply every update datapoint by datapoint. With ``fused=True`` (default)
+the rows that several datapoints of the batch touch (with shared negatives: the ``m``
+shared rows) are scored for every datapoint first; then each datapoint scores its own
+rows (those no other datapoint of the batch touches: its label's, and its own
+negatives') and applies its whole update at once, its own rows while their lines are
+in cache. This is still true minibatch SGD (every gradient is taken at the old ``W``)
+and each element receives the same operations in the same order as in the
+straightforward loop: the results are bit-identical. Memory: the classes are drawn one
+batch ahead (the same draws in the same order), so that while a datapoint is scored
+the lines of the datapoint ``prefetch`` places ahead (its label's row; with
+per-datapoint negatives all its rows) and the CSR lines of the one ``2 prefetch``
+ahead are hinted to the memory system, across batch boundaries; with shared
+negatives the batch's shared rows are first read in address order, one element per
+cache line, so that the hardware streams them in at full bandwidth instead of
+fetching them one random column at a time. ``_sampled_epoch_par`` is the fused kernel
+on numba's threads (the datapoints of a batch in parallel; the updates of rows shared
+within the batch after them, split by columns): bit-identical too, for any number of
+threads.
 
-Speed: each datapoint reads and writes ``(m+1) nnz(x)`` elements of ``W`` at random
-rows, about one cache line each; when ``W`` is far larger than the caches this is
-bound by the machine's random-access rate (``benchmarks/bench_sampled.py`` measures
-both). Shared negatives make ``m`` of those rows common to the batch, hence cached.
+The class draws are made serially with the splitmix64 generator of the U-max kernels
+(:mod:`scalable_softmax.methods.sgd`), seeded inside the kernel by ``seed``; Floyd's
+algorithm draws ``m`` distinct classes with exactly ``m`` draws.
+:func:`epoch_draws` replays them. :func:`reference_step` is the plain NumPy step the
+kernels are tested against. A step whose update makes a weight non-finite stops the
+epoch (``EpochReport.diverged_at``); the losses' gradients are bounded (by
+``r ||x||`` for OVE, ``||x||`` for NCE and IS), so this takes a huge learning rate or
+data.
+
+Speed (``benchmarks/bench_sampled.py``, beside U-max and loops that make only the
+kernels' memory accesses): with per-datapoint negatives each datapoint reads and
+writes ``(m+1) nnz(x)`` elements of ``W`` at random rows, about one cache line each;
+when ``W`` is far larger than the caches the kernel runs close to a loop that makes
+just those accesses in the same order. With shared negatives a datapoint touches
+``nnz(x)`` random lines (its label's row) and the batch streams its ``m`` shared rows
+in and out (about ``m D / (8 n)`` lines per datapoint); all their scores must be taken
+before any of their updates, so the shared rows are passed over twice in cache.
 """
 from __future__ import annotations
 
@@ -276,7 +292,8 @@ def _coefs(kind, logr, c_nce, s, sr, nc, g, gr):
 @numba.njit(**JIT)
 def _dot(indices, data, p0, p1, row):
     """``sum_p data[p] * row[indices[p]]`` with four partial sums (shorter
-    dependency chains; every kernel uses this one summation order)."""
+    dependency chains; every kernel uses this one summation order: exact softmax SGD
+    calls this function, the sampled kernels :func:`_dot1`, :func:`_dot2`, :func:`_dot3`)."""
     a0 = 0.0
     a1 = 0.0
     a2 = 0.0
@@ -730,25 +747,21 @@ def _split(cls, ncls, b, t, cnt, fused, pj, pp, dj, dp, r):
 
 
 @numba.njit(**IJIT)
-def _apply_private(indptr, indices, data, i, V, scale, cls, ncls, b, t, g, cnt, step, ridge,
-                   rows, coefs, r):
-    """Apply datapoint ``i``'s update (classes ``cls[b, t]``, coefficients ``g[t]``) to
-    its rows that no other datapoint of the batch touches (``cnt[j] == 1``): the lazy
-    ridge shrink, then ``w_j -= step g_j x_i``. Returns 1 if a weight became non-finite.
-    ``rows``, ``coefs``: scratch (row ``r``)."""
+def _apply_private(indptr, indices, data, i, V, scale, y0, pj, pp, t, nr, g, step, ridge,
+                   ridged, coefs):
+    """Apply datapoint ``i``'s update (coefficients ``g[t]``) to its rows that no other
+    datapoint of the batch touches, listed by :func:`_split` (``pj[t, :nr]``, at the
+    positions ``pp[t, :nr]``; ``y0``: its label): with ``ridged``, the lazy ridge
+    shrink, then ``w_j -= step g_j x_i``. Returns 1 if a weight became non-finite.
+    ``coefs``: scratch (row ``t``)."""
     bad = 0
-    nr = 0
-    y0 = cls[b, t, 0]
-    for jj in range(ncls[b, t]):
-        j = cls[b, t, jj]
-        if cnt[j] != 1:
-            continue
-        if ridge[j] != 0.0 and (jj == 0 or j != y0):
+    for k in range(nr):
+        j = pj[t, k]
+        jj = pp[t, k]
+        if ridged and ridge[j] != 0.0 and (jj == 0 or j != y0):
             bad |= _shrink_row(V, scale, j, 1.0 - ridge[j])
-        rows[r, nr] = j
-        coefs[r, nr] = step * g[t, jj] / scale[j]
-        nr += 1
-    bad |= _axpy_list(indices, data, indptr[i], indptr[i + 1], V, rows, coefs, r, nr)
+        coefs[t, k] = step * g[t, jj] / scale[j]
+    bad |= _axpy_list(indices, data, indptr[i], indptr[i + 1], V, pj, coefs, t, nr)
     return bad
 
 
@@ -873,7 +886,7 @@ def _buffers(n, m, K):
     i = lambda *shape: np.zeros(shape, dtype=np.int64)  # noqa: E731
     return (i(2, n, m + 1), i(2, n), i(2, m), z(n, m + 1), z(n, m + 1), i(K), z(K),
             i(n * (m + 1)), i(n, m + 1), i(n, m + 1), z(n, m + 1), i(n), i(n, m + 1),
-            i(n, m + 1), i(n), i(1, m + 1), z(1, m + 1))
+            i(n, m + 1), i(n), z(n, m + 1))
 
 
 @numba.njit(**NJIT)
@@ -906,8 +919,7 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
     """
     N = order.shape[0]
     K = V.shape[0]
-    (cls, ncls, smp, coef, s, cnt, ridge, touched, dj, dp, da, dn, pj, pp, pn, rows,
-     rcoef) = buf
+    cls, ncls, smp, coef, s, cnt, ridge, touched, dj, dp, da, dn, pj, pp, pn, pa = buf
     sink = 0.0
     state = _seed_state(seed)
     ahead = fused and pf > 0
@@ -983,8 +995,8 @@ def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, mu
                 _score(indptr, indices, data, i, V, scale, pj, pp, t, pn[t], s, t, i2, cls, b2,
                        t2, 1 if shared else ncls[b2, t2])
                 _coefs(kind, logr, c_nce, s, t, ncls[bi, t], coef, t)
-                bad |= _apply_private(indptr, indices, data, i, V, scale, cls, ncls, bi, t,
-                                      coef, cnt, step, ridge, rows, rcoef, 0)
+                bad |= _apply_private(indptr, indices, data, i, V, scale, cls[bi, t, 0], pj,
+                                      pp, t, pn[t], coef, step, ridge, muN > 0.0, pa)
                 if dn[t] > 0:
                     for k in range(dn[t]):
                         da[t, k] = step * coef[t, dp[t, k]] / scale[dj[t, k]]
@@ -1024,6 +1036,7 @@ def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr
     rcoef = np.zeros((n, m + 1))
     lj = np.zeros((n, m + 1), dtype=np.int64)
     lp = np.zeros((n, m + 1), dtype=np.int64)
+    rp = np.zeros((n, m + 1), dtype=np.int64)
     bads = np.zeros(n, dtype=np.int64)
     dbads = np.zeros(nthr, dtype=np.int64)
     smp = np.zeros((1, m), dtype=np.int64)
@@ -1043,14 +1056,19 @@ def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr
                 t2 = t + pf
                 i2 = order[b0 + t2]
                 _hint_ahead(indptr, indices, data, order, b0 + t, pf, b0 + nb)
-            na, nall = _split(cls, ncls, 0, t, cnt, False, rows, lp, lj, lp, t)
+            nall = ncls[0, t]  # every class of the datapoint, at the old W
+            for jj in range(nall):
+                lj[t, jj] = cls[0, t, jj]
+                lp[t, jj] = jj
             _score(indptr, indices, data, order[b0 + t], V, scale, lj, lp, t, nall, s, t, i2,
                    cls, 0, t2, 1 if shared else ncls[0, t2])
             _coefs(kind, logr, c_nce, s, t, ncls[0, t], coef, t)
             bads[t] = 0
             if fused:
-                bads[t] = _apply_private(indptr, indices, data, order[b0 + t], V, scale, cls,
-                                         ncls, 0, t, coef, cnt, step, ridge, rows, rcoef, t)
+                na, _ = _split(cls, ncls, 0, t, cnt, True, rows, rp, lj, lp, t)
+                bads[t] = _apply_private(indptr, indices, data, order[b0 + t], V, scale,
+                                         cls[0, t, 0], rows, rp, t, na, coef, step, ridge,
+                                         muN > 0.0, rcoef)
         b2, tot = _deferred_prepare(nb, cls, ncls, 0, coef, V, scale, cnt, touched, nt, step,
                                     ridge, fused, dj, da, dn)
         dbads[:] = 0
@@ -1225,7 +1243,9 @@ class _SampledTrainer(Trainer):
         two-phase loop; identical results).
     prefetch : int, default 1
         with ``fused``: hint the cache lines of the datapoint this many places ahead
-        while the current one is processed (0: off; no effect on results).
+        (and the CSR lines of the one twice as far) while the current one is
+        processed; with shared negatives also stream the batch's shared rows in first
+        (0: none of this; no effect on results).
     parallel : bool, default False
         use numba's threads (bit-identical results). Off by default: the kernel
         synchronises its threads twice per minibatch, which only pays on idle cores.
