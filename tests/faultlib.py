@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -57,7 +58,15 @@ def start(code: str, token: str, cwd: Path, **env) -> subprocess.Popen:
     """Run ``python -c code`` with the token in its environment."""
     full = dict(os.environ, **{TOKEN_VAR: token}, **{k: str(v) for k, v in env.items()})
     return subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=full,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_default_signals)
+
+
+def _default_signals():
+    # a test runner started under nohup ignores SIGHUP, and children inherit that; the
+    # kill tests are about the library's handlers, so start from the defaults
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0, what: str = ""):

@@ -540,6 +540,7 @@ _PROGRESS_ENV = "SCALABLE_SOFTMAX_PROGRESS"
 
 def _record_duration(name: str, profile: str, seconds: float) -> None:
     log = paths.BUILD / "executed" / profile / "durations.yaml"
+    log.parent.mkdir(parents=True, exist_ok=True)
     data = {}
     if log.exists():
         data = yaml.safe_load(log.read_text()) or {}
