@@ -8,42 +8,62 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
+PEERS_STAMP := $(VENV)/.peers-stamp
 export SOFTMAX_DATA_DIR ?= $(CURDIR)/data/raw
 export DATA_MIRROR ?= $(abspath $(CURDIR)/../shared/data)
 # keep numba's compiled kernels between runs
 export NUMBA_CACHE_DIR ?= $(CURDIR)/build/numba-cache
 PYTEST_WORKERS ?= 2
+# checksums of the raw data; rewritten only when they change, so the notebooks rerun
+# exactly when the data change
+DATA_STAMP := build/data.stamp
+# the project's Python; a .venv made with another one is made again
+PY_VERSION := 3.11
+PY_VERSION_OF = $(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null
+VENV_VERSION := $(shell test -x $(BIN)/python && $(call PY_VERSION_OF,$(BIN)/python))
 
-.PHONY: help venv data table1 reproduce reproduce-extra test bench clean clean-all
+.PHONY: help venv data table1 reproduce reproduce-extra test bench lab site site-check clean clean-all FORCE
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
-	@test -n "$(PYTHON)" || { echo "error: Python 3.11 not found (set PYTHON=/path/to/python3.11)"; exit 1; }
+# remade when pyproject.toml changes or when .venv's Python is not $(PY_VERSION)
+$(STAMP): pyproject.toml $(if $(filter $(PY_VERSION),$(VENV_VERSION)),,FORCE)
+	@if test -e $(VENV) && test "$(VENV_VERSION)" != "$(PY_VERSION)"; then \
+	  if test ! -f $(VENV)/pyvenv.cfg; then \
+	    echo "error: $(VENV) is not a virtual environment of Python $(PY_VERSION) and was not made by make; move it away and run make again"; exit 1; fi; \
+	  echo "$(VENV) was made with $(if $(VENV_VERSION),Python $(VENV_VERSION),a Python that no longer runs); the project needs Python $(PY_VERSION): making it again with $(PYTHON)"; \
+	fi
+	@test -n "$(PYTHON)" || { echo "error: Python $(PY_VERSION) not found (set PYTHON=/path/to/python$(PY_VERSION))"; exit 1; }
+	@v=$$($(call PY_VERSION_OF,$(PYTHON))); test "$$v" = "$(PY_VERSION)" || { \
+	  echo "error: PYTHON=$(PYTHON) is Python $${v:-(not runnable)}; the project needs Python $(PY_VERSION) (pyproject.toml requires-python): run make again with PYTHON=/path/to/python$(PY_VERSION)"; exit 1; }
+	@if test -e $(VENV) && test "$(VENV_VERSION)" != "$(PY_VERSION)"; then rm -rf $(VENV); fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lab,site]'
 	touch $@
 
 venv: $(STAMP)  ## create .venv from the pinned dependencies
 
-data: $(STAMP)  ## fetch and verify the raw data (from DATA_MIRROR, else the public homes)
+data: $(STAMP)  ## fetch the raw data (from DATA_MIRROR, else the public homes) and verify every sha256
 	$(BIN)/python -m scalable_softmax.data fetch
+
+$(DATA_STAMP): FORCE | data
+	@$(BIN)/python -m scalable_softmax.data stamp $@
 
 table1: data  ## print the paper's Table 1 beside ours
 	$(BIN)/python -m scalable_softmax.data table1
 
 # extensions beyond the papers, run by `make reproduce-extra` (outside the 45-minute budget)
-EXTRA_NAMES := 11-tuned-rates
+EXTRA_NAMES := 11-tuned-rates 12-peers
 NOTEBOOK_NAMES := $(filter-out $(EXTRA_NAMES),$(basename $(notdir $(wildcard notebooks/[0-9][0-9]-*.ipynb))))
 EXECUTED := $(patsubst %,build/executed/full/%.ipynb,$(NOTEBOOK_NAMES))
 EXTRA_EXECUTED := $(patsubst %,build/executed/full/%.ipynb,$(EXTRA_NAMES))
 LIB_SOURCES := $(shell find lib -name '*.py' -not -path '*/__pycache__/*')
 
 # one executed notebook per source notebook; reruns only when the notebook, its
-# settings or the library changed
-build/executed/full/%.ipynb: notebooks/%.ipynb params/%.yaml $(LIB_SOURCES) | $(STAMP)
+# settings, the library or the data changed
+build/executed/full/%.ipynb: notebooks/%.ipynb params/%.yaml $(LIB_SOURCES) $(DATA_STAMP) | $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m scalable_softmax.notebooks run $* --profile full
 
 # notebook 06 assembles Table 3 from notebook 02's runs (read back from build/runs)
@@ -52,16 +72,28 @@ build/executed/full/06-paper-tables.ipynb: build/executed/full/02-dataset-run.ip
 build/executed/full/11-tuned-rates.ipynb: build/executed/full/03-learning-rate-tuning.ipynb \
   build/executed/full/06-paper-tables.ipynb
 
-tables/data-table1.md: $(LIB_SOURCES) | $(STAMP)
+tables/data-table1.md: $(LIB_SOURCES) $(DATA_STAMP) | $(STAMP)
 	$(BIN)/python -m scalable_softmax.data table1 --write tables/data-table1
 
 reproduce: data tables/data-table1.md $(EXECUTED)  ## regenerate every table and figure
 	$(BIN)/python -m scalable_softmax.notebooks provenance --profile full
 
-reproduce-extra: reproduce $(EXTRA_EXECUTED)  ## also the extensions (notebook 11: Table 3 at our tuned rates, ~15 min)
+# notebook 12 compares with scikit-learn and PyTorch: the optional `peers` extra
+build/executed/full/12-peers.ipynb: $(PEERS_STAMP)
+
+$(PEERS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[peers]'
+	touch $@
+
+reproduce-extra: reproduce $(EXTRA_EXECUTED)  ## also the extensions (notebook 11: Table 3 at our tuned rates, ~15 min; 12: peers, ~15 min)
 	$(BIN)/python -m scalable_softmax.notebooks provenance --profile full
 
-test: data  ## run the unit tests and every notebook's smoke run (nbval)
+# without the data (offline, no mirror) the tests that need them are reported as
+# skipped, with the reason; under CI (CI=true) missing data is an error
+test: $(STAMP)  ## run the unit tests and every notebook's smoke run (nbval)
+	@$(BIN)/python -m scalable_softmax.data fetch || { \
+	  if test "$${CI:-}" = true; then echo "error: the data could not be fetched (above); under CI the data tests must run"; exit 1; fi; \
+	  echo "warning: the data could not be fetched (above): the tests that need them will be reported as skipped"; }
 	rm -rf build/prepared/smoke
 	@if ls notebooks/[0-9][0-9]-*.ipynb >/dev/null 2>&1; then \
 	  $(BIN)/python -m scalable_softmax.notebooks prepare all --profile smoke >/dev/null; fi
@@ -78,6 +110,24 @@ bench: $(BENCH_STAMP) data  ## run the benchmarks (results in benchmarks/results
 	$(BIN)/python benchmarks/bench_implicit.py
 	$(BIN)/python benchmarks/bench_sampled.py
 	$(BIN)/python benchmarks/bench_implicit_batch.py
+
+# JupyterLab on the collection; a headless machine opens nothing and prints the URL
+LAB_PORT ?= 8888
+LAB_IP ?= 127.0.0.1
+lab: $(STAMP)  ## open the notebooks in JupyterLab (prints the URL to open; Ctrl-C stops it)
+	$(BIN)/jupyter lab --no-browser --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) \
+	  --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+site: $(STAMP)  ## static HTML site in build/site from the executed notebooks, README, docs/math.md
+	$(BIN)/python -m scalable_softmax.site build
+
+site-check: site  ## open the site in headless Chromium; screenshots in build/site-screenshots/
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing Debian's chromium package"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "error: headless Chromium is missing: sudo apt-get install chromium"; exit 1; fi; }
+	$(BIN)/python -m scalable_softmax.site screenshots
 
 clean:  ## remove executed notebooks and caches (keeps data, figures, tables)
 	rm -rf build .pytest_cache

@@ -49,7 +49,9 @@ import scipy.sparse as sp
 from scipy.special import logsumexp
 
 from scalable_softmax import objectives as ob
-from scalable_softmax.methods import full, sampled
+from scalable_softmax._kernels import prefetch_r as _prefetch_r
+from scalable_softmax._kernels import prefetch_w as _prefetch_w
+from scalable_softmax.methods import full, sampled, sgd
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -104,7 +106,7 @@ def sparse_data(N, D, nnz, K, seed=0, zipf=False):
 
 
 # ---------------------------------------------------------------------------
-# the memory bound
+# the bounds: loops that make the kernels' memory accesses and nothing else
 # ---------------------------------------------------------------------------
 
 @numba.njit(nogil=True, boundscheck=False)
@@ -114,6 +116,10 @@ def _rmw_random(W, rows, cols):
 
 
 def memory_bound(W, lines_per_datapoint, n=5_000_000, repeats=3, seed=0):
+    """The rate of read-modify-writes of single elements at independent uniformly
+    random places of ``W`` (a random row and column each): the machine's random-access
+    rate with no locality at all (context for the pattern bounds below, which are
+    faster: a datapoint's ~50 entries of one row share its pages)."""
     rng = np.random.default_rng(seed)
     rows = rng.integers(0, W.shape[0], n)
     cols = rng.integers(0, W.shape[1], n)
@@ -130,12 +136,258 @@ def memory_bound(W, lines_per_datapoint, n=5_000_000, repeats=3, seed=0):
             "datapoints_per_s": lines / lines_per_datapoint}
 
 
+@numba.njit(nogil=True, boundscheck=False)
+def _pattern(indptr, indices, data, order, cls, ncls, W, n, m, pf, hint_all, touch, read_first,
+             xpf, inc):
+    """The memory accesses of the sampled kernels with trivial arithmetic.
+
+    For every datapoint ``t`` of the epoch (``order``) and each of its classes
+    ``j = cls[t, :ncls[t]]`` (label first; the kernels' draws), at the columns ``c`` of
+    ``x_t``: ``W[j, c] += inc``, a read-modify-write of every entry the kernel writes.
+    Options, each a way the kernel may order the same accesses:
+
+    * ``read_first``: first read all the datapoint's entries (summed, as the kernel's
+      scores), then read-modify-write them (the kernel's two passes);
+    * ``pf > 0``: the lines of datapoint ``t + pf`` (its label's row, or all its rows
+      with ``hint_all``) are hinted, one hint per entry of the first pass;
+    * ``xpf`` (with ``pf > 0``): the CSR lines (indices and values) of datapoint
+      ``t + 2 pf`` are hinted too, and the ``indptr`` entry of ``t + 3 pf`` (the hints of
+      datapoint ``t + pf`` read its columns);
+    * ``touch``: at the start of each batch of ``n``, one element per cache line of the
+      batch's ``m`` shared rows is read in address order (the shared-negatives kernel);
+      the shared rows are the first datapoint's sampled classes, plus its label when
+      ``ncls < m + 1`` (a dropped accidental hit).
+
+    Returns the sum of the elements read (so that the reads happen)."""
+    U = np.uint64
+    N = order.shape[0]
+    D = W.shape[1]
+    sink = 0.0
+    for t in range(N):
+        if touch and t % n == 0:
+            nc0 = ncls[t]
+            for jj in range(1 if nc0 > m else 0, nc0):
+                r = U(cls[t, jj])
+                for c in range(0, D, 8):
+                    sink += W[r, U(c)]
+        if xpf and pf > 0:
+            if t + 2 * pf < N:
+                i3 = order[t + 2 * pf]
+                for p in range(indptr[i3], indptr[i3 + 1], 8):
+                    _prefetch_r(indices, U(p))
+                    _prefetch_r(data, U(p))
+            if t + 3 * pf < N:
+                _prefetch_r(indptr, U(order[t + 3 * pf]))
+        i = order[t]
+        p0 = indptr[i]
+        p1 = indptr[i + 1]
+        nh = 0
+        q0 = 0
+        q1 = 0
+        if pf > 0 and t + pf < N:
+            i2 = order[t + pf]
+            q0 = indptr[i2]
+            q1 = indptr[i2 + 1]
+            nh = ncls[t + pf] if hint_all else 1
+        h = 0
+        q = q0
+        if q1 == q0:
+            nh = 0
+        nc = ncls[t]
+        if read_first:
+            for jj in range(nc):
+                r = U(cls[t, jj])
+                for p in range(p0, p1):
+                    sink += W[r, U(indices[p])]
+                    if h < nh:
+                        _prefetch_w(W, U(cls[t + pf, h]), U(indices[q]))
+                        q += 1
+                        if q == q1:
+                            q = q0
+                            h += 1
+        for jj in range(nc):
+            r = U(cls[t, jj])
+            for p in range(p0, p1):
+                c = U(indices[p])
+                W[r, c] += inc
+                if h < nh:
+                    _prefetch_w(W, U(cls[t + pf, h]), U(indices[q]))
+                    q += 1
+                    if q == q1:
+                        q = q0
+                        h += 1
+        while h < nh:
+            _prefetch_w(W, U(cls[t + pf, h]), U(indices[q]))
+            q += 1
+            if q == q1:
+                q = q0
+                h += 1
+    return sink
+
+
+@numba.njit(nogil=True, boundscheck=False)
+def _rmw_rows(indices, p0, p1, W, cls, t, j0, j1, inc):
+    """``W[j, c] += inc`` at the columns ``indices[p0:p1]`` for the rows
+    ``j = cls[t, j0:j1]``, three rows per pass (the kernels' update loops)."""
+    U = np.uint64
+    jj = j0
+    while jj < j1:
+        a = U(cls[t, jj])
+        b = U(cls[t, jj + 1]) if jj + 1 < j1 else a
+        c = U(cls[t, jj + 2]) if jj + 2 < j1 else a
+        k = min(3, j1 - jj)
+        for p in range(p0, p1):
+            f = U(indices[p])
+            W[a, f] += inc
+            if k > 1:
+                W[b, f] += inc
+            if k > 2:
+                W[c, f] += inc
+        jj += 3
+
+
+@numba.njit(nogil=True, boundscheck=False)
+def _read_rows(indptr, indices, data, i, W, cls, t, j0, j1, i2, cls2, t2, h0, nh):
+    """Sum ``data * W[j, c]`` over the entries of datapoint ``i`` for the rows
+    ``j = cls[t, j0:j1]`` with the kernels' own dot-product loops (three rows per pass,
+    :func:`sampled._dot3`), hinting the rows ``cls2[t2, h0:h0 + nh]`` at the columns of
+    datapoint ``i2`` (``-1``: none), as the kernels do."""
+    p0 = indptr[i]
+    p1 = indptr[i + 1]
+    q0 = 0
+    q1 = 0
+    if i2 >= 0:
+        q0 = indptr[i2]
+        q1 = indptr[i2 + 1]
+    else:
+        nh = 0
+    tot = 0.0
+    jj = j0
+    h = 0
+    while jj < j1:
+        hj = cls2[t2, h0 + h] if h < nh else -1
+        hk = cls2[t2, h0 + h + 1] if h + 1 < nh else -1
+        hl = cls2[t2, h0 + h + 2] if h + 2 < nh else -1
+        h += 3
+        a = cls[t, jj]
+        b = cls[t, jj + 1] if jj + 1 < j1 else a
+        c = cls[t, jj + 2] if jj + 2 < j1 else a
+        x, y, z = sampled._dot3(indices, data, p0, p1, W, a, b, c, q0, q1, hj, hk, hl)
+        tot += x + y + z
+        jj += 3
+    while h < nh:
+        sampled._hint_row(W, cls2[t2, h0 + h], indices, q0, q1)
+        h += 1
+    return tot
+
+
+@numba.njit(nogil=True, boundscheck=False)
+def _pattern_kernel_order(indptr, indices, data, order, cls, ncls, W, n, m, pf, shared, inc):
+    """The sampled kernels' memory accesses in the kernels' own order and loops, with no
+    arithmetic beyond the dot products' multiply-adds: per batch of ``n`` (shared
+    negatives) the shared rows are read one element per line, then scored for every
+    datapoint; then per datapoint: the CSR lines of ``t + 2 pf`` hinted, its own rows
+    read (with the rows of ``t + pf`` hinted, three rows per pass), then every entry it
+    touches read-modified-written. ``cls[t, 0]`` is the label (its own row); the
+    shared rows are ``cls[t, 1:]`` (``shared``), otherwise every row is the
+    datapoint's own. Returns the sum read."""
+    U = np.uint64
+    N = order.shape[0]
+    D = W.shape[1]
+    sink = 0.0
+    for b0 in range(0, N, n):
+        nb = min(n, N - b0)
+        if shared:
+            nc0 = ncls[b0]
+            for jj in range(1 if nc0 > m else 0, nc0):
+                r = U(cls[b0, jj])
+                for c in range(0, D, 8):
+                    sink += W[r, U(c)]
+            for t in range(b0, b0 + nb):
+                if t + 4 < b0 + nb:
+                    sampled._hint_x(indptr, indices, data, order[t + 4])
+                sink += _read_rows(indptr, indices, data, order[t], W, cls, t, 1, ncls[t], -1,
+                                   cls, t, 0, 0)
+        for t in range(b0, b0 + nb):
+            if pf > 0:
+                sampled._hint_ahead(indptr, indices, data, order, t, pf, N)
+            i = order[t]
+            own = 1 if shared else ncls[t]
+            i2 = order[t + pf] if (pf > 0 and t + pf < N) else -1
+            t2 = t + pf if i2 >= 0 else t
+            sink += _read_rows(indptr, indices, data, i, W, cls, t, 0, own, i2, cls, t2, 0,
+                               1 if shared else ncls[t2])
+            _rmw_rows(indices, indptr[i], indptr[i + 1], W, cls, t, 0, ncls[t], inc)
+    return sink
+
+
+def kernel_order_runner(trainer, W, pf, shared, drop_hits=True):
+    """A :func:`time_variants` runner of :func:`_pattern_kernel_order` on the kernel's
+    draws (drawn before the clock starts)."""
+    def run(order, e):
+        order = np.ascontiguousarray(order, dtype=np.int64)
+        cls, ncls = sampled.epoch_draws(trainer._y, order, trainer.K, trainer.batch_size,
+                                        trainer.n_sampled, shared, drop_hits, 1000 + e)
+        c0, t0 = time.process_time(), time.perf_counter()
+        _pattern_kernel_order(trainer._indptr, trainer._indices, trainer._data, order, cls,
+                              ncls, W, trainer.batch_size, trainer.n_sampled, pf, shared,
+                              1e-300)
+        return order.size, time.perf_counter() - t0, time.process_time() - c0
+    return run
+
+
+#: the bound loops timed beside the kernels: name -> (pf, hint_all, touch, read_first, xpf)
+PATTERN_LOOPS = {
+    "own": {"rmw": (0, True, False, False, False), "rmw_hint2": (2, True, False, False, False),
+            "rmw_hint1_x": (1, True, False, False, True),
+            "rmw_hint2_x": (2, True, False, False, True),
+            "rmw_hint4_x": (4, True, False, False, True),
+            "read_rmw_hint2_x": (2, True, False, True, True)},
+    "shared": {"rmw": (0, False, False, False, False),
+               "rmw_hint2": (2, False, False, False, False),
+               "rmw_hint2_touch": (2, False, True, False, False),
+               "rmw_hint2_x_touch": (2, False, True, False, True),
+               "read_rmw_hint2_x_touch": (2, False, True, True, True)},
+    "umax": {"rmw": (0, True, False, False, False), "rmw_hint2": (2, True, False, False, False),
+             "rmw_hint2_x": (2, True, False, False, True),
+             "read_rmw_hint2_x": (2, True, False, True, True)},
+}
+
+
+def pattern_runner(trainer, W, loop, shared, drop_hits=True, umax=False):
+    """A :func:`time_variants` runner of :func:`_pattern` with the options ``loop``
+    (a value of :data:`PATTERN_LOOPS`) on the draws the kernel would make for the
+    epoch (drawn before the clock starts): the sampled trainer's, or with ``umax`` a
+    label and one class uniform among the others per step (U-max's access pattern)."""
+    pf, hint_all, touch, read_first, xpf = loop
+    ip, ix, xd = trainer._indptr, trainer._indices, trainer._data
+    n, m = trainer.batch_size, trainer.n_sampled
+
+    def run(order, e):
+        order = np.ascontiguousarray(order, dtype=np.int64)
+        if umax:
+            cls = np.empty((order.size, 2), dtype=np.int64)
+            cls[:, 0] = trainer._y[order]
+            cls[:, 1] = sgd._draw_classes_m1(np.int64(1000 + e), order, trainer._y, trainer.K)
+            ncls = np.full(order.size, 2, dtype=np.int64)
+        else:
+            cls, ncls = sampled.epoch_draws(trainer._y, order, trainer.K, n, m, shared,
+                                            drop_hits, 1000 + e)
+        c0, t0 = time.process_time(), time.perf_counter()
+        _pattern(ip, ix, xd, order, cls, ncls, W, n, m, pf, hint_all, touch, read_first, xpf,
+                 1e-300)
+        return order.size, time.perf_counter() - t0, time.process_time() - c0
+    return run
+
+
 # ---------------------------------------------------------------------------
 # timing helpers
 # ---------------------------------------------------------------------------
 
 def time_variants(variants, N, repeats, seed=0):
-    """``variants``: name -> callable(order, epoch) -> datapoints done.
+    """``variants``: name -> callable(order, epoch) -> datapoints done, or
+    ``(datapoints, wall seconds, CPU seconds)`` when it times its own loop (to leave
+    out preparations such as the bound loops' draws).
 
     Interleaved timing; returns name -> rates in M datapoints/s (wall: best and
     median; process time: best)."""
@@ -149,9 +401,13 @@ def time_variants(variants, N, repeats, seed=0):
         for name, run in variants.items():
             order = rng.permutation(N)
             c0, t0 = time.process_time(), time.perf_counter()
-            done[name] = run(order, r + 1)
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.process_time() - c0)
+            out = run(order, r + 1)
+            w, c = time.perf_counter() - t0, time.process_time() - c0
+            if isinstance(out, tuple):      # the runner timed its own loop
+                out, w, c = out
+            done[name] = out
+            wall[name].append(w)
+            cpu[name].append(c)
     out = {}
     for name in variants:
         w, c = np.array(wall[name]), np.array(cpu[name])
@@ -189,6 +445,101 @@ def rss_gb():
                     return int(line.split()[1]) / 2**20
     except OSError:
         return None
+
+
+# ---------------------------------------------------------------------------
+# the headline comparison: the kernels against U-max and the bound loops, one run
+# ---------------------------------------------------------------------------
+
+#: the three sampled methods' default kernels and the authors' TensorFlow settings
+#: (shared negatives, accidental hits kept, summed loss; IS without the weight)
+HEADLINE_KERNELS = {
+    "own": {},
+    "shared": {"shared_negatives": True},
+    "shared_tf": {"shared_negatives": True, "remove_accidental_hits": False,
+                  "reduction": "sum"},
+}
+
+
+def load_baseline(rev):
+    """``methods/sampled.py`` as of the git revision ``rev``, imported as a separate
+    module (its kernels are then timed beside the current ones)."""
+    import importlib.util
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+    src = subprocess.run(["git", "show", f"{rev}:lib/scalable_softmax/methods/sampled.py"],
+                         cwd=root, check=True, capture_output=True, text=True).stdout
+    sha = subprocess.run(["git", "rev-parse", rev], cwd=root, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    d = Path(tempfile.mkdtemp(prefix="sampled_baseline_"))
+    f = d / "sampled_baseline.py"
+    f.write_text(src)
+    spec = importlib.util.spec_from_file_location("sampled_baseline", f)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod, sha
+
+
+def headline(X, y, K, n, m, W, um, repeats, baseline=None):
+    """U-max (one class per step, the default pipelined kernel), the nine sampled
+    kernels (ove / nce / is with their default options: own negatives, shared negatives,
+    and the TensorFlow settings), the bound loops of their three access patterns, and
+    (``baseline = (module, sha)``) the same kernels of an earlier revision, all
+    interleaved epoch by epoch in one run on the same ``W``."""
+    variants = {"umax": lambda order, e: um.run_epoch(order, 0.01, 1000 + e).steps}
+    mods = [("", sampled)] + ([("before_", baseline[0])] if baseline else [])
+    proto = {}
+    for prefix, mod in mods:
+        for name, cls in (("ove", "OVETrainer"), ("nce", "NCETrainer"), ("is", "ISTrainer")):
+            for tag, opts in HEADLINE_KERNELS.items():
+                opts = dict(opts)
+                if tag == "shared_tf" and name == "is":
+                    opts["weighted"] = False
+                t = getattr(mod, cls)(X, y, K, batch_size=n, n_sampled=m, **opts)
+                t.W, t.scale = W, np.ones(K)
+                lr = 0.05 / n if opts.get("reduction") == "sum" else 0.05
+                key = f"{prefix}{name}" + ("" if tag == "own" else f"_{tag}")
+                variants[key] = runner(t, lr=lr)
+                proto.setdefault(tag, t)
+    for pat, loops in PATTERN_LOOPS.items():
+        for lname, loop in loops.items():
+            tr = proto["own" if pat in ("own", "umax") else "shared"]
+            variants[f"bound_{pat}_{lname}"] = pattern_runner(
+                tr, W, loop, shared=pat == "shared", umax=pat == "umax")
+        if pat != "umax":
+            tr = proto[pat]
+            variants[f"bound_{pat}_kernel_order"] = kernel_order_runner(
+                tr, W, tr.opts["prefetch"], pat == "shared")
+    out = {"rates": time_variants(variants, X.shape[0], repeats, 11)}
+    if baseline:
+        out["baseline_rev"] = baseline[1]
+    out["summary"] = headline_summary(out["rates"])
+    return out
+
+
+def headline_summary(rates):
+    """Per-datapoint times, ratios to U-max and to the fastest bound loop of each
+    kernel's access pattern (best and median epochs)."""
+    summ = {}
+    for key in ("best_M_per_s", "median_M_per_s"):
+        um = rates["umax"][key]
+        bounds = {pat: max(v[key] for k, v in rates.items() if k.startswith(f"bound_{pat}_"))
+                  for pat in PATTERN_LOOPS}
+        which = {pat: max((k for k in rates if k.startswith(f"bound_{pat}_")),
+                          key=lambda k: rates[k][key]) for pat in PATTERN_LOOPS}
+        rows = {}
+        for k, v in rates.items():
+            if k.startswith("bound_"):
+                continue
+            pat = "umax" if k == "umax" else ("shared" if "_shared" in k else "own")
+            rows[k] = {"us_per_datapoint": 1.0 / v[key],
+                       "over_umax": um / v[key],
+                       "bound": which[pat],
+                       "bound_us_per_datapoint": 1.0 / bounds[pat],
+                       "over_bound": bounds[pat] / v[key]}
+        summ[key.split("_")[0]] = {"kernels": rows,
+                                   "bounds_over_umax": {p: um / b for p, b in bounds.items()}}
+    return summ
 
 
 # ---------------------------------------------------------------------------
@@ -238,7 +589,7 @@ def converged_point(epochs_biased=1500, epochs_sgd=300):
 # the benchmark
 # ---------------------------------------------------------------------------
 
-def run(quick=False, repeats=3):
+def run(quick=False, repeats=3, baseline=None):
     res = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(),
                        "cpu_count": os.cpu_count(), "numba": numba.__version__,
                        "numpy": np.__version__, "numba_threads": numba.get_num_threads(),
@@ -252,11 +603,18 @@ def run(quick=False, repeats=3):
     res["sparse_shape"] = {"N": N, "D": D, "K": K, "nnz_per_row": X.nnz / N, "n": n, "m": m,
                            "W_GB": K * D * 8 / 1e9}
 
-    # one W shared by every trainer (its values do not matter for the timing)
-    W = np.empty((K, D))
-    W.fill(0.0)
+    # one W shared by every trainer (its values do not matter for the timing): U-max's
+    um = sgd.UmaxTrainer(X, y, K)
+    um.init_params("zero")
+    um.warmup()
+    W = um.W
     res["bound"] = memory_bound(W, lines_per_datapoint=(m + 1) * nnz)
-    print("bound", {k: round(v, 3) for k, v in res["bound"].items()}, flush=True)
+    print("random RMW", {k: round(v, 3) for k, v in res["bound"].items()}, flush=True)
+    res["headline"] = headline(X, y, K, n, m, W, um, max(repeats, 5), baseline)
+    W.fill(0.0)
+    del um
+    print(json.dumps({k: round(v["best_M_per_s"], 3)
+                      for k, v in res["headline"]["rates"].items()}), flush=True)
 
     def trainer(cls, Xs=X, ys=y, **kw):
         t = cls(Xs, ys, K, batch_size=n, n_sampled=m, **kw)
@@ -340,6 +698,46 @@ def _table(rows, unit="M/s", cpu=True):
     return lines
 
 
+def headline_markdown(h, sh):
+    """The headline table: per-datapoint times, ratios to U-max and to the bound."""
+    r = h["rates"]
+    sb, sm = h["summary"]["best"], h["summary"]["median"]
+    L = ["Every variant below ran in one call, interleaved epoch by epoch on the same W: "
+         "U-max (one class per step, its default pipelined kernel), the sampled kernels "
+         "with default options (`own`: each datapoint its own m negatives; `shared`: m "
+         "shared by the minibatch) and with the authors' TensorFlow settings (`shared_tf`: "
+         "shared, accidental hits kept, summed loss, IS unweighted), and the bound loops "
+         "(`benchmarks/bench_sampled.py::_pattern`): the kernels' own draws, every entry a "
+         "kernel writes read-modified-written (`W[j, c] += tiny`, nothing else), in the "
+         "orders a kernel may use (`rmw`: one pass; `hintD`: the lines of the datapoint D "
+         "ahead hinted; `x`: also the CSR lines of the datapoint 2D ahead; `touch`: the batch's shared rows first read in address order; "
+         "`read_rmw`: all entries read, then written, the kernels' two passes). The bound "
+         "of a pattern is its fastest loop. Times are per datapoint (per step for U-max).",
+         "",
+         "| variant | best M/s | median M/s | us / datapoint (best) | / U-max (best) | "
+         "/ U-max (median) | bound loop | / bound (best) | / bound (median) |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    for k, v in sb["kernels"].items():
+        w = sm["kernels"][k]
+        L.append(f"| {k} | {r[k]['best_M_per_s']:.3f} | {r[k]['median_M_per_s']:.3f} | "
+                 f"{v['us_per_datapoint']:.3f} | {v['over_umax']:.2f} | {w['over_umax']:.2f} "
+                 f"| {v['bound']} | {v['over_bound']:.2f} | {w['over_bound']:.2f} |")
+    L += ["", "| bound loop | best M/s | median M/s | us / datapoint (best) |",
+          "|---|---|---|---|"]
+    for k, v in r.items():
+        if k.startswith("bound_"):
+            L.append(f"| {k} | {v['best_M_per_s']:.3f} | {v['median_M_per_s']:.3f} | "
+                     f"{1 / v['best_M_per_s']:.3f} |")
+    L += ["", "Fastest bound loop per pattern, per datapoint, over U-max's time per step: "
+          + "; ".join(f"{p} {sb['bounds_over_umax'][p]:.2f} (best), "
+                      f"{sm['bounds_over_umax'][p]:.2f} (median)" for p in sb['bounds_over_umax'])
+          + "."]
+    if "baseline_rev" in h:
+        L += ["", f"`before_*`: the kernels of revision {h['baseline_rev'][:10]} (the module "
+              "loaded from git), timed in the same run."]
+    return L
+
+
 def to_markdown(res):
     sh = res["sparse_shape"]
     b = res["bound"]
@@ -354,14 +752,14 @@ def to_markdown(res):
          f"Shape: N={sh['N']:,}, D={sh['D']:,}, {sh['nnz_per_row']:.1f} nnz/row (L2 rows), "
          f"K={sh['K']:,} (W = {sh['W_GB']:.2f} GB, written at initialisation), minibatch "
          f"n={sh['n']}, m={sh['m']} classes per datapoint.", "",
-         f"**Memory bound**: {b['random_lines_per_s'] / 1e6:.0f} M random cache-line "
-         f"read-modify-writes/s on an array the size of W ({b['ns_per_line']:.1f} ns each) "
-         f"= {b['datapoints_per_s'] / 1e6:.3f} M datapoints/s at the "
-         f"{b['lines_per_datapoint']:.0f} lines a datapoint touches with its own "
-         f"{sh['m']} sampled classes ((m+1) x nnz). Shared negatives touch about "
-         f"{sh['nnz_per_row']:.0f} random lines per datapoint (its label's row) plus the "
-         "m shared rows, which stay in cache.", "",
-         "## Uniform columns and labels", ""]
+         "## Against U-max and the bounds (one interleaved run)", ""]
+    L += headline_markdown(res["headline"], sh)
+    L += ["", f"Context: single elements read-modified-written at independent uniformly random "
+          f"places of W (random row and column each, no locality): "
+          f"{b['random_lines_per_s'] / 1e6:.0f} M/s ({b['ns_per_line']:.1f} ns each); the "
+          "pattern loops above are faster because a datapoint's entries of one row share "
+          "its pages.", "",
+         "## Every kernel variant: uniform columns and labels", ""]
     L += _table(res["sparse"])
     L += ["", "`plain` = straightforward (score the minibatch, then apply every update); "
           "`fused` = a row no other datapoint of the minibatch touches is updated while in "
@@ -420,8 +818,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="N = 20,000 and fewer epochs")
     ap.add_argument("--repeats", type=int, default=3, help="timed epochs per variant")
+    ap.add_argument("--baseline", metavar="REV", default=None,
+                    help="also time methods/sampled.py of this git revision (the 'before')")
     a = ap.parse_args(argv)
-    res = run(quick=a.quick, repeats=a.repeats)
+    baseline = load_baseline(a.baseline) if a.baseline else None
+    res = run(quick=a.quick, repeats=a.repeats, baseline=baseline)
+    if baseline:
+        res["baseline_rev"] = baseline[1]
     stem = "sampled-quick" if a.quick else "sampled"
     _write(RESULTS / f"{stem}.json", json.dumps(res, indent=1) + "\n")
     _write(RESULTS / f"{stem}.md", to_markdown(res))

@@ -1,4 +1,6 @@
-"""The read-only bound loops of benchmarks/bench_sgd.py read what they claim to read:
+"""The bound loops of the benchmarks make the accesses they claim: the read-only loops of
+benchmarks/bench_sgd.py and the read-modify-write loops of benchmarks/bench_sampled.py.
+bench_sgd: the read-only bound loops read what they claim to read:
 their sums equal NumPy's over the same entries (so the bounds they time are the cost of
 reading a step's data, not of something else)."""
 from __future__ import annotations
@@ -81,3 +83,84 @@ def test_paired_overhead_alternates_and_pairs(bench):
     for a, b in zip(timed[::2], timed[1::2]):
         assert a[1] == b[1] and a[2] == b[2]   # same epoch number and permutation
     assert out["overhead_q1"] <= out["overhead_median"] <= out["overhead_q3"]
+
+
+# ---------------------------------------------------------------------------
+# benchmarks/bench_sampled.py: the bound loops of the sampled kernels
+# ---------------------------------------------------------------------------
+
+SAMPLED = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sampled.py"
+
+
+@pytest.fixture(scope="module")
+def bench_sampled():
+    spec = importlib.util.spec_from_file_location("bench_sampled", SAMPLED)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _pattern_replay(X, order, cls, ncls, W, n, m, touch, read_first, inc):
+    """NumPy replay of bench_sampled._pattern: the final W and the sum it reads."""
+    W = W.copy()
+    sink = 0.0
+    for t, i in enumerate(order):
+        if touch and t % n == 0:
+            first = 1 if ncls[t] > m else 0
+            for j in cls[t, first:ncls[t]]:
+                sink += W[j, ::8].sum()
+        cols = X.indices[X.indptr[i]:X.indptr[i + 1]]
+        rows = cls[t, :ncls[t]]
+        if read_first:
+            sink += sum(W[j, cols].sum() for j in rows)
+        for j in rows:
+            np.add.at(W[j], cols, inc)
+    return W, sink
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("pf, hint_all, touch, read_first, xpf",
+                         [(0, True, False, False, False), (2, True, False, False, True),
+                          (2, False, True, False, False), (2, False, True, True, True),
+                          (1, True, False, True, True), (5, False, False, True, False)])
+def test_pattern_loop_makes_the_kernels_accesses(bench_sampled, shared, pf, hint_all, touch,
+                                                 read_first, xpf):
+    from scalable_softmax.methods import sampled
+    K, D, N, n, m = 13, 40, 57, 10, 3
+    X = _csr(N, D, 0.15, seed=7)
+    rng = np.random.default_rng(8)
+    y = rng.integers(0, K, N).astype(np.int64)
+    order = rng.permutation(N).astype(np.int64)
+    cls, ncls = sampled.epoch_draws(y, order, K, n, m, shared, True, 3)
+    W0 = rng.standard_normal((K, D))
+    want_W, want_sink = _pattern_replay(X, order, cls, ncls, W0, n, m, touch, read_first, 1.0)
+    W = W0.copy()
+    indptr = np.ascontiguousarray(X.indptr, dtype=np.int64)
+    indices = np.ascontiguousarray(X.indices, dtype=np.int64)
+    got = bench_sampled._pattern(indptr, indices, np.ascontiguousarray(X.data), order, cls,
+                                 ncls, W, n, m, pf, hint_all, touch, read_first, xpf, 1.0)
+    # every entry the kernel writes was read-modified-written once per datapoint
+    np.testing.assert_array_equal(W, want_W)
+    assert got == pytest.approx(want_sink, rel=1e-12, abs=1e-12)
+    if read_first or touch:
+        assert got != 0.0
+
+
+def test_pattern_runner_uses_the_kernels_draws(bench_sampled):
+    """The runner's loop touches the rows the kernel draws with the epoch's seed."""
+    from scalable_softmax.methods import sampled
+    K, D, N = 11, 30, 40
+    X = _csr(N, D, 0.2, seed=9)
+    y = np.random.default_rng(10).integers(0, K, N)
+    for shared, pat in ((False, "own"), (True, "shared")):
+        tr = sampled.OVETrainer(X, y, K, batch_size=8, n_sampled=2, shared_negatives=shared)
+        W = np.zeros((K, D))
+        order = np.random.default_rng(11).permutation(N)
+        run = bench_sampled.pattern_runner(tr, W, bench_sampled.PATTERN_LOOPS[pat]["rmw"],
+                                           shared=shared)
+        done, wall, cpu = run(order, 4)
+        assert done == N and wall > 0
+        cls, ncls = sampled.epoch_draws(y, order, K, 8, 2, shared, True, 1004)
+        want, _ = _pattern_replay(X, order, cls, ncls, np.zeros((K, D)), 8, 2, False, False,
+                                  1e-300)
+        np.testing.assert_array_equal(W, want)

@@ -55,6 +55,11 @@ def test_run_matches_fit_and_is_read_back_from_cache(tmp_path):
     assert r1.final["train_log_loss"] == pytest.approx(full.log_loss, rel=1e-12)
     assert r1.final["train_rows"] == X.shape[0]
     assert r1.final["test_rows"] > 0 and math.isfinite(r1.final["test_log_loss"])
+    parts = ["load_seconds", "setup_seconds", "train_seconds", "monitor_eval_seconds",
+             "final_eval_seconds", "other_seconds"]
+    assert all(r1.final[p] >= -1e-6 for p in parts), {p: r1.final[p] for p in parts}
+    assert sum(r1.final[p] for p in parts) == pytest.approx(r1.final["wall_seconds"], abs=1e-6)
+    assert r1.final["monitor_eval_seconds"] > 0 and r1.final["final_eval_seconds"] > 0
     r2 = ex.run(s, cache_dir=tmp_path)
     assert r2.from_cache
     assert r2.final == r1.final
@@ -65,12 +70,14 @@ def test_stale_or_corrupt_cache_entries_are_recomputed(tmp_path, monkeypatch):
     s = _spec()
     path = tmp_path / f"{s.key}.json"
     path.write_text("{not json")
-    r = ex.run(s, cache_dir=tmp_path)
+    with pytest.warns(ex.RunCacheWarning, match="not valid JSON"):
+        r = ex.run(s, cache_dir=tmp_path)
     assert not r.from_cache and ex.run(s, cache_dir=tmp_path).from_cache
     # an entry written by other code (different CODE_VERSION in the file) is not used
     text = path.read_text().replace(ex.CODE_VERSION, "0" * 12)
     path.write_text(text)
-    assert not ex.run(s, cache_dir=tmp_path).from_cache
+    with pytest.warns(ex.RunCacheWarning, match="written for another run"):
+        assert not ex.run(s, cache_dir=tmp_path).from_cache
 
 
 def test_diverged_run_is_stored_with_infinite_loss(tmp_path):

@@ -232,3 +232,20 @@ def test_umax_and_vanilla_approach_lbfgs_ridge_optimum(data):
         dist = np.linalg.norm(res.W - W_star) / np.linalg.norm(W_star)
         assert 0 <= gap < tol_gap < gap0 / 50, (method, gap)
         assert dist < tol_dist, (method, dist)
+
+
+def test_fit_timings_split_the_call():
+    """``FitResult.timings``: every part is non-negative and the parts never exceed the
+    whole call (the remainder is bookkeeping)."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((300, 6))
+    y = rng.integers(0, 4, 300)
+    res = fit(X, y, "umax", lr=0.1, epochs=3, progress=False, eval_epochs=[0, 1, 2, 3])
+    t = res.timings
+    assert set(t) == {"setup", "train", "eval", "total"}
+    assert all(v >= 0 for v in t.values())
+    assert t["setup"] + t["train"] + t["eval"] <= t["total"] + 1e-9
+    assert t["train"] == pytest.approx(float(res.history.seconds.iloc[-1]))
+    assert t["eval"] > 0            # four evaluations were made
+    no_eval = fit(X, y, "umax", lr=0.1, epochs=2, progress=False, eval_epochs=[])
+    assert no_eval.timings["eval"] == 0.0

@@ -1,4 +1,4 @@
-"""Tests of the ``implicit`` method (MATH.md section 4; Fagan & Iyengar 2018,
+"""Tests of the ``implicit`` method (docs/math.md section 4; Fagan & Iyengar 2018,
 Appendix F.1, Propositions 2 and 4).
 
 Ground truths:

@@ -1,4 +1,4 @@
-"""Implicit SGD with n datapoints, m classes and ridge (``implicit-batch``, MATH.md
+"""Implicit SGD with n datapoints, m classes and ridge (``implicit-batch``, docs/math.md
 section 5): the step against a direct numerical minimisation over all coordinates,
 the numba kernel against the NumPy reference, the n = m = 1 case against the
 single-point implicit step, unbiasedness of the batch estimator, and the trainer."""

@@ -1,19 +1,27 @@
-"""The papermill runner: parameters from params/*.yaml, misspelt ones fail, outputs stripped."""
+"""The papermill runner: parameters from params/*.yaml, misspelt ones fail, outputs
+stripped; -p overrides; where a run writes (the committed profiles publish, anything
+else goes to build/explore); the findings checker."""
 from __future__ import annotations
 
 import json
+import re
 
 import nbformat
 import pytest
+import yaml
 
 from scalable_softmax import notebooks, paths
+from scalable_softmax.reporting import Findings, finding
+
+FULL = "full:\n  epochs: 50\n  seed: 0\n"
 
 
 def _write_notebook(folder, name):
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell("import math"),
-        nbformat.v4.new_code_cell("epochs = 50\nseed = 0", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("epochs = 50\nseed = 0\noutput_root = ''",
+                                  metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell("result = epochs * 2"),
     ]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -27,12 +35,13 @@ def project(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "NOTEBOOKS", tmp_path / "notebooks")
     monkeypatch.setattr(paths, "PARAMS", tmp_path / "params")
     monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
     _write_notebook(tmp_path / "notebooks", "99-demo")
     return tmp_path
 
 
 def test_prepare_injects_the_profile_parameters(project):
-    (project / "params" / "99-demo.yaml").write_text("full: {}\nsmoke:\n  epochs: 2\n")
+    (project / "params" / "99-demo.yaml").write_text(FULL + "smoke:\n  epochs: 2\n")
     out = notebooks.prepare("99-demo", "smoke")
     nb = json.loads(out.read_text())
     injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
@@ -41,7 +50,7 @@ def test_prepare_injects_the_profile_parameters(project):
 
 
 def test_misspelt_parameter_fails(project):
-    (project / "params" / "99-demo.yaml").write_text("smoke:\n  epoch: 2\n")
+    (project / "params" / "99-demo.yaml").write_text(FULL + "smoke:\n  epoch: 2\n")
     with pytest.raises(notebooks.NotebookParameterError, match=r"\['epoch'\]"):
         notebooks.prepare("99-demo", "smoke")
 
@@ -70,3 +79,176 @@ def test_every_notebook_has_a_parameters_cell_and_settings():
         assert len(tagged) == 1, f"{path.name}: exactly one cell must be tagged 'parameters'"
         assert (paths.PARAMS / f"{path.stem}.yaml").exists(), f"params/{path.stem}.yaml missing"
         notebooks.check_params(path.stem, notebooks.load_params(path.stem, "smoke"))
+
+
+def test_provenance_lists_durations_and_notebook_02_time_breakdown(project):
+    executed = project / "build" / "executed" / "full"
+    executed.mkdir(parents=True)
+    (executed / "durations.yaml").write_text("02-dataset-run: 812.5\n06-paper-tables: 306.0\n")
+    out = project / "tables" / "PROVENANCE.md"
+    out.parent.mkdir()
+    notebooks.write_provenance("full", out=out)
+    text = out.read_text()
+    assert "| 02-dataset-run | 812.5 |" in text and "| total | 1118.5 |" in text
+    assert "time goes" not in text            # no breakdown written yet
+    (out.parent / "02-dataset-run-time.md").write_text(
+        "# title\n\npreamble\n\n| method | training |\n|---|---|\n| U-max | 1.5 |\n")
+    notebooks.write_provenance("full", out=out)
+    text = out.read_text()
+    assert "Where notebook 02's time goes" in text and "| U-max | 1.5 |" in text
+    assert "# title" not in text
+
+
+def test_every_full_profile_is_the_notebooks_parameters_cell():
+    """params/NAME.yaml's full profile lists every parameter with the notebook's default
+    (so an edited and saved notebook is recognised as exploring, not as the full run)."""
+    for path in sorted(paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")):
+        notebooks.check_full_profile(path.stem)
+        assert notebooks.profile_of(path.stem, notebooks.declared_parameters(path.stem)) \
+            == "full", path.stem
+        smoke = notebooks.effective_params(path.stem, "smoke")
+        assert notebooks.profile_of(path.stem, smoke) == "smoke", path.stem
+        if "notebooks.profile_outputs(" in path.read_text():
+            assert "output_root" not in notebooks.load_params(path.stem, "smoke"), \
+                f"{path.stem}: the smoke profile's outputs go to build/smoke by themselves"
+        else:       # a notebook that chooses its folders itself must send smoke runs away
+            assert notebooks.load_params(path.stem, "smoke").get("output_root"), path.stem
+
+
+def test_full_profile_must_match_the_notebook(project):
+    (project / "params" / "99-demo.yaml").write_text("full:\n  epochs: 40\n")
+    with pytest.raises(notebooks.NotebookParameterError,
+                       match=r"missing: \['seed'\].*epochs: params file 40, notebook 50"):
+        notebooks.check_full_profile("99-demo")
+    with pytest.raises(notebooks.NotebookParameterError, match="every parameter"):
+        notebooks.prepare("99-demo", "full")
+
+
+@pytest.mark.parametrize("text, value", [
+    ("3", 3), ("1e-3", 0.001), ("-2.5E+2", -250.0), ("[bibtex, mnist]", ["bibtex", "mnist"]),
+    ("{bibtex: 15}", {"bibtex": 15}), ("null", None), ("true", True), ("paper", "paper"),
+    ("[1e-3, 10]", [0.001, 10])])
+def test_override_values_are_read_as_yaml(text, value):
+    got = notebooks.parse_value(text)
+    assert got == value and type(got) is type(value)
+
+
+def test_overrides_are_checked_against_the_parameters_cell(project, capsys):
+    (project / "params" / "99-demo.yaml").write_text(FULL + "smoke:\n  epochs: 2\n")
+    with pytest.raises(notebooks.NotebookParameterError, match=r"-p epoch: .*\['epoch'\]"):
+        notebooks.effective_params("99-demo", "full", {"epoch": 3})
+    with pytest.raises(notebooks.NotebookParameterError, match="-p epochs 'many'.*number"):
+        notebooks.effective_params("99-demo", "full", {"epochs": "many"})
+    # full, then the profile, then the overrides
+    assert notebooks.effective_params("99-demo", "smoke", {"seed": 4}) == \
+        {"epochs": 2, "seed": 4}
+    # the command line: a clear error, exit status 2, the parameter named
+    assert notebooks.main(["check", "99-demo", "-p", "epoch", "3"]) == 2
+    assert "'epoch'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        notebooks.main(["run", "99-demo", "98-other", "-p", "epochs", "3"])  # one notebook
+    assert notebooks.main(["check", "99-demo", "-p", "epochs", "3"]) == 0
+
+
+def test_a_list_parameter_needs_a_yaml_list(project):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("datasets = ['a', 'b']\nrate = 'paper'",
+                                          metadata={"tags": ["parameters"]})]
+    nbformat.write(nb, project / "notebooks" / "98-list.ipynb")
+    with pytest.raises(notebooks.NotebookParameterError, match=r"YAML list, e\.g\. -p datasets '\[c\]'"):
+        notebooks.effective_params("98-list", "full", {"datasets": "c"})
+    # a string default may take a number (e.g. notebook 07's learning_rate = "paper")
+    (project / "params" / "98-list.yaml").write_text("full:\n  datasets: [a, b]\n  rate: paper\n")
+    assert notebooks.effective_params("98-list", "full", {"rate": 0.1})["rate"] == 0.1
+
+
+def test_where_a_run_writes(project):
+    (project / "params" / "99-demo.yaml").write_text(FULL + "smoke:\n  epochs: 2\n")
+    full = {"epochs": 50, "seed": 0, "output_root": ""}
+    smoke = {"epochs": 2, "seed": 0, "output_root": ""}
+    mine = {"epochs": 50, "seed": 7, "output_root": ""}
+    assert notebooks.profile_of("99-demo", full) == "full"
+    assert notebooks.profile_of("99-demo", {**full, "epochs": 50.0}) == "full"   # 50 == 50.0
+    assert notebooks.profile_of("99-demo", smoke) == "smoke"
+    assert notebooks.profile_of("99-demo", mine) is None
+    assert notebooks.output_root_for("99-demo", full) == project
+    assert notebooks.output_root_for("99-demo", smoke) == project / "build" / "smoke"
+    explore = notebooks.output_root_for("99-demo", mine)
+    assert explore.parent == project / "build" / "explore" / "99-demo"
+    assert re.fullmatch(r"[0-9a-f]{12}", explore.name)
+    # the same parameters, the same folder; other values, another one
+    assert notebooks.output_root_for("99-demo", dict(mine)) == explore
+    assert notebooks.output_root_for("99-demo", {**mine, "seed": 8}) != explore
+    # an explicit output_root is honoured, but only the full profile may publish
+    assert notebooks.output_root_for("99-demo", {**mine, "output_root": "build/mine"}) == \
+        (project / "build" / "mine").resolve()
+    with pytest.raises(notebooks.NotebookParameterError, match="only the committed full"):
+        notebooks.output_root_for("99-demo", {**mine, "output_root": "."})
+    with pytest.raises(notebooks.NotebookParameterError, match="inside the repository"):
+        notebooks.output_root_for("99-demo", {**mine, "output_root": "/tmp/elsewhere"})
+    # the executed copy of an exploring run sits beside its outputs, never in build/executed
+    assert notebooks.executed_path("99-demo", "full", {"seed": 7}) == explore / "99-demo.ipynb"
+    assert notebooks.executed_path("99-demo", "smoke") == \
+        project / "build" / "executed" / "smoke" / "99-demo.ipynb"
+
+
+def test_profile_outputs_inside_a_notebook(project, capsys, monkeypatch):
+    (project / "params" / "99-demo.yaml").write_text(FULL + "smoke:\n  epochs: 2\n")
+    out = notebooks.profile_outputs("99-demo", {"epochs": 50, "seed": 0, "output_root": ""})
+    assert out.profile == "full" and out.tables == project / "tables"
+    assert out.figures.is_dir() and "profile: full" in capsys.readouterr().out
+    out = notebooks.profile_outputs("99-demo", {"epochs": 2, "seed": 5, "output_root": ""})
+    assert out.exploring and out.root.parent == project / "build" / "explore" / "99-demo"
+    assert out.tables.is_dir() and out.figures.is_dir()
+    said = capsys.readouterr().out
+    assert "seed = 5 (committed: 0)" in said and "not touched" in said   # nearest: smoke
+    assert "epochs" not in said.split("\n")[0]
+    record = yaml.safe_load((out.root / "params.yaml").read_text())
+    assert record["nearest_profile"] == "smoke" and record["parameters"]["seed"] == 5
+    assert record["differs"] == {"seed": {"value": 5, "committed": 0}}
+    assert out.input_root == project / "build" / "smoke"
+    with pytest.raises(FileNotFoundError, match=r"notebook 03-x.*--profile smoke"):
+        out.input("tables/03-x.csv", "03-x", make_smoke=False)
+    # a missing smoke-profile input is made by running its producer's smoke profile
+    calls = []
+    monkeypatch.setattr(notebooks, "_run_producer",
+                        lambda name, profile: calls.append((name, profile)))
+    with pytest.raises(FileNotFoundError):
+        out.input("tables/03-x.csv", "03-x")
+    assert calls == [("03-x", "smoke")]
+    (project / "build" / "smoke" / "tables").mkdir(parents=True)
+    (project / "build" / "smoke" / "tables" / "03-x.csv").write_text("a\n")
+    assert out.input("tables/03-x.csv", "03-x").read_text() == "a\n"
+    with pytest.raises(notebooks.NotebookParameterError, match="seed"):
+        notebooks.profile_outputs("99-demo", {"epochs": 3})
+
+
+def test_findings_are_asserted_only_under_a_committed_profile(capsys):
+    for profile in ("full", "smoke"):
+        f = Findings(profile)
+        assert f(True, "holds")
+        with pytest.raises(AssertionError, match=f"committed {profile} profile: it fails"):
+            f(False, "it fails")
+    f = Findings(None)                                # exploring: reported, not asserted
+    assert f(True, "holds") and not f([1, 0], "not all hold")
+    assert "finding does not hold under these parameters: not all hold" in capsys.readouterr().out
+    assert "1 hold; not holding here: not all hold" in f.summary()
+    f = Findings("smoke")                              # a finding only the full run reaches
+    assert not f(False, "needs the full data", under="full")
+    with pytest.raises(AssertionError):
+        Findings("full")(False, "needs the full data", under="full")
+    assert finding(True, "x") and not finding(False, "y", strict=False)
+    with pytest.raises(AssertionError):
+        finding(False, "z")
+
+
+def test_run_with_an_override_never_publishes(project):
+    (project / "params" / "99-demo.yaml").write_text(FULL + "smoke:\n  epochs: 2\n")
+    out = notebooks.run("99-demo", "full", overrides={"epochs": 3}, timeout=120)
+    assert out.parent.parent == project / "build" / "explore" / "99-demo"
+    nb = json.loads(out.read_text())
+    injected = "".join(next(c for c in nb["cells"] if "injected-parameters"
+                            in c["metadata"].get("tags", []))["source"])
+    assert "epochs = 3" in injected and "seed = 0" in injected
+    assert not (project / "build" / "executed" / "full" / "durations.yaml").exists()
+    assert not (project / "tables").exists() and not (project / "figures").exists()

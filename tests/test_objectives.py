@@ -2,7 +2,7 @@
 
 Small seeded random problems; every gradient is checked against central finite
 differences, every stochastic term against the exact expectation over all samples,
-and the identities of MATH.md (min over u of f = -L + N, the OVE and Bouchard bounds,
+and the identities of docs/math.md (min over u of f = -L + N, the OVE and Bouchard bounds,
 the range of the defective metric) are checked directly.
 """
 from __future__ import annotations
@@ -285,7 +285,7 @@ def test_f_ik_scaled_is_per_datapoint():
 
 
 def test_f_ik_overflows_when_u_far_below_delta():
-    """The instability of MATH.md section 2 is visible in the reference, not hidden."""
+    """The instability of docs/math.md section 2 is visible in the reference, not hidden."""
     X = np.array([[1.0]])
     y = np.array([0])
     W = np.array([[0.0], [800.0]])

@@ -7,7 +7,6 @@ import scipy.sparse as sp
 
 from scalable_softmax import authors, protocols
 from scalable_softmax import experiments as ex
-from scalable_softmax.data import MissingDataError
 from scalable_softmax.fit import fit
 from scalable_softmax.protocols import PROTOCOL_METHODS, fit_kwargs
 
@@ -108,7 +107,8 @@ def test_runspec_protocol_sets_fields_and_key():
 
 
 def test_protocols_module_is_part_of_the_code_version():
-    assert "protocols.py" in ex._VERSIONED and "objectives.py" in ex._VERSIONED
+    mods = ex.run_modules()
+    assert "scalable_softmax.protocols" in mods and "scalable_softmax.objectives" in mods
 
 
 def test_load_split_head_subset_is_the_first_rows(monkeypatch):
@@ -121,7 +121,8 @@ def test_load_split_head_subset_is_the_first_rows(monkeypatch):
 
     ds = DS()
     ds.X, ds.y, ds.K, ds.N, ds.synthetic = X, y, K, 50, True
-    monkeypatch.setattr(data_mod, "load_dataset", lambda name, split: ds)
+    monkeypatch.setattr(data_mod, "load_dataset", lambda name, split, **kw: ds)
+    monkeypatch.setattr(ex, "data_fingerprint", lambda name: {"fake": name})
     ex.load_split.cache_clear()
     try:
         Xh, yh, _, _ = ex.load_split("fake", "train", 0.1, 0, "head")
@@ -152,10 +153,7 @@ def test_load_recorded_names_a_bad_file(tmp_path):
 
 
 def test_recorded_file_gives_the_published_table3():
-    try:
-        df = authors.load_recorded()
-    except MissingDataError:
-        pytest.skip("the authors' recorded runs are not in the data directory (make data)")
+    df = authors.load_recorded()      # without the data: skipped (conftest.py); CI: error
     t = authors.recorded_table3(df)
     for d, row in ex.PAPER_TABLE3.items():
         for m, v in row.items():

@@ -3,7 +3,7 @@
 Kernels against the NumPy reference step (to rounding), the reference against
 scalable_softmax.objectives, the class draws, determinism, divergence reporting,
 option validation, and the converged-point comparison with the exact optimum
-(MATH.md section 7: the three are biased).
+(docs/math.md section 7: the three are biased).
 """
 from __future__ import annotations
 
@@ -199,6 +199,33 @@ def test_shared_draws_are_shared_by_the_batch(drop_hits):
                 assert y[t] not in ks and len(ks) in (2, 3)
                 nhits += 3 - len(ks)
     assert nhits > 0
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_drawn_subsets_are_uniform(shared):
+    """Every m-subset of the allowed classes is equally likely (chi-square over many
+    draws): per datapoint, of the K-1 classes other than the label; shared, of all K."""
+    from scipy.stats import chisquare
+    K, m, N = 7, 3, 21000
+    y = np.random.default_rng(2).integers(0, K, N)
+    cls, ncls = epoch_draws(y, np.arange(N), K, 1, m, shared, False, 11)
+    counts = {}
+    for t in range(N):
+        ks = tuple(sorted(cls[t, 1:ncls[t]]))
+        assert len(set(ks)) == m
+        key = ks if shared else (y[t], ks)
+        counts[key] = counts.get(key, 0) + 1
+    if shared:
+        cells = list(itertools.combinations(range(K), m))
+        obs = [counts.get(c, 0) for c in cells]
+        assert chisquare(obs).pvalue > 1e-3
+    else:
+        for label in range(K):
+            others = [k for k in range(K) if k != label]
+            cells = list(itertools.combinations(others, m))
+            obs = [counts.get((label, c), 0) for c in cells]
+            assert sum(obs) == np.sum(y == label)
+            assert chisquare(obs).pvalue > 1e-3
 
 
 # --- determinism, divergence, validation ----------------------------------------

@@ -103,18 +103,33 @@ def test_ratio_table_md_bolds_the_lowest_per_data_set():
         rp.ratio_table_md(t.drop(index="Average"), "T")
 
 
-def test_ratio_bars_draws_one_bar_per_series_and_method():
+def test_ratio_dots_draw_one_point_per_series_and_method():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
     v = pd.DataFrame(dict(dataset=["a", "a"], method=["ove", "implicit"], val=[4.0, 2.0]))
     t = rp.relative_table(v, "val")[["ove", "implicit"]]
     fig, axes = plt.subplots(1, 2)
-    rp.ratio_bars(axes, ["a", "Average"], ["ove", "implicit"],
-                  [("x", t, "C0"), ("y", t * 2, "C1")])
-    heights = sorted(p.get_height() for p in axes[0].patches)
-    assert heights == [1.0, 2.0, 2.0, 4.0] and axes[0].get_yscale() == "log"
-    assert axes[1].get_title() == "Average"
+    rp.ratio_dots(axes, ["a", "Average"], ["ove", "implicit"],
+                  [("x", t, "C0"), ("y", t * 2, "C1", "s")])
+    lines = [ln for ln in axes[0].get_lines() if ln.get_label() in ("x", "y")]
+    ys = sorted(float(y) for ln in lines for y in ln.get_ydata())
+    assert ys == [1.0, 2.0, 2.0, 4.0] and axes[0].get_yscale() == "log"
+    assert [ln.get_marker() for ln in lines] == ["o", "s"]
+    assert axes[1].get_title() == "Average over the data sets"
+    # the method names are the style's, in the method's colour
+    ticks = axes[0].get_xticklabels()
+    assert [t.get_text() for t in ticks] == ["OVE", "Implicit SGD"]
+    assert matplotlib.colors.same_color(ticks[1].get_color(), "#D55E00")
+    assert not axes[0].patches                                  # points, never bars
+    plt.close(fig)
+    # a non-finite ratio is left out, not drawn at the axis edge
+    t2 = t.copy()
+    t2.loc["a", "ove"] = np.inf
+    fig, axes = plt.subplots(1, 1, squeeze=False)
+    rp.ratio_dots(axes[0], ["a"], ["ove", "implicit"], [("x", t2, "C0")])
+    assert [float(y) for y in axes[0, 0].get_lines()[0].get_ydata()] == [1.0]
     plt.close(fig)
 
 

@@ -2,3 +2,14 @@
 One-vs-Each approximation (Titsias 2016): data, reference math and fast kernels."""
 
 __version__ = "0.1.0"
+
+__all__ = ["SoftmaxSGDClassifier", "__version__"]
+
+
+def __getattr__(name):
+    # the scikit-learn estimator is imported on first use, so that the library itself
+    # does not need scikit-learn (an optional extra)
+    if name == "SoftmaxSGDClassifier":
+        from scalable_softmax.estimator import SoftmaxSGDClassifier
+        return SoftmaxSGDClassifier
+    raise AttributeError(f"module 'scalable_softmax' has no attribute {name!r}")

@@ -8,7 +8,7 @@ and a per-instance :class:`pandas.DataFrame` of details. The notebook prints the
 asserts on them; :func:`summary_table` and :func:`write_table` turn them into
 ``tables/00-derivation-checks.{csv,md}``.
 
-Conventions are those of ``MATH.md`` and :mod:`scalable_softmax.objectives`: ``W`` is
+Conventions are those of ``docs/math.md`` and :mod:`scalable_softmax.objectives`: ``W`` is
 ``K x D``, ``f`` and ``f_ik`` carry the factor ``N`` (as in the paper's lemmas), the
 implicit step uses the per-datapoint ``f-hat = f_ik / N``. Small problems only: the
 checks form dense ``N x K`` score matrices and Hessians of size ``N + K D``.
@@ -256,6 +256,10 @@ def write_table(df: pd.DataFrame, stem: str, folder, title: str | None = None,
                 md_columns=None, preamble: str = "") -> tuple[Path, Path]:
     """Write ``folder/stem.csv`` (all columns) and ``folder/stem.md`` atomically.
 
+    Inside a notebook run (``python -m scalable_softmax.notebooks run``) the files go to
+    the run's stage and are published with the run's other outputs when it ends
+    (:mod:`scalable_softmax.publish`); the returned paths are the staged ones.
+
     Parameters
     ----------
     df : the table
@@ -269,9 +273,11 @@ def write_table(df: pd.DataFrame, stem: str, folder, title: str | None = None,
     -------
     (csv_path, md_path)
     """
+    from .publish import staged_path
+
     folder = Path(folder)
-    csv = folder / f"{stem}.csv"
-    md = folder / f"{stem}.md"
+    csv = staged_path(folder / f"{stem}.csv")
+    md = staged_path(folder / f"{stem}.md")
     _atomic_write_text(csv, df.to_csv(index=False))
     head = (f"# {title}\n\n" if title else "") + (f"{preamble.strip()}\n\n" if preamble else "")
     notes = ""
@@ -285,13 +291,18 @@ def write_table(df: pd.DataFrame, stem: str, folder, title: str | None = None,
 
 
 def save_figure(fig, stem: str, folder, formats=("pdf", "png"), dpi=150) -> list[Path]:
-    """Save ``fig`` as ``folder/stem.<fmt>`` for each format, atomically."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    """Save ``fig`` as ``folder/stem.<fmt>`` for each format, atomically.
+
+    Inside a notebook run (``python -m scalable_softmax.notebooks run``) the files go to
+    the run's stage and are published with the run's other outputs when it ends
+    (:mod:`scalable_softmax.publish`); the returned paths are the staged ones."""
+    from .publish import staged_path
+
     out = []
     for fmt in formats:
-        path = folder / f"{stem}.{fmt}"
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        path = staged_path(Path(folder) / f"{stem}.{fmt}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
         try:
             fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight",
@@ -422,7 +433,7 @@ def _fd_hessian(u, X, y, W, mu, h=1e-6):
 
 
 def f_hat(x, w_k, w_y, u, K, mu=0.0, beta_k=1.0, beta_y=1.0, N=1):
-    """Per-datapoint term ``f-hat = f_ik / N`` of the implicit step (MATH.md section 4).
+    """Per-datapoint term ``f-hat = f_ik / N`` of the implicit step (docs/math.md section 4).
 
     ``u + e^{-u} + (K-1) exp(x.(w_k - w_y) - u) + (mu/(2N))(beta_y ||w_y||^2 + beta_k ||w_k||^2)``
     """
@@ -519,7 +530,7 @@ def direct_implicit_step(x, w_k, w_y, u, eta, K, mu=0.0, beta_k=1.0, beta_y=1.0,
 
 
 def _g_reduced(u, dt, ut, eta, K, s):
-    """``g(u)`` of MATH.md section 4 (vectorised; ``a(u)`` by the log-domain Lambert W)."""
+    """``g(u)`` of docs/math.md section 4 (vectorised; ``a(u)`` by the log-domain Lambert W)."""
     from scalable_softmax.lambertw import lambertw_exp_array
     u = np.asarray(u, dtype=np.float64)
     z = np.asarray(dt - u + np.log(2 * eta * (K - 1) * s), dtype=np.float64)
@@ -532,7 +543,7 @@ def appendix_f1_bracket(dt, ut, eta, K, s):
     """Appendix F.1's bracket ``[lo, hi]`` of the root ``u`` of ``g`` (vectorised).
 
     If ``g(u~) < 0``: ``[u~, log(1 + (K-1) e^{delta~})]``; otherwise
-    ``[max(0, log(K-1) + delta~ - 2 eta ||x||^2), u~]`` (MATH.md section 4; the
+    ``[max(0, log(K-1) + delta~ - 2 eta ||x||^2), u~]`` (docs/math.md section 4; the
     paper's ``N`` is absorbed in ``eta``).
 
     Parameters
@@ -772,7 +783,7 @@ def check_gradients(rng, problems, mu=0.5, scale=1.0, pairs_per_problem=3):
 def check_raman(rng, problems, mu=0.5, scale=1.0):
     """(F-8): Raman et al.'s double sum: ``E[f~_ik] = f~``, ``min_ubar f~ = -L + N`` at
     ``ubar*_i = log sum_k e^{s_ik}`` (``= u*_i + s_{i,y_i}``), and its gradient
-    (MATH.md section 6) against finite differences."""
+    (docs/math.md section 6) against finite differences."""
     rows = []
     for p in problems:
         W = _random_W(rng, p.K, p.D, scale)
@@ -823,7 +834,7 @@ def check_raman(rng, problems, mu=0.5, scale=1.0):
 
 
 def check_raman_original_code(rng, problems, scale=1.0):
-    """MATH.md section 6: the original code's gradient of (F-8) is not the gradient
+    """docs/math.md section 6: the original code's gradient of (F-8) is not the gradient
     (extra ``exp`` in ``d/dubar``; ``w_y`` step without the factor ``x_i``).
 
     Relative error of :func:`objectives.raman_f_ik_grad_original_code` against finite
@@ -856,7 +867,7 @@ def check_raman_original_code(rng, problems, scale=1.0):
     df = pd.DataFrame(rows)
     worst = float(df.original_code_rel_err.min())
     ok = worst > 1e-2 and df.correct_rel_err.max() <= 1e-6
-    return CheckResult("F-8 code", "MATH.md section 6 (original experiment code)",
+    return CheckResult("F-8 code", "docs/math.md section 6 (original experiment code)",
                        "the original code's gradient of (8) (extra exp in d/dubar, w_y step without x_i) is not the gradient of (8)",
                        "min relative error of the code's gradient vs finite differences",
                        "> 0 (defect)", worst, bool(ok), len(df), df)
@@ -1347,7 +1358,8 @@ def plot_implicit_step(sweep: pd.DataFrame, K=None, etas=None, z_min_linear=-100
     drawn beyond float64's overflow at ``1.8e308``, marked by a horizontal line).
     Right: linear scale, implicit steps only, with Appendix F.2's bound (dotted,
     :func:`prop2_bound` / ``(2||x||)``). Both panels start at ``z_min_linear`` (below
-    it both steps are negligible).
+    it both steps are negligible). Drawn in the collection's style
+    (:mod:`scalable_softmax.style`; call ``style.use()`` first), one legend below.
 
     Parameters
     ----------
@@ -1361,18 +1373,21 @@ def plot_implicit_step(sweep: pd.DataFrame, K=None, etas=None, z_min_linear=-100
     """
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
+
+    from . import style
     K = int(sweep.K.iloc[0]) if K is None else int(K)
     df = sweep[sweep.K == K]
     if etas is not None:
         df = df[df.eta.isin(etas)]
     if df.empty:
         raise ValueError(f"no rows of the sweep with K = {K} and eta in {etas}")
-    fig = Figure(figsize=(10, 3.8))
+    fig = Figure(figsize=(style.FIG_WIDTH, 3.1), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
-    colors = ["C0", "C1", "C2", "C3", "C4", "C5", "C6"]
+    colors = style.rate_colors(df.eta.unique(), cmap="plasma")
     handles = []
     lin = df[df.z >= z_min_linear]
-    for c, (eta, g) in zip(colors, df.groupby("eta")):
+    for eta, g in df.groupby("eta"):
+        c = colors[float(eta)]
         g = g.sort_values("z")
         ax1.plot(g.z, np.log10(np.maximum(g.implicit_step, 1e-300)), color=c)
         ax1.plot(g.z, g.log10_vanilla_step, color=c, ls="--")
@@ -1380,24 +1395,24 @@ def plot_implicit_step(sweep: pd.DataFrame, K=None, etas=None, z_min_linear=-100
         ax2.plot(gl.z, gl.implicit_step, color=c)
         ax2.plot(gl.z, gl.bound_step, color=c, ls=":", lw=1)
         handles.append(Line2D([], [], color=c, label=f"$\\eta$ = {eta:g}"))
-    style = [Line2D([], [], color="k", label="implicit SGD"),
-             Line2D([], [], color="k", ls="--", label="vanilla SGD")]
+    kinds = [Line2D([], [], color="0.3", label="implicit SGD"),
+             Line2D([], [], color="0.3", ls="--", label="vanilla SGD"),
+             Line2D([], [], color="0.3", ls=":", lw=1, label="bound of App. F.2")]
     top = math.log10(np.finfo(float).max)
     ax1.axhline(top, color="k", lw=0.8)
-    ax1.text(0.98, top + 8, "float64 overflow", fontsize=8, ha="right",
+    ax1.text(0.02, top + 8, "float64 overflow", fontsize=8, ha="left",
              transform=ax1.get_yaxis_transform())
     ax1.set_ylim(-15, 460)
     ax1.set_xlim(z_min_linear, float(df.z.max()))
     ax1.set_xlabel(r"$\tilde\delta - \tilde u = x_i^\top(\tilde w_k - \tilde w_{y_i}) - \tilde u_i$")
     ax1.set_ylabel(r"$\log_{10}$ of the step size in $w_k$")
-    ax1.set_title(f"step size, K = {K}, $\\|x_i\\| = 1$", fontsize=10)
-    ax1.legend(handles=handles + style, fontsize=7, loc="upper left")
+    ax1.set_title(f"step size, K = {K}, $\\|x_i\\| = 1$")
     ax2.set_ylim(0, 1.15 * max(float(lin.implicit_step.max()), 1e-12))
     ax2.set_xlabel(r"$\tilde\delta - \tilde u$")
     ax2.set_ylabel(r"step size in $w_k$ (implicit SGD)")
-    ax2.set_title("implicit SGD: linear (dotted: bound of App. F.2)", fontsize=10)
-    ax2.legend(handles=handles, fontsize=7, loc="upper left")
-    fig.tight_layout()
+    ax2.set_title("implicit SGD: linear in $\\tilde\\delta - \\tilde u$")
+    fig.legend(handles=handles + kinds, loc="outside lower center",
+               ncol=len(handles) + len(kinds))
     return fig
 
 
@@ -1678,7 +1693,7 @@ def _ridge_ove_optimum(X, y, K, mu, W0=None):
 
 
 def check_ove_parametric(rng, n_instances, mu=1e-2):
-    """MATH.md section 7 / Titsias section 3: in the parametric case (linear scores) the
+    """docs/math.md section 7 / Titsias section 3: in the parametric case (linear scores) the
     OVE optimum is *not* the softmax MLE (both with the same small ridge ``mu``): the
     "holds" column confirms they differ, and the MLE has the lower log-loss."""
     rows = []
@@ -1692,7 +1707,7 @@ def check_ove_parametric(rng, n_instances, mu=1e-2):
     df = pd.DataFrame(rows)
     worst = float(df["rel ||W_ove - W_mle||"].min())
     ok = worst > 1e-3 and (df["log-loss OVE optimum"] >= df["log-loss MLE"]).all()
-    return CheckResult("T OVE param.", f"{TI}, section 3; MATH.md section 7",
+    return CheckResult("T OVE param.", f"{TI}, section 3; docs/math.md section 7",
                        "with linear scores (K >= 3) the OVE optimum differs from the softmax MLE (the bound is biased)",
                        "min relative distance ||W_ove - W_mle|| / ||W_mle||", "> 0", worst,
                        bool(ok), len(df), df)

@@ -2,12 +2,12 @@
 
 :func:`evaluate` computes, over a whole data set or a subset of its rows,
 
-* the exact mean negative log-likelihood (MATH.md section 1), with a stable
+* the exact mean negative log-likelihood (docs/math.md section 1), with a stable
   log-sum-exp over all ``K`` classes and no ridge term;
 * the error rate, ``argmax_k s_ik != y_i`` with ties going to the lowest class
   index (as ``np.argmax``);
 * the original code's defective metric ``mean_i(-p_{i,y_i} + log sum_k exp(p_ik))``
-  with ``p`` the softmax probabilities (MATH.md section 7).
+  with ``p`` the softmax probabilities (docs/math.md section 7).
 
 It agrees with the NumPy reference :mod:`scalable_softmax.objectives`
 (:func:`~scalable_softmax.objectives.log_loss`,
@@ -106,7 +106,7 @@ from numba import prange
 
 from scalable_softmax._jit import JIT, PJIT
 
-__all__ = ["Evaluation", "evaluate"]
+__all__ = ["Evaluation", "evaluate", "NonFiniteScoreError"]
 
 #: classes per tile of ``W^T`` (see the module docstring). Measured against 128: with two
 #: single-threaded processes evaluating at once (as notebook 02's workers do), 3,000 rows,
@@ -135,6 +135,53 @@ _SHIFT = 6755399441055744.0  # 1.5 * 2**52: adding it rounds to an integer in th
 _EXP_MIN = -708.0  # exp(-708) ~ 3e-308 is still a normal number
 
 
+class NonFiniteScoreError(FloatingPointError):
+    """A score ``s_ik = x_i . w_k`` (or a row's log-loss) is not a finite number.
+
+    Finite but huge weights (a run that blew up without an ``inf``) overflow the
+    scores; the metrics would be NaN or infinite. Attributes ``row`` (index into
+    ``X``), ``klass`` (the class whose score is not finite, or the arg-max class when
+    every score is finite but the log-loss overflows) and ``score``.
+    """
+
+    def __init__(self, row: int, klass: int, score: float, what: str):
+        self.row, self.klass, self.score = int(row), int(klass), float(score)
+        super().__init__(f"{what} (row {self.row} of X, class {self.klass}: score "
+                         f"{self.score!r}); the weights are too large to evaluate "
+                         "(a diverged run?)")
+
+    def __reduce__(self):
+        return (_rebuild_nonfinite, (self.row, self.klass, self.score, self.args[0]))
+
+
+def _rebuild_nonfinite(row, klass, score, message):
+    exc = NonFiniteScoreError.__new__(NonFiniteScoreError)
+    exc.row, exc.klass, exc.score = row, klass, score
+    FloatingPointError.__init__(exc, message)
+    return exc
+
+
+def _raise_nonfinite(X, y, W, sel, nll, dfc):
+    """Raise :class:`NonFiniteScoreError` for the first selected row whose metrics are
+    not finite, naming the row and the class (scores recomputed in float64 for it)."""
+    bad = np.flatnonzero(~(np.isfinite(nll) & np.isfinite(dfc)))
+    if bad.size == 0:
+        return
+    i = int(sel[bad[0]])
+    lo, hi = X.indptr[i], X.indptr[i + 1]
+    Wd = np.asarray(W, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        s = Wd[:, X.indices[lo:hi]] @ np.asarray(X.data[lo:hi], dtype=np.float64)
+    nonfinite = np.flatnonzero(~np.isfinite(s))
+    if nonfinite.size:
+        k = int(nonfinite[0])
+        raise NonFiniteScoreError(i, k, s[k], "a score is not finite")
+    k = int(np.argmax(s))
+    raise NonFiniteScoreError(i, k, s[k], f"the log-loss overflows: the largest score "
+                              f"minus the label's (class {int(y[i])}, score "
+                              f"{float(s[int(y[i])])!r}) is beyond the float range")
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """Exact metrics of a weight matrix on (a subset of) a data set.
@@ -147,7 +194,7 @@ class Evaluation:
         Fraction of rows with ``argmax_k s_ik != y_i`` (ties to the lowest index).
     defective : float
         The original code's defective metric ``mean_i(-p_{i,y_i} + log sum_k
-        exp(p_ik))`` (MATH.md section 7); lies in ``[log(K-1+e) - 1, log(K-1+e)]``.
+        exp(p_ik))`` (docs/math.md section 7); lies in ``[log(K-1+e) - 1, log(K-1+e)]``.
     n_rows : int
         Number of rows the means are over.
     """
@@ -855,6 +902,7 @@ def _per_row(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None,
                                     np.ascontiguousarray(W, dtype=np.float64), tw,
                                     int(block_rows))
         nll, err, dfc = _finish(*state, y[sel], K)
+        _raise_nonfinite(X, y, W, sel, nll, dfc)
     finally:
         if threads is not None:
             numba.set_num_threads(old)
@@ -906,6 +954,9 @@ def evaluate(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None, thr
         On shape mismatch, labels out of range, non-finite ``W`` or ``X``, empty or
         out-of-range ``rows``, a bad ``subsample``, ``block_rows``, ``threads`` or
         ``precision``.
+    NonFiniteScoreError
+        When finite but huge weights make a score, or a row's log-loss, overflow
+        (the message names the row and the class); never a NaN result.
 
     Notes
     -----
@@ -926,5 +977,9 @@ def evaluate(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None, thr
                                   block_rows=block_rows, threads=threads,
                                   precision=precision)
     n = sel.size
-    return Evaluation(log_loss=float(np.sum(nll) / n), error=float(np.sum(err) / n),
+    with np.errstate(over="ignore"):
+        total = np.sum(nll)
+    # every row's loss is finite (else _per_row raised); huge ones may overflow the sum
+    log_loss = total / n if np.isfinite(total) else np.sum(nll / n)
+    return Evaluation(log_loss=float(log_loss), error=float(np.sum(err) / n),
                       defective=float(np.sum(dfc) / n), n_rows=int(n))

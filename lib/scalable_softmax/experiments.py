@@ -4,17 +4,27 @@ The experiment notebooks (02 per-data-set runs, 03 learning-rate tuning, 04 sens
 06 paper tables) describe every training run they need as a :class:`RunSpec` (data set,
 method, learning rate, seed, epochs, training fraction, evaluation settings, method
 options) and call :func:`run_all`. A run's result is stored in
-``build/runs/<key>.json`` where ``key`` hashes the spec together with
-:data:`CODE_VERSION` (a hash of the library sources a run depends on), so
+``build/runs/<key>.json`` (:func:`default_cache_dir`) where ``key`` hashes everything
+the result depends on (:func:`key_inputs`):
 
-* a notebook re-executed with the same settings and code reads its runs back instead of
-  training again,
-* two notebooks that need the same run (e.g. notebook 04's run at the tuned rate and
-  notebook 02's seed 0) train it once,
-* any change to the optimisers, the evaluator or the data layer invalidates every
-  stored result (nothing stale is ever reused).
+* the spec itself;
+* the **content** of the data it reads: the sha256 of every raw file of the data set
+  (hashed in full once per process, re-hashed whenever a file's size, mtime, ctime or
+  inode changes; a registered file that no longer matches its checksum is refused),
+  or, for a synthetic surrogate, the generator's version and options;
+* the preprocessing settings (:data:`PREPROCESSING`) and the protocol's resolved
+  ``fit()`` arguments;
+* :data:`CODE_VERSION`: a hash of the source of every library module a run imports
+  (the import closure of this module, found by reading the sources, see
+  :func:`run_modules`) and of the numerical libraries' versions;
 
-Evaluation (MATH.md section 1: the exact log-loss over all ``K`` classes):
+so a notebook re-executed with the same settings, code and data reads its runs back
+instead of training again, two notebooks that need the same run train it once, and a
+change of code or data never reuses a stale result. A cache file that cannot be used
+(not JSON, not an object, missing or malformed fields, written for another run) is
+recomputed with a :class:`RunCacheWarning` naming the file.
+
+Evaluation (docs/math.md section 1: the exact log-loss over all ``K`` classes):
 
 * **monitoring** at the paper's 10 evenly spaced epochs (and epoch 0) on a fixed,
   seeded subsample of ``monitor_rows`` training rows (all rows when the set is
@@ -23,9 +33,25 @@ Evaluation (MATH.md section 1: the exact log-loss over all ``K`` classes):
   final weights on the *whole* training set (the training fraction used) and the whole
   test set, unless ``final_rows`` caps them.
 
-Runs are independent, so :func:`run_all` can train ``workers`` of them at once in
-separate processes (the training kernels are single-threaded). Timings measured that
-way share the machine's memory bandwidth; notebook 07 measures runtimes alone.
+Engines. Runs are independent; :func:`run_all` trains the runs that are not stored
+
+* one after the other in this process (``workers=1``),
+* in ``workers`` processes of a `joblib <https://joblib.readthedocs.io>`_ ``loky``
+  pool (the training kernels are single-threaded), or
+* on a `Dask distributed <https://distributed.dask.org>`_ cluster, when a scheduler
+  address is given (``scheduler=`` or the environment variable
+  ``SOFTMAX_DASK_SCHEDULER``, e.g. ``tcp://10.0.0.5:8786``); the workers need this
+  package and the same data files (checked: a worker that read different data is an
+  error).
+
+Only this process writes the cache: every result is stored as soon as it arrives, by
+a temporary file and a rename, so an interrupted sweep keeps what it finished and a
+rerun trains only the rest. A worker process exits as soon as the process that started
+it is gone (also after ``SIGKILL``), and ``SIGTERM``/``SIGHUP`` during :func:`run_all`
+stop the pool and remove temporary files before the process exits. All engines give
+identical results (training is seeded; the evaluator's result does not depend on the
+number of threads). Timings measured with several workers share the machine's memory
+bandwidth; notebook 07 measures runtimes alone.
 """
 from __future__ import annotations
 
@@ -38,6 +64,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +74,9 @@ from . import paths
 
 __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories_frame",
            "CODE_VERSION", "default_cache_dir", "PAPER_METHODS", "PAPER_DATASETS",
-           "PAPER_TABLE2", "PAPER_TABLE3", "dataset_for", "load_split"]
+           "PAPER_TABLE2", "PAPER_TABLE3", "dataset_for", "load_split", "key_inputs",
+           "data_fingerprint", "run_modules", "RunCacheWarning", "PREPROCESSING",
+           "dask_scheduler"]
 
 #: the six methods of the paper's experiments, in its column order
 PAPER_METHODS = ("ove", "nce", "is", "vanilla", "umax", "implicit")
@@ -56,7 +85,7 @@ PAPER_METHODS = ("ove", "nce", "is", "vanilla", "umax", "implicit")
 PAPER_DATASETS = ("mnist", "bibtex", "delicious", "eurlex", "amazoncat", "wiki10",
                   "wikismall")
 
-#: the paper's Table 2 (tuned initial learning rates), MATH.md section 10
+#: the paper's Table 2 (tuned initial learning rates), docs/math.md section 10
 PAPER_TABLE2 = {
     "mnist":     dict(ove=1e1, nce=1e1, **{"is": 1e1}, vanilla=1e-2, umax=1e1, implicit=1e-1),
     "bibtex":    dict(ove=1e2, nce=1e2, **{"is": 1e2}, vanilla=1e-2, umax=1e-1, implicit=1e1),
@@ -66,8 +95,8 @@ PAPER_TABLE2 = {
     "wiki10":    dict(ove=1e-2, nce=1e3, **{"is": 1e2}, vanilla=1e-4, umax=1e-2, implicit=1e0),
     "wikismall": dict(ove=1e3, nce=1e3, **{"is": 1e3}, vanilla=1e-4, umax=1e-3, implicit=1e-3),
 }
-#: the paper's Table 3 (train log-loss after 50 epochs / Implicit SGD's), MATH.md
-#: section 10; its OVE, NCE and IS columns used the defective metric (section 7)
+#: the paper's Table 3 (train log-loss after 50 epochs / Implicit SGD's), docs/math.md
+#: section 10; its OVE, NCE and IS columns used the defective metric (section 1)
 PAPER_TABLE3 = {
     "mnist":     dict(ove=5.73, nce=6.05, **{"is": 5.74}, vanilla=1.43, umax=1.56, implicit=1.00),
     "bibtex":    dict(ove=29.03, nce=28.52, **{"is": 32.71}, vanilla=15.18, umax=9.77,
@@ -82,25 +111,144 @@ PAPER_TABLE3 = {
 PAPER_TABLE3_AVERAGE = dict(ove=7.62, nce=7.64, **{"is": 8.17}, vanilla=4.29, umax=2.71,
                             implicit=1.00)
 
-#: library sources whose change invalidates stored runs
-_VERSIONED = ("fit.py", "evaluate.py", "lambertw.py", "_kernels.py", "_jit.py",
-              "experiments.py", "protocols.py", "objectives.py", "methods", "data")
+#: the preprocessing of every run's data (``load_dataset``'s defaults, made explicit:
+#: part of every cache key)
+PREPROCESSING = {"max_features": 10_000, "max_points": 100_000, "normalize": True}
+#: numerical libraries whose version is part of :data:`CODE_VERSION`
+_LIBRARIES = ("numpy", "scipy", "numba", "llvmlite")
+_PKG = __name__.split(".")[0]
+_ROOT = Path(__file__).resolve().parent
+
+
+def _module_path(name: str) -> Path | None:
+    """Source file of the package module ``name`` (``pkg.a.b``), or None."""
+    if name != _PKG and not name.startswith(_PKG + "."):
+        return None
+    rel = Path(*name.split(".")[1:])
+    for cand in (_ROOT / rel / "__init__.py", (_ROOT / rel).with_suffix(".py")):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _imports_of(name: str, path: Path) -> set[str]:
+    """Package modules that module ``name`` (file ``path``) may import: every
+    ``import``/``from ... import`` anywhere in it (functions included, so lazy imports
+    count) and every string naming a module of the package (``"pkg.mod:Class"``
+    registries imported with ``importlib``), with the parent packages."""
+    import ast
+    import re
+
+    tree = ast.parse(path.read_text(), str(path))
+    is_pkg = path.name == "__init__.py"
+    base = name.split(".") if is_pkg else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                up = base[:len(base) - (node.level - 1)]
+                mod = ".".join(up + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            found.add(mod)
+            found.update(f"{mod}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for m in re.finditer(rf"\b{_PKG}(?:\.\w+)+", node.value):
+                found.add(m.group(0))
+    out = set()
+    for mod in found:
+        parts = mod.split(".")
+        for i in range(1, len(parts) + 1):          # the parents run their __init__
+            if _module_path(".".join(parts[:i])) is not None:
+                out.add(".".join(parts[:i]))
+    return out
+
+
+def run_modules(root: str = __name__) -> dict[str, Path]:
+    """Every package module a training run may import: the import closure of ``root``
+    (this module), read from the sources. ``{module name: file}``."""
+    todo, seen = [root], {}
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = _module_path(name)
+        if path is None:
+            continue
+        seen[name] = path
+        todo.extend(_imports_of(name, path) - set(seen))
+    return dict(sorted(seen.items()))
 
 
 def _code_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     h = hashlib.sha256()
-    root = Path(__file__).resolve().parent
-    for entry in _VERSIONED:
-        p = root / entry
-        files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
-        for f in files:
-            h.update(str(f.relative_to(root)).encode())
-            h.update(f.read_bytes())
+    for name, path in run_modules().items():
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for lib in _LIBRARIES:
+        try:
+            h.update(f"{lib}=={version(lib)}\0".encode())
+        except PackageNotFoundError:
+            h.update(f"{lib} missing\0".encode())
     return h.hexdigest()[:12]
 
 
-#: hash of the library sources a run depends on (part of every cache key)
+#: hash of the sources of every library module a run imports (:func:`run_modules`) and
+#: of the numerical libraries' versions (part of every cache key)
 CODE_VERSION = _code_version()
+
+
+class RunCacheWarning(UserWarning):
+    """A stored run could not be used (the message names the file); it is recomputed."""
+
+
+# --------------------------------------------------------------------------- data content
+_FILE_SHA: dict = {}        # (path, inode, size, mtime_ns, ctime_ns) -> verified sha256
+
+
+def _file_sha(path: Path, data_dir: Path) -> str:
+    """sha256 of a raw data file, hashed in full (and checked against its registered
+    or user-pinned checksum: :class:`~scalable_softmax.data.ChecksumError` naming the
+    file otherwise) once per process and again whenever the file's size, mtime, ctime
+    or inode changes."""
+    from .data import registry
+
+    st = path.stat()
+    memo = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if memo not in _FILE_SHA:
+        try:
+            rel = path.relative_to(data_dir).as_posix()
+        except ValueError:
+            rel = path.name
+        _FILE_SHA[memo] = registry.verify_file(path, rel, data_dir=data_dir,
+                                               use_cache=False)
+    return _FILE_SHA[memo]
+
+
+def data_fingerprint(dataset: str) -> dict:
+    """What identifies the content of ``dataset`` (a loader name): ``{"files": {role:
+    sha256}}`` of its raw files in the data directory (``paths.raw_dir()``), or, for a
+    synthetic surrogate, ``{"generator": ..., "options": ...}`` (generator version,
+    seed and settings).
+
+    Raises
+    ------
+    MissingDataError, ChecksumError
+        As :func:`scalable_softmax.data.load_dataset` would.
+    """
+    from .data import SURROGATE_DATASETS, registry
+    from .data import cache as data_cache
+    from .data import core, surrogate
+
+    if dataset in SURROGATE_DATASETS:
+        return {"generator": f"surrogate:{surrogate.PROFILE_SIZE}:{data_cache.CODE_VERSION}",
+                "options": core._OPTIONS[dataset]}
+    data_dir = paths.raw_dir()
+    files = registry.locate(dataset, data_dir=data_dir, verify=False)
+    return {"files": {role: _file_sha(p, data_dir) for role, p in sorted(files.items())}}
 
 
 def default_cache_dir() -> Path:
@@ -138,7 +286,7 @@ class RunSpec:
     ----------
     dataset : loader name (``scalable_softmax.data.load_dataset``).
     method : a :data:`scalable_softmax.methods.METHODS` key.
-    lr : initial learning rate (MATH.md units).
+    lr : initial learning rate (the per-datapoint units of docs/math.md section 2.3).
     seed : seed of the run (data order, sampled classes, monitoring subsample).
     epochs, lr_decay : 50 and 0.9 in the paper.
     train_fraction : train on a seeded random subset of this fraction of the training
@@ -164,6 +312,11 @@ class RunSpec:
         protocol's other arguments.
     options : method options and ``batch_size`` / ``n_sampled`` / ``mu`` / ``order``,
         as a tuple of ``(name, value)`` pairs (use :meth:`make`).
+    data_options : extra options of the data set's loader (e.g. ``(("scale", 0.02),)``
+        for a small surrogate), passed to ``load_dataset``; ``make`` takes a dict.
+
+    ``lr`` is None for the full-batch methods (``exact``, ``bouchard``, ``ove-exact``),
+    which have no learning rate.
     """
 
     dataset: str
@@ -182,6 +335,7 @@ class RunSpec:
     subset: str = "random"
     protocol: str | None = None
     options: tuple = ()
+    data_options: tuple = ()
 
     @classmethod
     def make(cls, dataset, method, lr, **kw) -> "RunSpec":
@@ -192,6 +346,8 @@ class RunSpec:
             opts.update(dict(kw.pop("options")))
         if kw.get("eval_epochs") is not None:
             kw["eval_epochs"] = tuple(int(e) for e in kw["eval_epochs"])
+        if isinstance(kw.get("data_options"), dict):
+            kw["data_options"] = tuple(sorted(kw["data_options"].items()))
         if kw.get("protocol") is not None:
             from .protocols import fit_kwargs
 
@@ -203,19 +359,25 @@ class RunSpec:
                             f"RunSpec.{nm}={kw[nm]!r} contradicts protocol "
                             f"{kw['protocol']!r}, which sets {nm}={pk[nm]!r}; leave it out")
                     kw[nm] = pk[nm]
-        spec = cls(dataset=str(dataset), method=str(method), lr=float(lr),
+        spec = cls(dataset=str(dataset), method=str(method),
+                   lr=None if lr is None else float(lr),
                    options=tuple(sorted(opts.items())), **kw)
         spec.validate()
         return spec
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the bad field (before any work is done)."""
-        from .methods import METHODS
+        from .methods import METHODS, get_trainer_class
 
         if self.method not in METHODS:
             raise ValueError(f"RunSpec.method: unknown method {self.method!r}; choose one "
                              f"of {', '.join(sorted(METHODS))}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
+        if getattr(get_trainer_class(self.method), "full_batch", False):
+            if self.lr is not None:
+                raise ValueError(f"RunSpec.lr: {self.method!r} has no learning rate "
+                                 f"(full-batch L-BFGS); give lr=None, not {self.lr!r}")
+        elif not (isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool)
+                  and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"RunSpec.lr must be a finite number > 0; got {self.lr!r}")
         if not (isinstance(self.epochs, int) and self.epochs >= 1):
             raise ValueError(f"RunSpec.epochs must be an integer >= 1; got {self.epochs!r}")
@@ -237,23 +399,39 @@ class RunSpec:
             v = getattr(self, nm)
             if v is not None and not (isinstance(v, int) and v >= 1):
                 raise ValueError(f"RunSpec.{nm} must be None or an integer >= 1; got {v!r}")
-        try:
-            json.dumps(self.options)
-        except TypeError:
-            raise ValueError(f"RunSpec.options must hold plain values (numbers, strings); "
-                             f"got {self.options!r}") from None
+        for nm in ("options", "data_options"):
+            try:
+                json.dumps(getattr(self, nm))
+            except TypeError:
+                raise ValueError(f"RunSpec.{nm} must hold plain values (numbers, strings); "
+                                 f"got {getattr(self, nm)!r}") from None
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["options"] = dict(self.options)
+        d["data_options"] = dict(self.data_options)
         d["eval_epochs"] = list(self.eval_epochs) if self.eval_epochs is not None else None
         return d
 
     @property
     def key(self) -> str:
-        """Cache key: hash of the spec and :data:`CODE_VERSION`."""
-        blob = json.dumps({"spec": self.as_dict(), "code": CODE_VERSION}, sort_keys=True)
+        """Cache key: 20 hex digits of the sha256 of :func:`key_inputs`."""
+        blob = json.dumps(key_inputs(self), sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def key_inputs(spec: RunSpec) -> dict:
+    """Everything a run's result depends on: the spec, the content of its data
+    (:func:`data_fingerprint`), the preprocessing, the protocol's resolved ``fit()``
+    arguments and :data:`CODE_VERSION`."""
+    fit_args = None
+    if spec.protocol is not None:
+        from .protocols import fit_kwargs
+
+        fit_args = fit_kwargs(spec.protocol, spec.method)
+    return {"spec": spec.as_dict(), "code": CODE_VERSION,
+            "data": data_fingerprint(spec.dataset), "preprocessing": PREPROCESSING,
+            "protocol_fit_kwargs": fit_args}
 
 
 @dataclasses.dataclass
@@ -269,7 +447,10 @@ class RunResult:
         ``train_rows`` and (if ``spec.test``) the same for ``test_``; ``diverged``,
         ``diverged_at`` (epoch, step) or None, ``epochs_run``, ``train_seconds`` (training
         time, compilation and evaluation excluded), ``seconds_per_epoch``, ``N``, ``D``,
-        ``K``, ``synthetic``, ``wall_seconds`` (the whole run with evaluations).
+        ``K``, ``synthetic``, ``wall_seconds`` (the whole run with evaluations), and
+        its parts: ``load_seconds`` (data), ``setup_seconds`` (trainer set-up and
+        compilation), ``train_seconds``, ``monitor_eval_seconds`` (the monitoring
+        evaluations), ``final_eval_seconds`` and ``other_seconds`` (bookkeeping).
     from_cache : bool, read back from the cache rather than trained now.
     """
 
@@ -279,15 +460,24 @@ class RunResult:
     from_cache: bool = False
 
 
-@functools.lru_cache(maxsize=16)
 def load_split(dataset: str, split: str, train_fraction: float = 1.0, subset_seed: int = 0,
-               subset: str = "random"):
-    """``(X, y, K, synthetic)`` of a split; the training split can be cut to a
-    ``train_fraction`` of its rows: a seeded random subset kept in file order
-    (``subset="random"``) or the first rows (``"head"``)."""
+               subset: str = "random", data_options: tuple = ()):
+    """``(X, y, K, synthetic)`` of a split (with :data:`PREPROCESSING`); the training
+    split can be cut to a ``train_fraction`` of its rows: a seeded random subset kept in
+    file order (``subset="random"``) or the first rows (``"head"``). Kept in memory
+    (16 splits) under the data's content (:func:`data_fingerprint`), so replaced files
+    are read again."""
+    fp = json.dumps(data_fingerprint(dataset), sort_keys=True)
+    return _load_split(dataset, fp, split, train_fraction, subset_seed, subset,
+                       tuple(data_options))
+
+
+@functools.lru_cache(maxsize=16)
+def _load_split(dataset, fingerprint, split, train_fraction, subset_seed, subset,
+                data_options):
     from .data import load_dataset
 
-    ds = load_dataset(dataset, split)
+    ds = load_dataset(dataset, split, **PREPROCESSING, **dict(data_options))
     X, y = ds.X, ds.y
     if split == "train" and train_fraction < 1:
         n = max(1, int(round(train_fraction * ds.N)))
@@ -299,11 +489,20 @@ def load_split(dataset: str, split: str, train_fraction: float = 1.0, subset_see
     return X, y, ds.K, bool(ds.synthetic)
 
 
+load_split.cache_clear = _load_split.cache_clear
+
+
 def _evaluate_set(X, y, W, cap, seed):
-    from .evaluate import evaluate
+    """Final metrics of one set; None when the scores or the log-loss are not finite."""
+    from .evaluate import NonFiniteScoreError, evaluate
 
     sub = cap if (cap is not None and cap < X.shape[0]) else None
-    res = evaluate(X, y, W, subsample=sub, seed=seed)
+    try:
+        res = evaluate(X, y, W, subsample=sub, seed=seed)
+    except NonFiniteScoreError:
+        return None
+    if not math.isfinite(res.log_loss):
+        return None
     return dict(log_loss=float(res.log_loss), error=float(res.error),
                 defective=float(res.defective), rows=int(res.n_rows))
 
@@ -313,7 +512,8 @@ def _train(spec: RunSpec) -> tuple[pd.DataFrame, dict]:
 
     t0 = time.perf_counter()
     X, y, K, synthetic = load_split(spec.dataset, "train", spec.train_fraction,
-                                    spec.subset_seed, spec.subset)
+                                    spec.subset_seed, spec.subset, spec.data_options)
+    t_loaded = time.perf_counter()
     opts = {}
     if spec.protocol is not None:
         from .protocols import fit_kwargs
@@ -330,22 +530,40 @@ def _train(spec: RunSpec) -> tuple[pd.DataFrame, dict]:
     h = res.history
     epochs_run = int(h.epoch.iloc[-1])
     train_seconds = float(h.seconds.iloc[-1])
+    diverged_at = list(res.diverged_at) if res.diverged else None
     final = dict(N=int(X.shape[0]), D=int(X.shape[1]), K=int(K), synthetic=synthetic,
-                 diverged=bool(res.diverged),
-                 diverged_at=list(res.diverged_at) if res.diverged else None,
+                 diverged=bool(res.diverged), diverged_at=diverged_at,
                  epochs_run=epochs_run, train_seconds=train_seconds,
                  seconds_per_epoch=train_seconds / max(epochs_run, 1))
+    t_fitted = time.perf_counter()
     sets = {"train": (X, y)}
     if spec.test:
-        Xt, yt, _, _ = load_split(spec.dataset, "test")
+        Xt, yt, _, _ = load_split(spec.dataset, "test", data_options=spec.data_options)
         sets["test"] = (Xt, yt)
+    t_final = time.perf_counter()
+    metrics = {}
     for name, (Xe, ye) in sets.items():
-        if res.diverged:
+        metrics[name] = None if res.diverged else \
+            _evaluate_set(Xe, ye, res.W, spec.final_rows, spec.seed)
+        if metrics[name] is None and not final["diverged"]:
+            # finite weights whose scores overflow: diverged (a non-finite log-loss
+            # always is), found by the final evaluation
+            final.update(diverged=True, diverged_at=[epochs_run, -1])
+    for name in sets:
+        m = metrics[name]
+        if m is None or final["diverged"]:
             m = dict(log_loss=math.inf, error=math.nan, defective=math.nan, rows=0)
-        else:
-            m = _evaluate_set(Xe, ye, res.W, spec.final_rows, spec.seed)
         final.update({f"{name}_{k}": v for k, v in m.items()})
-    final["wall_seconds"] = time.perf_counter() - t0
+    t_end = time.perf_counter()
+    # where the run's wall time went (the parts add up to wall_seconds)
+    fit_t = res.timings
+    final.update(
+        load_seconds=(t_loaded - t0) + (t_final - t_fitted),
+        setup_seconds=fit_t["setup"],
+        monitor_eval_seconds=fit_t["eval"],
+        final_eval_seconds=t_end - t_final,
+        other_seconds=(t_fitted - t_loaded) - fit_t["setup"] - fit_t["eval"] - train_seconds)
+    final["wall_seconds"] = t_end - t0
     return h, final
 
 
@@ -363,13 +581,38 @@ def _from_json(v):
     return v
 
 
-def _store(path: Path, spec: RunSpec, history: pd.DataFrame, final: dict) -> None:
-    payload = {"spec": spec.as_dict(), "code_version": CODE_VERSION,
+#: version of the cache file layout
+CACHE_FORMAT = 2
+#: fields every stored ``final`` holds (and ``test_*`` when the spec has ``test``)
+_FINAL_KEYS = ("N", "D", "K", "synthetic", "diverged", "diverged_at", "epochs_run",
+               "train_seconds", "seconds_per_epoch", "train_log_loss", "train_error",
+               "train_defective", "train_rows", "wall_seconds")
+_HISTORY_KEYS = ("epoch", "steps", "seconds", "lr", "evaluated", "diverged",
+                 "train_log_loss", "train_error", "train_defective")
+
+
+def is_timing(key: str) -> bool:
+    """Whether a field of ``RunResult.final`` is a measured time (``*_seconds``,
+    ``seconds_per_epoch``): the only fields that differ between two runs of a spec."""
+    return "seconds" in key
+
+
+def _tmp_prefix(path: Path) -> str:
+    return f".{path.name}.{os.getpid()}."
+
+
+def _store(path: Path, spec: RunSpec, history: pd.DataFrame, final: dict,
+           inputs: dict | None = None) -> None:
+    """Write a run's result atomically (temporary file named with this process's id in
+    the same folder, then rename; the temporary file is removed on any error)."""
+    inputs = inputs if inputs is not None else key_inputs(spec)
+    payload = {"format": CACHE_FORMAT, "key": path.stem, "inputs": inputs,
+               "spec": spec.as_dict(), "code_version": CODE_VERSION,
                "final": {k: _to_json(v) for k, v in final.items()},
                "history": {c: [_to_json(v) for v in history[c].tolist()]
                            for c in history.columns}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
             json.dump(payload, fh)
@@ -380,17 +623,126 @@ def _store(path: Path, spec: RunSpec, history: pd.DataFrame, final: dict) -> Non
         raise
 
 
-def _load(path: Path, spec: RunSpec) -> RunResult | None:
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) or \
+        v in ("inf", "-inf", "nan")
+
+
+def _check_payload(payload, spec: RunSpec, key: str, inputs: dict) -> str | None:
+    """What is wrong with a stored payload for ``spec`` (None: usable)."""
+    if not isinstance(payload, dict):
+        return f"holds a JSON {type(payload).__name__}, not an object"
+    missing = [k for k in ("format", "key", "inputs", "spec", "code_version", "final",
+                           "history") if k not in payload]
+    if missing:
+        return f"lacks the field(s) {missing}"
+    if payload["format"] != CACHE_FORMAT:
+        return f"has cache format {payload['format']!r}, not {CACHE_FORMAT}"
+    if payload["key"] != key or payload["spec"] != spec.as_dict() \
+            or payload["code_version"] != CODE_VERSION \
+            or payload["inputs"] != json.loads(json.dumps(inputs, default=str)):
+        return "was written for another run (its spec, code or data differ)"
+    final, hist = payload["final"], payload["history"]
+    if not isinstance(final, dict):
+        return f"'final' is a {type(final).__name__}, not an object"
+    need = list(_FINAL_KEYS) + ([f"test_{m}" for m in ("log_loss", "error", "defective",
+                                                        "rows")] if spec.test else [])
+    missing = [k for k in need if k not in final]
+    if missing:
+        return f"'final' lacks {missing}"
+    bad = [k for k in need if k not in ("synthetic", "diverged", "diverged_at")
+           and not _number(final[k])]
+    bad += [k for k in ("synthetic", "diverged") if not isinstance(final[k], bool)]
+    da = final["diverged_at"]
+    if not (da is None or (isinstance(da, list) and len(da) == 2
+                           and all(isinstance(v, int) for v in da))):
+        bad.append("diverged_at")
+    if bad:
+        return f"'final' has values of the wrong type in {bad}"
+    if not isinstance(hist, dict):
+        return f"'history' is a {type(hist).__name__}, not an object"
+    missing = [k for k in _HISTORY_KEYS if k not in hist]
+    if missing:
+        return f"'history' lacks the column(s) {missing}"
+    cols = list(hist.values())
+    if not all(isinstance(c, list) for c in cols):
+        return "'history' has a column that is not a list"
+    lengths = {len(c) for c in cols}
+    if len(lengths) != 1 or 0 in lengths:
+        return f"'history' columns have lengths {sorted(lengths)} (must be equal, > 0)"
+    if not all(v is None or isinstance(v, (bool, int, float, str)) for c in cols for v in c):
+        return "'history' holds values that are not numbers"
+    return None
+
+
+def _load(path: Path, spec: RunSpec, inputs: dict | None = None) -> RunResult | None:
+    """The stored result of ``spec`` at ``path`` (``inputs``: its :func:`key_inputs`);
+    None when there is none or it cannot be used (then a :class:`RunCacheWarning` names
+    the file and says why)."""
+    inputs = inputs if inputs is not None else key_inputs(spec)
+    key = _key_of(inputs)
     try:
-        payload = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None               # missing or unreadable: recompute (and overwrite)
-    if payload.get("spec") != spec.as_dict() or payload.get("code_version") != CODE_VERSION:
+        text = path.read_text()
+    except FileNotFoundError:
         return None
-    history = pd.DataFrame({c: [_from_json(v) for v in vals]
-                            for c, vals in payload["history"].items()})
-    final = {k: _from_json(v) for k, v in payload["final"].items()}
+    except (OSError, UnicodeDecodeError) as exc:
+        warnings.warn(f"{path}: cannot be read ({exc}); recomputing this run",
+                      RunCacheWarning, stacklevel=3)
+        return None
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
+        warnings.warn(f"{path}: not valid JSON ({exc}); recomputing this run",
+                      RunCacheWarning, stacklevel=3)
+        return None
+    problem = _check_payload(payload, spec, key, inputs)
+    if problem is None:
+        try:
+            history = pd.DataFrame({c: [_from_json(v) for v in vals]
+                                    for c, vals in payload["history"].items()})
+            final = {k: _from_json(v) for k, v in payload["final"].items()}
+            for c in ("epoch", "steps"):
+                history[c] = history[c].astype(np.int64)
+            for c in ("evaluated", "diverged"):
+                history[c] = history[c].astype(bool)
+            for c in history.columns.difference(["epoch", "steps", "evaluated",
+                                                 "diverged"]):
+                history[c] = history[c].astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            problem = f"has a malformed history ({exc})"
+    if problem is not None:
+        warnings.warn(f"{path}: {problem}; recomputing this run", RunCacheWarning,
+                      stacklevel=3)
+        return None
     return RunResult(spec, history, final, from_cache=True)
+
+
+def _sweep_stale_tmp(folder: Path) -> None:
+    """Remove temporary cache files left by processes that were killed (the process id
+    is in the name; files of live processes are kept)."""
+    try:
+        entries = list(folder.glob(".*.json.*.tmp"))
+    except OSError:
+        return
+    for f in entries:
+        parts = f.name.split(".")          # "", key, "json", pid, random, "tmp"
+        pid = int(parts[3]) if len(parts) == 6 and parts[3].isdigit() else None
+        if pid is None or pid == os.getpid() or _alive(pid):
+            continue
+        try:
+            f.unlink()
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def run(spec: RunSpec, cache_dir=None, refresh: bool = False) -> RunResult:
@@ -406,36 +758,121 @@ def run(spec: RunSpec, cache_dir=None, refresh: bool = False) -> RunResult:
     spec.validate()
     path = None
     if cache_dir is not False:
-        path = Path(cache_dir or default_cache_dir()) / f"{spec.key}.json"
+        inputs = key_inputs(spec)
+        path = Path(cache_dir or default_cache_dir()) / f"{_key_of(inputs)}.json"
         if not refresh:
-            got = _load(path, spec)
+            got = _load(path, spec, inputs)
             if got is not None:
                 return got
     history, final = _train(spec)
     if path is not None:
-        _store(path, spec, history, final)
+        _store(path, spec, history, final, inputs)
     return RunResult(spec, history, final, from_cache=False)
 
 
-def _worker_init(threads: int) -> None:
-    import numba
+def _key_of(inputs: dict) -> str:
+    blob = json.dumps(inputs, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+
+# --------------------------------------------------------------------------- engines
+_WATCHDOG = {"started": False}
 
 
-def _worker(spec: RunSpec, cache_dir, refresh):
-    r = run(spec, cache_dir=cache_dir, refresh=refresh)
-    return r.history, r.final
+def _watch_parent(interval: float = 0.2) -> None:
+    """In a worker process: exit at once when the process that started it is gone
+    (its parent id changes), so that no worker outlives an interrupted sweep, even
+    after ``SIGKILL``. The training kernels release the GIL, so this thread runs."""
+    if _WATCHDOG["started"]:
+        return
+    import threading
+
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(interval)
+
+    threading.Thread(target=watch, name="softmax-parent-watch", daemon=True).start()
+    _WATCHDOG["started"] = True
+
+
+def _remote_train(index: int, spec: RunSpec, threads: int | None, watch: bool):
+    """One run in a worker: ``(index, history, final, data fingerprint)``."""
+    if watch:
+        _watch_parent()
+    if threads is not None:
+        import numba
+
+        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    history, final = _train(spec)
+    return index, history, final, data_fingerprint(spec.dataset)
+
+
+def _serial(todo, specs):
+    for i in todo:
+        history, final = _train(specs[i])
+        yield i, history, final, None
+
+
+def _loky(todo, specs, workers):
+    from joblib import Parallel, delayed
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    par = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered",
+                   pre_dispatch="n_jobs", inner_max_num_threads=threads)
+    yield from par(delayed(_remote_train)(i, specs[i], threads, True) for i in todo)
+
+
+def _dask(todo, specs, scheduler):
+    from distributed import Client, as_completed
+
+    own = not isinstance(scheduler, Client)
+    client = Client(scheduler) if own else scheduler
+    futures = []
+    try:
+        futures = [client.submit(_remote_train, i, specs[i], None, False, pure=False,
+                                 key=f"softmax-run-{i}-{specs[i].method}-{os.getpid()}-"
+                                     f"{time.time_ns()}")
+                   for i in todo]
+        for fut in as_completed(futures):
+            yield fut.result()
+    finally:
+        pending = [f for f in futures if not f.done()]
+        if pending:
+            client.cancel(pending)
+        if own:
+            client.close()
+
+
+def dask_scheduler() -> str | None:
+    """The Dask scheduler address of ``SOFTMAX_DASK_SCHEDULER`` (None if unset)."""
+    return os.environ.get("SOFTMAX_DASK_SCHEDULER") or None
 
 
 def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
-            progress: bool = True, desc: str = "runs") -> list[RunResult]:
+            progress: bool = True, desc: str = "runs", scheduler=None) -> list[RunResult]:
     """Run every spec (stored results are read back), ``workers`` at a time.
 
-    Returns the results in the order of ``specs``. Runs that are not stored yet are
-    trained in ``workers`` separate processes (``1``: in this process); the progress
-    bar (``tqdm``, on stderr, updated at most every 30 s so that executed notebooks
-    are not flooded) counts finished runs.
+    Parameters
+    ----------
+    specs : iterable of RunSpec
+    workers : int >= 1; with 1 the runs are trained in this process, with more in a
+        joblib ``loky`` pool of that many processes (ignored with a Dask scheduler).
+    cache_dir, refresh : as :func:`run`.
+    progress : show a progress bar (``tqdm``, on stderr, updated at most every 30 s so
+        that executed notebooks are not flooded) counting finished runs.
+    desc : the bar's label.
+    scheduler : a Dask ``distributed`` scheduler address (``"tcp://host:8786"``) or
+        ``distributed.Client``: train the runs on that cluster's workers. Default: the
+        environment variable ``SOFTMAX_DASK_SCHEDULER`` when set.
+
+    Returns the results in the order of ``specs``. Each result is stored in the cache
+    as soon as it arrives; if the sweep is interrupted (an error in a run, Ctrl-C,
+    ``SIGTERM``) the pool's workers are stopped, no temporary file is left and a rerun
+    trains only the runs that are not stored yet.
     """
     specs = list(specs)
     for s in specs:
@@ -444,40 +881,48 @@ def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
         s.validate()
     if not (isinstance(workers, int) and workers >= 1):
         raise ValueError(f"workers must be an integer >= 1; got {workers!r}")
+    scheduler = scheduler if scheduler is not None else dask_scheduler()
+    folder = None if cache_dir is False else Path(cache_dir or default_cache_dir())
+    if folder is not None:
+        _sweep_stale_tmp(folder)
     results: list[RunResult | None] = [None] * len(specs)
+    inputs = [key_inputs(s) for s in specs]          # reads (hashes) the data
+    keys = [_key_of(x) for x in inputs]
     todo = []
     for i, s in enumerate(specs):
-        if cache_dir is not False and not refresh:
-            got = _load(Path(cache_dir or default_cache_dir()) / f"{s.key}.json", s)
+        if folder is not None and not refresh:
+            got = _load(folder / f"{keys[i]}.json", s, inputs[i])
             if got is not None:
                 results[i] = got
                 continue
         todo.append(i)
     from tqdm import tqdm
 
+    from .signals import terminate_raises
+
+    if scheduler is not None and todo:
+        engine = _dask(todo, specs, scheduler)
+    elif workers == 1 or len(todo) <= 1:
+        engine = _serial(todo, specs)
+    else:
+        engine = _loky(todo, specs, workers)
     bar = tqdm(total=len(todo), desc=f"{desc} ({len(specs) - len(todo)} cached)",
                disable=not progress or not todo, mininterval=30, file=sys.stderr)
     try:
-        if workers == 1 or len(todo) <= 1:
-            for i in todo:
-                results[i] = run(specs[i], cache_dir=cache_dir, refresh=refresh)
+        with terminate_raises():
+            for i, history, final, fingerprint in engine:
+                spec = specs[i]
+                if fingerprint is not None and fingerprint != inputs[i]["data"]:
+                    raise RuntimeError(
+                        f"a worker read different data for {spec.dataset!r} than this "
+                        f"process ({fingerprint} != {inputs[i]['data']}): give every "
+                        "worker the same data files (SOFTMAX_DATA_DIR)")
+                if folder is not None:
+                    _store(folder / f"{keys[i]}.json", spec, history, final, inputs[i])
+                results[i] = RunResult(spec, history, final, from_cache=False)
                 bar.update(1)
-        else:
-            import concurrent.futures as cf
-            import multiprocessing as mp
-
-            ncpu = os.cpu_count() or 1
-            with cf.ProcessPoolExecutor(max_workers=workers,
-                                        mp_context=mp.get_context("spawn"),
-                                        initializer=_worker_init,
-                                        initargs=(max(1, ncpu // workers),)) as pool:
-                futs = {pool.submit(_worker, specs[i], cache_dir, refresh): i for i in todo}
-                for fut in cf.as_completed(futs):
-                    i = futs[fut]
-                    history, final = fut.result()
-                    results[i] = RunResult(specs[i], history, final, from_cache=False)
-                    bar.update(1)
     finally:
+        engine.close()          # stops the pool (kills its workers if still busy)
         bar.close()
     return results
 
@@ -489,6 +934,7 @@ def results_frame(results) -> pd.DataFrame:
         d = r.spec.as_dict()
         opts = d.pop("options")
         d.pop("eval_epochs")
+        d.pop("data_options")
         rows.append({**d, **opts, **r.final, "from_cache": r.from_cache})
     return pd.DataFrame(rows)
 

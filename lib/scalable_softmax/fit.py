@@ -15,25 +15,43 @@ lazily scaled weights and ``mu > 0`` (folding the scales for an evaluation round
 differently from folding them later).
 
 Divergence: when a trainer reports a non-finite step, or ``u`` (checked every epoch)
-or ``W`` (checked at evaluation epochs and at the end) holds a non-finite value, the
-run stops, the last history row gets ``diverged = True`` and ``log_loss = inf``
+or ``W`` (checked at evaluation epochs and at the end) holds a non-finite value, or an
+evaluation gives a non-finite score or log-loss (finite but huge weights), the run
+stops, the last history row gets ``diverged = True`` and ``log_loss = inf``
 (error and defective ``NaN``) for every set, ``FitResult.diverged_at`` records where,
 and ``fit`` returns normally so that a sweep goes on.
+
+Using a trained model: :meth:`FitResult.predict`, :meth:`FitResult.predict_proba` and
+:meth:`FitResult.decision_function` score new data; :meth:`FitResult.save` and
+:meth:`FitResult.load` store a result in one ``.npz`` file (arrays, plus a JSON record of
+the settings and the library version). ``fit_intercept=True`` adds a per-class
+intercept; ``init_W`` (and ``init_intercept``) start from given weights (a warm start),
+``u_init="exact"`` from the optimal ``u`` of those weights (docs/math.md section 2.4).
 """
 from __future__ import annotations
 
+import json
 import math
 import numbers
+import os
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from scalable_softmax import __version__
 from scalable_softmax.methods import get_trainer_class
 
-__all__ = ["fit", "FitResult", "ORDERS", "default_eval_epochs"]
+__all__ = ["fit", "FitResult", "ORDERS", "default_eval_epochs", "FORMAT_NAME",
+           "FORMAT_VERSION"]
+
+#: what :meth:`FitResult.save` writes in its JSON record (checked by :meth:`FitResult.load`)
+FORMAT_NAME = "scalable_softmax.FitResult"
+FORMAT_VERSION = 1
 
 #: accepted values of ``order``
 ORDERS = ("shuffle", "uniform", "file")
@@ -64,6 +82,17 @@ class FitResult:
         ``N``, ``D`` and the resolved ``eval_epochs``.
     extra : pandas.DataFrame, one row per epoch run: ``epoch`` and the method's
         counters (``EpochReport.extra``, e.g. ``u_resets``).
+    timings : dict, wall seconds of the call split into ``setup`` (validation,
+        trainer construction, initialisation and kernel compilation), ``train`` (the
+        epochs, as ``history.seconds``), ``eval`` (the monitoring evaluations) and
+        ``total`` (the whole call; ``total - setup - train - eval`` is bookkeeping).
+    intercept : ndarray (K,) or None, the per-class intercepts ``b_k`` of a fit with
+        ``fit_intercept=True`` (scores ``x . w_k + b_k``); None otherwise.
+    library_version : str, the version of ``scalable_softmax`` that trained the model.
+
+    Using the model: :meth:`decision_function` (scores), :meth:`predict_proba`
+    (softmax probabilities), :meth:`predict` (class indices ``0..K-1``); :meth:`save`
+    and :meth:`load` store and read it back.
     """
 
     W: np.ndarray
@@ -73,11 +102,267 @@ class FitResult:
     method: str
     params: dict
     extra: pd.DataFrame = field(default_factory=pd.DataFrame)
+    timings: dict = field(default_factory=dict)
+    intercept: np.ndarray | None = None
+    library_version: str = __version__
 
     @property
     def diverged(self) -> bool:
         """True if the run stopped on a non-finite value."""
         return self.diverged_at is not None
+
+    @property
+    def n_classes(self) -> int:
+        """``K``, the number of classes (rows of :attr:`W`)."""
+        return int(self.W.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        """``D``, the number of features a datapoint must have."""
+        return int(self.W.shape[1])
+
+    # -- using the model -------------------------------------------------------------
+
+    def _check_usable(self):
+        finite = _all_finite(self.W) and (self.intercept is None
+                                          or bool(np.isfinite(self.intercept).all()))
+        if not finite:
+            where = (f" (training diverged at epoch {self.diverged_at[0]})"
+                     if self.diverged else "")
+            raise ValueError(f"the weights of this {self.method!r} model are not finite"
+                             f"{where}, so it cannot score data; train again with a smaller "
+                             "lr, or with method 'implicit' (stable at any rate)")
+
+    def decision_function(self, X) -> np.ndarray:
+        """The scores ``s_ik = x_i . w_k (+ b_k)`` of the rows of ``X``.
+
+        Parameters
+        ----------
+        X : scipy.sparse matrix or 2-D array (n, D), finite values, with the ``D``
+            features the model was trained on (in the same order and scaling).
+
+        Returns
+        -------
+        ndarray (n, K), float64. Computed in blocks of rows, so no more than a few
+        million scores are held besides the result.
+
+        Raises
+        ------
+        ValueError
+            If ``X`` has the wrong number of columns or non-finite values, or if the
+            model's weights are not finite (a diverged run).
+        """
+        self._check_usable()
+        Xc = _as_csr(X, "X")
+        n, D = Xc.shape
+        if D != self.n_features:
+            raise ValueError(f"X has {D} features (columns) but this model was trained on "
+                             f"D = {self.n_features}; give it data with the same features")
+        K = self.n_classes
+        S = np.empty((n, K), dtype=np.float64)
+        WT = self.W.T
+        step = max(1, (1 << 22) // max(K, 1))
+        for a in range(0, n, step):
+            S[a:a + step] = Xc[a:a + step] @ WT
+        if self.intercept is not None:
+            S += self.intercept[None, :]
+        return S
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Softmax probabilities ``p(k | x_i)`` (n, K); each row sums to 1 (computed
+        stably: the row's largest score is subtracted before exponentiating)."""
+        S = self.decision_function(X)
+        S -= S.max(axis=1, keepdims=True)
+        np.exp(S, out=S)
+        S /= S.sum(axis=1, keepdims=True)
+        return S
+
+    def predict_log_proba(self, X) -> np.ndarray:
+        """``log p(k | x_i)`` (n, K), by a stable log-sum-exp."""
+        S = self.decision_function(X)
+        m = S.max(axis=1, keepdims=True)
+        S -= m
+        S -= np.log(np.exp(S).sum(axis=1, keepdims=True))
+        return S
+
+    def predict(self, X) -> np.ndarray:
+        """The most probable class index (``0..K-1``, int64) of every row; ties go to
+        the lowest index, as in the evaluator's error rate."""
+        return np.argmax(self.decision_function(X), axis=1).astype(np.int64)
+
+    # -- storing the model -----------------------------------------------------------
+
+    def save(self, path) -> Path:
+        """Store the result in one ``.npz`` file at ``path`` (written to a temporary
+        file in the same folder, then renamed: an existing file is replaced only by a
+        complete one).
+
+        The archive holds ``W``, ``u`` and ``intercept`` (when present), the numeric
+        columns of ``history`` and ``extra`` as arrays, and ``meta``: a JSON record with
+        the format name and version, the library version that trained and the one that
+        saved the model, the method, ``params``, ``diverged_at`` and any non-numeric
+        ``extra`` columns. Read it back with :meth:`FitResult.load`; no pickling is
+        involved, so loading a file cannot run code.
+
+        Returns
+        -------
+        pathlib.Path, the path written.
+        """
+        path = Path(path)
+        folder = path.parent if str(path.parent) else Path(".")
+        if not folder.is_dir():
+            raise FileNotFoundError(f"cannot save to {path}: the folder {folder} does not "
+                                    "exist (create it first)")
+        arrays = {"W": np.ascontiguousarray(self.W, dtype=np.float64)}
+        if self.u is not None:
+            arrays["u"] = np.asarray(self.u, dtype=np.float64)
+        if self.intercept is not None:
+            arrays["intercept"] = np.asarray(self.intercept, dtype=np.float64)
+        frames = {}
+        for fname, frame in (("history", self.history), ("extra", self.extra)):
+            cols, as_json = [], {}
+            for c in frame.columns:
+                col = frame[c]
+                if col.dtype.kind in "biuf":
+                    arrays[f"{fname}/{c}"] = col.to_numpy()
+                    cols.append(str(c))
+                else:
+                    as_json[str(c)] = [_jsonable(v) for v in col.tolist()]
+            frames[fname] = {"columns": [str(c) for c in frame.columns],
+                             "array_columns": cols, "json_columns": as_json,
+                             "rows": int(len(frame))}
+        meta = {
+            "format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+            "library_version": self.library_version, "saved_by_version": __version__,
+            "method": self.method, "params": _jsonable(self.params),
+            "diverged_at": None if self.diverged_at is None else list(self.diverged_at),
+            "K": self.n_classes, "D": self.n_features, "frames": frames,
+        }
+        arrays["meta"] = np.array(json.dumps(meta))
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez_compressed(fh, **arrays)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path) -> "FitResult":
+        """Read a result written by :meth:`save`.
+
+        Raises
+        ------
+        FileNotFoundError
+            If there is no file at ``path``.
+        ValueError
+            If the file is not a complete ``FitResult`` archive (not an ``.npz``
+            archive, truncated, without the ``meta`` record, of another format or a
+            newer format version, or with arrays whose shapes disagree); the message
+            names the file and what is wrong.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file (expected a model written by "
+                                    "FitResult.save)")
+
+        def bad(why):
+            return ValueError(f"{path}: not a usable saved FitResult: {why}. Save the "
+                              "model again with FitResult.save")
+
+        try:
+            z = np.load(path, allow_pickle=False)
+        except Exception as exc:   # not a zip / .npy, pickled data, truncated header
+            raise bad(f"it is not an .npz archive ({type(exc).__name__}: {exc})") from None
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise bad("it holds a single array (.npy), not an .npz archive")
+        with z:
+            if "meta" not in z.files:
+                raise bad("the archive has no 'meta' record")
+            try:
+                meta = json.loads(str(z["meta"][()]))
+            except Exception as exc:
+                raise bad(f"its 'meta' record is unreadable ({type(exc).__name__}: {exc})") \
+                    from None
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+                got = meta.get("format") if isinstance(meta, dict) else meta
+                raise bad(f"its 'meta' record names the format {got!r}, not {FORMAT_NAME!r}")
+            version = meta.get("format_version")
+            if not isinstance(version, int) or version < 1:
+                raise bad(f"invalid format version {version!r}")
+            if version > FORMAT_VERSION:
+                raise ValueError(
+                    f"{path}: written by a newer scalable_softmax "
+                    f"({meta.get('saved_by_version')}, format {version}); this is "
+                    f"{__version__} (format {FORMAT_VERSION}): upgrade to read it")
+            arrays = {}
+            for name in z.files:
+                if name == "meta":
+                    continue
+                try:
+                    arrays[name] = z[name]
+                except Exception as exc:   # damaged member: zlib.error, BadZipFile, ...
+                    raise bad(f"the array {name!r} could not be read "
+                              f"({type(exc).__name__}: {exc})") from None
+
+        try:
+            K, D = int(meta["K"]), int(meta["D"])
+            W = arrays["W"]
+            if W.shape != (K, D) or W.dtype != np.float64:
+                raise bad(f"W has shape {W.shape} and dtype {W.dtype}; the record says "
+                          f"float64 ({K}, {D})")
+            intercept = arrays.get("intercept")
+            if intercept is not None and intercept.shape != (K,):
+                raise bad(f"intercept has shape {intercept.shape}, expected ({K},)")
+            u = arrays.get("u")
+            if u is not None and u.ndim != 1:
+                raise bad(f"u has shape {u.shape}, expected one value per datapoint")
+            frames = {}
+            for fname in ("history", "extra"):
+                spec = meta["frames"][fname]
+                data = {}
+                for c in spec["columns"]:
+                    if c in spec["array_columns"]:
+                        data[c] = arrays[f"{fname}/{c}"]
+                    else:
+                        data[c] = spec["json_columns"][c]
+                    if len(data[c]) != spec["rows"]:
+                        raise bad(f"column {c!r} of {fname} has {len(data[c])} rows, "
+                                  f"expected {spec['rows']}")
+                frames[fname] = pd.DataFrame(data, columns=spec["columns"])
+            div = meta["diverged_at"]
+            return cls(W=W, u=u, history=frames["history"],
+                       diverged_at=None if div is None else tuple(int(v) for v in div),
+                       method=str(meta["method"]), params=dict(meta["params"]),
+                       extra=frames["extra"], intercept=intercept,
+                       library_version=str(meta["library_version"]))
+        except (KeyError, TypeError) as exc:
+            raise bad(f"the record lacks or garbles {exc}") from None
+
+
+def _jsonable(v):
+    """``v`` as plain JSON data (NumPy scalars and arrays to numbers and lists, tuples to
+    lists, mapping keys to strings; anything else to its ``repr``)."""
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return [_jsonable(x) for x in v.tolist()]
+    if isinstance(v, (np.bool_, bool)):
+        return bool(v)
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    if isinstance(v, numbers.Real):
+        return float(v)
+    if v is None or isinstance(v, str):
+        return v
+    return repr(v)
 
 
 def default_eval_epochs(epochs: int) -> list[int]:
@@ -167,9 +452,11 @@ def _validate(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, see
               eval_epochs, eval_sets, eval_rows, progress, u_init, K):
     cls = get_trainer_class(method)          # ValueError listing the names
     full_batch = bool(getattr(cls, "full_batch", False))
-    if lr is None and full_batch:
-        lr = 1.0
-    if not (_is_real(lr) and math.isfinite(lr) and lr > 0):
+    if full_batch:
+        if lr is not None:
+            raise ValueError(f"lr={lr!r} is not used by {method!r} (full-batch L-BFGS has "
+                             "no learning rate); pass lr=None")
+    elif not (_is_real(lr) and math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr (learning rate) must be a finite number > 0; got {lr!r}")
     if not (_is_int(epochs) and epochs >= 1):
         raise ValueError(f"epochs must be an integer >= 1; got {epochs!r}")
@@ -236,7 +523,80 @@ def _validate(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, see
             raise ValueError(f"eval_epochs must hold integers in 0..epochs = 0..{epochs}; "
                              f"got {bad}")
         ev = sorted({int(e) for e in ev})
-    return cls, float(lr), X, y, K, sets, ev
+    return cls, (None if lr is None else float(lr)), X, y, K, sets, ev
+
+
+def _validate_model_options(fit_intercept, intercept_scaling, init_intercept):
+    if not isinstance(fit_intercept, (bool, np.bool_)):
+        raise ValueError(f"fit_intercept must be True or False; got {fit_intercept!r}")
+    if not (_is_real(intercept_scaling) and math.isfinite(intercept_scaling)
+            and intercept_scaling > 0):
+        raise ValueError(f"intercept_scaling must be a finite number > 0; got "
+                         f"{intercept_scaling!r}")
+    if init_intercept is not None and not fit_intercept:
+        raise ValueError("init_intercept needs fit_intercept=True (a model without "
+                         "intercept has none to start from)")
+
+
+def _initial_weights(init_W, init_intercept, K, D, fit_intercept, scaling):
+    """The trainer's starting weights (``K x D``, or ``K x (D+1)`` with the intercept
+    column divided by ``scaling``), or None for the default ``W = 0``."""
+    if init_W is None and init_intercept is None:
+        return None
+    W0 = np.zeros((K, D)) if init_W is None else np.asarray(init_W, dtype=np.float64)
+    if W0.shape != (K, D):
+        raise ValueError(f"init_W must have shape (K, D) = ({K}, {D}); got {W0.shape}")
+    if not np.all(np.isfinite(W0)):
+        raise ValueError("init_W contains non-finite values (NaN or inf)")
+    if not fit_intercept:
+        return np.ascontiguousarray(W0)
+    b0 = np.zeros(K) if init_intercept is None else np.asarray(init_intercept,
+                                                                   dtype=np.float64)
+    if b0.shape != (K,):
+        raise ValueError(f"init_intercept must have shape (K,) = ({K},); got {b0.shape}")
+    if not np.all(np.isfinite(b0)):
+        raise ValueError("init_intercept contains non-finite values (NaN or inf)")
+    return np.ascontiguousarray(np.hstack([W0, (b0 / scaling)[:, None]]))
+
+
+def _with_intercept_column(X, value):
+    """``[X, value]``: canonical CSR with one more column holding ``value``."""
+    col = sp.csr_matrix(np.full((X.shape[0], 1), value, dtype=np.float64))
+    out = sp.hstack([X, col], format="csr", dtype=np.float64)
+    out.sort_indices()
+    return out
+
+
+#: methods whose ``u`` has an exact optimum for given weights (``u_init="exact"``)
+_EXACT_U = ("vanilla", "umax", "implicit", "implicit-batch", "raman")
+
+
+def _exact_u(X, y, W, raman=False, chunk=None):
+    """``u_i* = log sum_k exp(s_ik) - s_{i,y_i}`` (docs/math.md section 2.1), or
+    ``ubar_i* = log sum_k exp(s_ik)`` for Raman's formulation, in blocks of rows."""
+    N, K = X.shape[0], W.shape[0]
+    out = np.empty(N)
+    step = chunk or max(1, (1 << 22) // K)
+    WT = W.T
+    for a in range(0, N, step):
+        S = X[a:a + step] @ WT
+        m = S.max(axis=1)
+        lse = m + np.log(np.exp(S - m[:, None]).sum(axis=1))
+        out[a:a + step] = lse if raman else np.maximum(
+            lse - S[np.arange(S.shape[0]), y[a:a + step]], 0.0)
+    return out
+
+
+def _warm_start(trainer, W0):
+    """Write the starting weights into a freshly initialised trainer."""
+    if hasattr(trainer, "set_params"):          # explicit SGD: keeps its norm caches
+        trainer.set_params(W0)
+        return
+    # every other trainer holds W itself right after init_params (lazy scales at 1)
+    if trainer.weights() is not trainer.W:
+        raise RuntimeError(f"method {trainer.name!r}: cannot warm-start (its weights "
+                           "are not held in trainer.W after init_params)")
+    trainer.W[...] = W0
 
 
 # ---------------------------------------------------------------------------
@@ -263,7 +623,8 @@ def _make_order(rng, N, order):
 
 def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
         n_sampled=None, seed=0, order="shuffle", eval_epochs=None, eval_sets=None,
-        eval_rows=None, progress=True, u_init="zero", K=None, **method_options):
+        eval_rows=None, progress=True, u_init="zero", K=None, fit_intercept=False,
+        intercept_scaling=1.0, init_W=None, init_intercept=None, **method_options):
     """Train a softmax model with one of the registered optimisers.
 
     Parameters
@@ -273,9 +634,11 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     y : 1-D integer labels (N,) in ``0..K-1``.
     method : str, a key of :data:`scalable_softmax.methods.METHODS` (``"vanilla"``,
         ``"umax"``, ``"raman"``, ``"implicit"``, ...).
-    lr : float > 0, initial learning rate in the per-datapoint units of MATH.md
-        section 2 (the paper's Table 2 values apply as published). Full-batch methods
-        (``exact``) accept ``None``.
+    lr : float > 0, initial learning rate in the per-datapoint units of docs/math.md
+        section 2 (the paper's Table 2 values apply as published). The full-batch
+        methods (``exact``, ``bouchard``, ``ove-exact``: L-BFGS) have no learning rate
+        and need ``lr=None`` (a number raises ``ValueError``); their history's ``lr``
+        is NaN and ``params["lr"]`` None.
     epochs : int >= 1.
     lr_decay : float in (0, 1]; epoch ``e = 1, 2, ...`` runs at ``lr * lr_decay**(e-1)``.
     mu : float >= 0, ridge parameter.
@@ -290,9 +653,23 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     eval_sets : dict name -> (X, y); default ``{"train": (X, y)}``.
     eval_rows : int, evaluate on a fixed subsample of this many rows of each set
         (seeded by ``seed``; the whole set when it has no more rows); default all rows.
-    progress : bool, show a progress bar over epochs (``tqdm.auto``, cleared at the end).
-    u_init : ``"zero"`` or ``"logK"``, initial ``u`` of the double-sum methods.
+    progress : bool, show a progress bar over epochs (:func:`scalable_softmax.progress.tqdm`,
+        cleared at the end).
+    u_init : ``"zero"``, ``"logK"`` or ``"exact"``, initial ``u`` of the double-sum
+        methods; ``"exact"``: the optimum ``u_i*(W)`` of the initial weights (for
+        ``raman``, ``ubar_i* = log sum_k exp(s_ik)``), the natural start of a warm start
+        (at ``W = 0`` it equals ``"logK"``).
     K : int >= 2, number of classes (default ``max(y) + 1``).
+    fit_intercept : bool, learn a per-class intercept ``b_k`` (scores ``x . w_k + b_k``):
+        a constant feature of value ``intercept_scaling`` is appended to every row
+        (of ``X`` and of the evaluation sets) and its weight column becomes
+        ``FitResult.intercept`` (times ``intercept_scaling``). The ridge ``mu`` then
+        shrinks the intercepts too; a larger ``intercept_scaling`` weakens that and
+        takes larger steps on the intercepts.
+    intercept_scaling : float > 0 (used with ``fit_intercept=True``).
+    init_W : None or array (K, D), start from these weights instead of 0 (a warm start,
+        e.g. ``previous.W``); ``init_intercept`` (K,) likewise for the intercepts
+        (default 0; only with ``fit_intercept=True``).
     **method_options : passed to the trainer (e.g. ``delta0`` for ``umax``); unknown
         options raise ``ValueError``.
 
@@ -314,36 +691,64 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     >>> list(res.history.columns[:4])
     ['epoch', 'steps', 'seconds', 'lr']
     """
+    t_call = time.perf_counter()
+    exact_u = isinstance(u_init, str) and u_init == "exact"
+    _validate_model_options(fit_intercept, intercept_scaling, init_intercept)
     cls, lr, X, y, K, sets, ev = _validate(
         X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed, order,
-        eval_epochs, eval_sets, eval_rows, progress, u_init, K)
+        eval_epochs, eval_sets, eval_rows, progress, "zero" if exact_u else u_init, K)
     N, D = X.shape
+    W_start = _initial_weights(init_W, init_intercept, K, D, fit_intercept,
+                               float(intercept_scaling))
+    if fit_intercept:
+        X_orig, X = X, _with_intercept_column(X, float(intercept_scaling))
+        sets = {name: (X if Xe is X_orig else
+                       _with_intercept_column(Xe, float(intercept_scaling)), ye)
+                for name, (Xe, ye) in sets.items()}
     trainer = cls(X, y, K, mu=float(mu), batch_size=batch_size, n_sampled=n_sampled,
                   **method_options)                       # unknown options raise here
     evaluate = None
     if ev:
-        from scalable_softmax.evaluate import evaluate
+        from scalable_softmax.evaluate import NonFiniteScoreError, evaluate
 
     params = dict(method=method, lr=lr, epochs=epochs, lr_decay=float(lr_decay),
                   mu=float(mu), batch_size=batch_size, n_sampled=n_sampled, seed=seed,
                   order=order, eval_epochs=list(ev), eval_sets=list(sets),
                   eval_rows=eval_rows, u_init=u_init, K=K, N=N, D=D,
                   options=dict(method_options))
+    if fit_intercept:
+        params.update(fit_intercept=True, intercept_scaling=float(intercept_scaling))
+    if W_start is not None:
+        params["warm_start"] = True
 
-    trainer.init_params(u_init)
+    trainer.init_params("zero" if exact_u else u_init)
+    if W_start is not None:
+        _warm_start(trainer, W_start)
+    if exact_u and trainer.has_u and method in _EXACT_U:
+        trainer.u[:] = _exact_u(X, y, trainer.weights(), raman=(method == "raman"))
     trainer.warmup()
+    timings = dict(setup=time.perf_counter() - t_call, train=0.0, eval=0.0)
 
     def evaluate_all():
+        """The metrics row, or None when the run has diverged: ``W`` is not finite, or
+        a score or a log-loss is not finite (finite but huge weights)."""
         W = trainer.weights()
         if not _all_finite(W):
             return None
+        t_eval = time.perf_counter()
         row = {}
         for name, (Xe, ye) in sets.items():
             sub = eval_rows if (eval_rows is not None and eval_rows < Xe.shape[0]) else None
-            res = evaluate(Xe, ye, W, subsample=sub, seed=seed)
+            try:
+                res = evaluate(Xe, ye, W, subsample=sub, seed=seed)
+            except NonFiniteScoreError:
+                return None
+            if not math.isfinite(res.log_loss):
+                return None
             row[f"{name}_log_loss"] = float(res.log_loss)
             row[f"{name}_error"] = float(res.error)
             row[f"{name}_defective"] = float(res.defective)
+        timings["eval"] += time.perf_counter() - t_eval
         return row
 
     def diverged_metrics():
@@ -372,14 +777,14 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
         row0.update(m0, evaluated=0 in ev)
     rows.append(row0)
 
-    from tqdm.auto import tqdm
+    from scalable_softmax.progress import tqdm
     bar = tqdm(total=epochs, desc=f"fit {method}", disable=not progress, leave=False,
                mininterval=1.0, dynamic_ncols=True)
     try:
         for e in range(1, epochs + 1):
             if diverged_at is not None:
                 break
-            lr_e = lr * lr_decay ** (e - 1)
+            lr_e = math.nan if lr is None else lr * lr_decay ** (e - 1)
             t0 = time.perf_counter()
             idx = _make_order(rng, N, order)
             kseed = int(rng.integers(0, 2 ** 63 - 1))
@@ -427,6 +832,13 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     history["evaluated"] = history["evaluated"].astype(bool)
     history["diverged"] = history["diverged"].astype(bool)
     extra = pd.DataFrame(extras) if extras else pd.DataFrame({"epoch": []})
-    return FitResult(W=trainer.weights(), u=trainer.u if trainer.has_u else None,
+    W_final = trainer.weights()
+    intercept = None
+    if fit_intercept:
+        intercept = W_final[:, D] * float(intercept_scaling)
+        W_final = np.ascontiguousarray(W_final[:, :D])
+    timings["train"] = seconds
+    timings["total"] = time.perf_counter() - t_call
+    return FitResult(W=W_final, u=trainer.u if trainer.has_u else None,
                      history=history, diverged_at=diverged_at, method=method,
-                     params=params, extra=extra)
+                     params=params, extra=extra, intercept=intercept, timings=timings)

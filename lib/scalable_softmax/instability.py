@@ -1,9 +1,9 @@
 """Instrumented replay of explicit SGD steps, for the instability demo (notebook 01).
 
 :func:`replay` re-runs, in plain NumPy and one step at a time, vanilla SGD and U-max on
-the double-sum objective (MATH.md sections 2, 3) and on Raman et al.'s double sum
+the double-sum objective (docs/math.md sections 2, 3) and on Raman et al.'s double sum
 (section 6, with the *correct* gradient), one datapoint and one sampled class per step,
-in the per-datapoint units of MATH.md section 2 (``f_ik / N``). Every step records the
+in the per-datapoint units of docs/math.md section 2 (``f_ik / N``). Every step records the
 size of the weight gradient **in the log domain**, so that the magnitude of the step
 that overflows is recorded too:
 
@@ -48,7 +48,7 @@ def _log_abs_expm1(a):
 
 
 def log10_bound(K, xnorm, delta0):
-    """``log10((K-1) e^{delta0} ||x||)``: U-max's gradient bound (MATH.md section 3)."""
+    """``log10((K-1) e^{delta0} ||x||)``: U-max's gradient bound (docs/math.md section 3)."""
     return (math.log(K - 1) + delta0) / _LN10 + np.log10(xnorm)
 
 

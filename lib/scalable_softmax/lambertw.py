@@ -1,7 +1,7 @@
 """Principal branch of the Lambert W function, for numba kernels.
 
 ``W0(x)`` is the solution ``w >= -1`` of ``w e^w = x`` (``x >= -1/e``). The implicit
-SGD step (MATH.md section 4) needs ``W0(e^z)`` for arguments ``z`` far beyond the
+SGD step (docs/math.md section 4) needs ``W0(e^z)`` for arguments ``z`` far beyond the
 range of ``exp`` (``z`` up to ~1000 in practice, any real in principle), so
 :func:`lambertw_exp` evaluates it in the log domain, as the root of
 ``w + log w = z``, and never forms ``e^z`` when it would overflow.

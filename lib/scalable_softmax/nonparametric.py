@@ -70,7 +70,7 @@ def _draw_others(rng, y, K, S):
 
 
 def ove_sgd(y, K, batch=100, samples=10, lr0=None, decay=0.9, iterations=200_000,
-            record_every=1000, target=None, seed=0):
+            record_every=1000, target=None, seed=0, progress=False):
     """Doubly stochastic maximisation of the non-parametric OVE bound.
 
     Epoch ``e`` (0-based) is ``len(y) // batch`` iterations over a fresh permutation of
@@ -89,6 +89,8 @@ def ove_sgd(y, K, batch=100, samples=10, lr0=None, decay=0.9, iterations=200_000
     record_every : int, record ``||softmax(f) - target||_1`` every this many steps
     target : ndarray (K,), optional; the probabilities the error is measured against
     seed : int
+    progress : bool, show a progress bar over the iterations
+        (:func:`scalable_softmax.progress.tqdm`)
 
     Returns
     -------
@@ -116,6 +118,9 @@ def ove_sgd(y, K, batch=100, samples=10, lr0=None, decay=0.9, iterations=200_000
     if target is not None:
         errors.append(np.abs(softmax(f) - target).sum())
     done, epoch = 0, 0
+    from .progress import tqdm
+    bar = tqdm(total=iterations, desc="doubly stochastic OVE", unit="it", unit_scale=True,
+               disable=not progress, leave=False)
     while done < iterations:
         order = y[rng.permutation(len(y))][: per_epoch * batch]
         neg = _draw_others(rng, order, K, samples)
@@ -126,9 +131,11 @@ def ove_sgd(y, K, batch=100, samples=10, lr0=None, decay=0.9, iterations=200_000
             _ove_steps(f, order, neg, pos * batch, n, batch, samples, lr, wbuf)
             pos += n
             done += n
+            bar.update(n)
             if done % record_every == 0 or done == iterations:
                 steps.append(done)
                 if target is not None:
                     errors.append(np.abs(softmax(f) - target).sum())
         epoch += 1
+    bar.close()
     return f, np.array(steps), np.array(errors)

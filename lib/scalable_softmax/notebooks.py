@@ -1,23 +1,46 @@
 """Run the notebook collection headlessly with papermill.
 
 Every notebook ``notebooks/NN-slug.ipynb`` has a settings file ``params/NN-slug.yaml``
-with two profiles: ``full`` (reproduces the paper; empty means the notebook's own
-defaults) and ``smoke`` (tiny data or epochs, for ``make test``)::
+with two profiles: ``full`` (reproduces the paper: every parameter, equal to the
+defaults of the notebook's ``parameters`` cell) and ``smoke`` (changes to ``full`` for
+tiny data or epochs, for ``make test``)::
 
     python -m scalable_softmax.notebooks run 00-derivation-checks --profile full
     python -m scalable_softmax.notebooks prepare 00-derivation-checks --profile smoke
+    python -m scalable_softmax.notebooks run 09-ove-toy-2d -p n_per_class 20 -p seed 3
 
 ``run`` executes with ``-k python3``, an execution timeout and logged output into
 ``build/executed/<profile>/``; ``prepare`` only injects the parameters (for nbval,
-which then executes the prepared copy). A parameter that the notebook's
-``parameters`` cell does not define is an error, never silently ignored.
+which then executes the prepared copy). ``-p NAME VALUE`` overrides one parameter
+of the chosen profile (the value is read as YAML, as papermill's ``-y``: ``-p epochs
+3``, ``-p datasets '[bibtex, mnist]'``). A parameter that the notebook's ``parameters``
+cell does not define is an error, never silently ignored.
+
+**Where a run writes** is decided by the notebook itself (:func:`profile_outputs`,
+called in every notebook's set-up cell), from its parameters:
+
+* equal to the committed ``full`` profile: the repository's ``tables/`` and
+  ``figures/`` (only ``make reproduce`` runs this);
+* equal to the committed ``smoke`` profile: ``build/smoke/tables`` and ``.../figures``;
+* anything else (a ``-p`` override, or a parameters cell edited in Jupyter):
+  ``build/explore/<notebook>/<hash of the parameters>/``, with a ``params.yaml`` saying
+  what was run. The committed outputs are never touched, and the notebook's findings
+  are reported instead of asserted (:class:`scalable_softmax.reporting.Findings`).
+
+The ``full`` profile in ``params/<name>.yaml`` lists every parameter with the value of
+the notebook's ``parameters`` cell; the runner refuses to run when the two disagree.
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import hashlib
+import json
 import os
+import re
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -28,8 +51,38 @@ KERNEL = "python3"
 DEFAULT_TIMEOUT = 3600  # seconds per cell
 
 
+#: the parameter that chooses an output folder by hand ("" = decided by the profile)
+OUTPUT_ROOT = "output_root"
+#: where runs with parameters of no committed profile write (under build/)
+EXPLORE = "explore"
+
+
 class NotebookParameterError(ValueError):
-    """A parameter given for a notebook does not exist in its ``parameters`` cell."""
+    """A parameter given for a notebook does not exist in its ``parameters`` cell, or
+    a committed profile disagrees with the notebook."""
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1's safe loader that also reads ``1e-3`` as a float (YAML 1.1 needs a dot)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def parse_value(text: str):
+    """A ``-p`` value as YAML (``3`` -> 3, ``1e-3`` -> 0.001, ``[a, b]`` -> a list,
+    ``null`` -> None, anything else a string), as papermill's ``-y`` reads it."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise NotebookParameterError(f"cannot read {text!r} as YAML: {exc}") from None
 
 
 def notebook_path(name: str) -> Path:
@@ -47,7 +100,10 @@ def load_params(name: str, profile: str) -> dict:
     if not path.exists():
         return {}
     with open(path) as fh:
-        settings = yaml.safe_load(fh) or {}
+        try:
+            settings = yaml.load(fh, Loader=_Loader) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(settings, dict):
         raise ValueError(f"{path}: expected a mapping of profiles (full:, smoke:)")
     unknown = set(settings) - {"full", "smoke"}
@@ -70,47 +126,416 @@ def check_params(name: str, params: dict) -> None:
         )
 
 
+def declared_parameters(name: str) -> dict:
+    """The parameters of the notebook's ``parameters`` cell with their default values
+    (every default must be a Python literal)."""
+    path = notebook_path(name)
+    nb = json.loads(path.read_text())
+    cells = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise NotebookParameterError(f"{path}: expected exactly one cell tagged "
+                                     f"'parameters', found {len(cells)}")
+    src = "".join(cells[0]["source"])
+    out = {}
+    for node in ast.parse(src).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                raise NotebookParameterError(
+                    f"{path}, parameters cell line {node.lineno}: the default of "
+                    f"{node.targets[0].id!r} must be a literal") from None
+    return out
+
+
+def check_full_profile(name: str) -> None:
+    """Raise :class:`NotebookParameterError` unless ``params/<name>.yaml``'s ``full``
+    profile lists every parameter of the notebook with the notebook's default value."""
+    declared = declared_parameters(name)
+    full = load_params(name, "full")
+    check_params(name, full)
+    missing = [k for k in declared if k != OUTPUT_ROOT and k not in full]
+    differ = [f"{k}: params file {full[k]!r}, notebook {declared[k]!r}"
+              for k in declared if k in full and k != OUTPUT_ROOT
+              and not _same(full[k], declared[k])]
+    if missing or differ:
+        raise NotebookParameterError(
+            f"params/{name}.yaml: the 'full' profile must list every parameter of "
+            f"notebooks/{name}.ipynb with the value of its parameters cell"
+            + (f"; missing: {missing}" if missing else "")
+            + (f"; different: {'; '.join(differ)}" if differ else "")
+            + ". Update one of the two (the full profile is what make reproduce publishes).")
+
+
+def effective_params(name: str, profile: str, overrides: dict | None = None) -> dict:
+    """Every parameter a run of ``profile`` with ``overrides`` uses: the full profile,
+    then the profile's own settings, then the overrides (each checked to exist)."""
+    params = load_params(name, "full")
+    if profile != "full":
+        own = load_params(name, profile)
+        check_params(name, own)
+        params.update(own)
+    if overrides:
+        declared = declared_parameters(name)
+        unknown = sorted(set(overrides) - set(declared))
+        if unknown:
+            raise NotebookParameterError(
+                f"-p {unknown[0]}: notebooks/{name}.ipynb has no parameter(s) {unknown} "
+                f"(its parameters: {', '.join(declared)})")
+        for k, v in overrides.items():
+            _check_override(name, k, declared[k], v)
+        params.update(overrides)
+    return params
+
+
+def _check_override(name, key, default, value):
+    hint = None
+    if isinstance(default, (list, tuple)) and not isinstance(value, (list, tuple)):
+        hint = f"a YAML list, e.g. -p {key} '[{value}]'"
+    elif isinstance(default, dict) and not isinstance(value, dict):
+        hint = f"a YAML mapping, e.g. -p {key} '{{a: 1}}'"
+    elif isinstance(default, (int, float)) and not isinstance(default, bool) \
+            and isinstance(value, str):
+        hint = f"a number like the default {default!r}"
+    elif isinstance(default, bool) and not isinstance(value, bool):
+        hint = "true or false"
+    if hint:
+        raise NotebookParameterError(
+            f"-p {key} {value!r}: notebooks/{name}.ipynb's default is {default!r}; "
+            f"give {hint}")
+
+
+def _same(a, b) -> bool:
+    """Equal as parameters: 1 == 1.0, tuples as lists, mappings key by key."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _plain(v):
+    """``v`` with numpy scalars and tuples turned into plain JSON values."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if hasattr(v, "item") and callable(v.item):
+        return v.item()
+    return v
+
+
+def params_hash(params: dict) -> str:
+    """12 hex digits identifying a set of parameters (``output_root`` ignored)."""
+    def canon(v):
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            return v
+        if isinstance(v, (int, float)):
+            return float(v) if float(v) == v else v
+        if isinstance(v, dict):
+            return {str(k): canon(x) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
+        if isinstance(v, (list, tuple)):
+            return [canon(x) for x in v]
+        return repr(v)
+    body = {k: canon(_plain(v)) for k, v in params.items() if k != OUTPUT_ROOT}
+    text = json.dumps(body, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def profile_of(name: str, params: dict) -> str | None:
+    """``"full"`` or ``"smoke"`` if ``params`` (``output_root`` aside) are exactly that
+    committed profile of ``params/<name>.yaml``, else None (exploring)."""
+    for profile in ("full", "smoke"):
+        ref = load_params(name, "full")
+        if profile == "smoke":
+            ref.update(load_params(name, "smoke"))
+        ref.pop(OUTPUT_ROOT, None)
+        mine = {k: v for k, v in params.items() if k != OUTPUT_ROOT}
+        if set(ref) == set(mine) and all(_same(mine[k], ref[k]) for k in ref):
+            return profile
+    return None
+
+
+def _differences(name: str, params: dict) -> tuple[str, dict]:
+    """The committed profile nearest to ``params`` and the parameters that differ
+    from it (``{name: (ours, committed)}``)."""
+    best = None
+    for profile in ("full", "smoke"):
+        ref = load_params(name, "full")
+        if profile == "smoke":
+            ref.update(load_params(name, "smoke"))
+        diff = {k: (params.get(k, "<missing>"), ref.get(k, "<not in the profile>"))
+                for k in sorted(set(ref) | set(params)) if k != OUTPUT_ROOT
+                and not (k in ref and k in params and _same(params[k], ref[k]))}
+        if best is None or len(diff) < len(best[1]):
+            best = (profile, diff)
+    return best
+
+
+def profile_root(profile: str) -> Path:
+    """The output root of a committed profile: the repository (full) or build/smoke."""
+    if profile == "full":
+        return paths.ROOT
+    if profile == "smoke":
+        return paths.BUILD / "smoke"
+    raise ValueError(f"unknown profile {profile!r}; use 'full' or 'smoke'")
+
+
+def output_root_for(name: str, params: dict) -> Path:
+    """Where a run of notebook ``name`` with ``params`` writes its tables/ and figures/:
+    the repository for the committed full profile, build/smoke for the smoke profile,
+    ``build/explore/<name>/<params_hash>`` otherwise; an explicit ``output_root``
+    parameter (a folder relative to the repository) wins, but only the full profile
+    may write into the repository's own tables/ and figures/."""
+    explicit = params.get(OUTPUT_ROOT) or ""
+    profile = profile_of(name, params)
+    if explicit:
+        root = (paths.ROOT / explicit).resolve()
+        if not root.is_relative_to(paths.ROOT.resolve()):
+            raise NotebookParameterError(
+                f"output_root = {explicit!r}: must be a folder inside the repository "
+                f"({paths.ROOT}), e.g. build/mine")
+        if root == paths.ROOT.resolve() and profile != "full":
+            raise NotebookParameterError(
+                f"output_root = {explicit!r} is the repository itself: only the committed "
+                "full profile writes tables/ and figures/; leave output_root empty")
+        return root
+    if profile is not None:
+        return profile_root(profile)
+    return paths.BUILD / EXPLORE / name / params_hash(params)
+
+
+@dataclass
+class Outputs:
+    """Where a notebook run writes and reads, and how strictly it checks its findings.
+
+    ``profile`` is ``"full"``, ``"smoke"`` or None (parameters of no committed
+    profile); ``root`` holds ``tables/`` and ``figures/``; ``input_root`` is where the
+    outputs of other notebooks are read (the nearest committed profile's root);
+    ``differs`` maps each parameter that differs from that profile to
+    ``(value, committed value)``; ``findings`` checks the notebook's findings
+    (asserted only under a committed profile)."""
+    name: str
+    profile: str | None
+    root: Path
+    input_root: Path
+    params: dict
+    differs: dict = field(default_factory=dict)
+
+    @property
+    def tables(self) -> Path:
+        return self.root / "tables"
+
+    @property
+    def figures(self) -> Path:
+        return self.root / "figures"
+
+    @property
+    def exploring(self) -> bool:
+        return self.profile is None
+
+    @property
+    def findings(self):
+        if not hasattr(self, "_findings"):
+            from .reporting import Findings
+            self._findings = Findings(self.profile)
+        return self._findings
+
+    def input(self, relative: str, producer: str, make_smoke: bool = True) -> Path:
+        """The path of another notebook's output ``relative`` (e.g.
+        ``tables/03-learning-rate-tuning.csv``) under :attr:`input_root` (an absolute
+        path is used as is). If it is missing and the inputs come from the smoke profile
+        (``build/smoke``), the producing notebook's smoke profile is run first
+        (``make_smoke``, a minute or so); a missing full-profile output is an error that
+        says what to run."""
+        p = Path(relative)
+        p = p if p.is_absolute() else self.input_root / p
+        base = "full" if self.input_root == profile_root("full") else "smoke"
+        if not p.exists() and base == "smoke" and make_smoke \
+                and not Path(relative).is_absolute():
+            print(f"{_shown(p).rstrip('/')} not found: running notebook {producer} "
+                  "(smoke profile) first, which writes it", flush=True)
+            _run_producer(producer, "smoke")
+        if not p.exists():
+            raise FileNotFoundError(
+                f"{p}: not found; it is written by notebook {producer}. Run it first: "
+                f"python -m scalable_softmax.notebooks run {producer} --profile {base}"
+                + (" (or make reproduce)" if base == "full" else ""))
+        return p
+
+
+def _run_producer(name: str, profile: str) -> None:
+    """Run notebook ``name`` in a separate process (its output kept out of the calling
+    notebook unless it fails)."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "scalable_softmax.notebooks", "run", name,
+                           "--profile", profile], capture_output=True, text=True,
+                          cwd=paths.ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"running notebook {name} ({profile}) failed:\n"
+                           + "\n".join((proc.stdout + proc.stderr).splitlines()[-30:]))
+
+
+def profile_outputs(name: str, namespace: dict, announce: bool = True) -> Outputs:
+    """Decide, inside notebook ``name``, where this run writes (see the module's doc):
+    ``namespace`` is the notebook's ``globals()`` after its parameters cell (and any
+    injected parameters). Creates the folders; for an exploring run also writes
+    ``params.yaml`` there. Prints one line saying which profile this is."""
+    declared = declared_parameters(name)
+    missing = [k for k in declared if k not in namespace]
+    if missing:
+        raise NotebookParameterError(f"{name}: parameter(s) {missing} are not defined; "
+                                     "run the parameters cell first")
+    params = {k: namespace[k] for k in declared}
+    profile = profile_of(name, params)
+    root = output_root_for(name, params)
+    base, differs = (profile, {}) if profile else _differences(name, params)
+    out = Outputs(name, profile, root, profile_root(base), params, differs)
+    out.tables.mkdir(parents=True, exist_ok=True)
+    out.figures.mkdir(parents=True, exist_ok=True)
+    if profile is None:
+        record = {"notebook": name, "nearest_profile": base,
+                  "differs": {k: {"value": _plain(v), "committed": _plain(c)}
+                              for k, (v, c) in differs.items()},
+                  "parameters": {k: _plain(v) for k, v in params.items()}}
+        tmp = root / ".params.yaml.tmp"
+        tmp.write_text(yaml.safe_dump(record, sort_keys=False, default_flow_style=None))
+        os.replace(tmp, root / "params.yaml")
+    if announce:
+        where = _shown(root)
+        if profile == "full":
+            print(f"profile: full (the committed settings) -> writes {where}tables/ and "
+                  f"{where}figures/; findings are asserted")
+        elif profile == "smoke":
+            print(f"profile: smoke -> writes under {where}; findings are asserted")
+        else:
+            changed = ", ".join(f"{k} = {v!r} (committed: {c!r})"
+                                for k, (v, c) in differs.items())
+            print(f"exploring: parameters differ from the committed {base} profile in "
+                  f"{changed}\n-> writes under {where} (the committed tables/ and figures/ "
+                  "are not touched); findings are reported, not asserted")
+    return out
+
+
+def _shown(path: Path) -> str:
+    try:
+        rel = path.resolve().relative_to(paths.ROOT.resolve())
+        return "" if str(rel) == "." else f"{rel}/"
+    except ValueError:
+        return f"{path}/"
+
+
 def _atomic_output(out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     return out.with_name(f".{out.stem}.{os.getpid()}.tmp.ipynb")
 
 
-def prepare(name: str, profile: str, out: Path | None = None) -> Path:
-    """Write a copy of the notebook with ``profile``'s parameters injected (not executed)."""
+def prepare(name: str, profile: str, out: Path | None = None,
+            overrides: dict | None = None) -> Path:
+    """Write a copy of the notebook with ``profile``'s parameters (and ``overrides``)
+    injected, not executed."""
     import papermill as pm
 
-    params = load_params(name, profile)
+    check_full_profile(name)
+    params = effective_params(name, profile, overrides)
     check_params(name, params)
     out = out or paths.BUILD / "prepared" / profile / f"{name}.ipynb"
     tmp = _atomic_output(out)
-    pm.execute_notebook(str(notebook_path(name)), str(tmp), parameters=params,
-                        prepare_only=True, kernel_name=KERNEL, progress_bar=False)
-    os.replace(tmp, out)
-    return out
-
-
-def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT_TIMEOUT) -> Path:
-    """Execute the notebook with ``profile``'s parameters; returns the executed copy."""
-    import papermill as pm
-
-    params = load_params(name, profile)
-    check_params(name, params)
-    out = out or paths.BUILD / "executed" / profile / f"{name}.ipynb"
-    tmp = _atomic_output(out)
-    start = time.perf_counter()
     try:
         pm.execute_notebook(str(notebook_path(name)), str(tmp), parameters=params,
-                            kernel_name=KERNEL, log_output=True, progress_bar=False,
-                            execution_timeout=timeout, cwd=str(paths.NOTEBOOKS))
-    except BaseException:
-        failed = out.with_name(out.stem + ".failed.ipynb")
+                            prepare_only=True, kernel_name=KERNEL, progress_bar=False)
+        os.replace(tmp, out)
+    finally:
         if tmp.exists():
-            os.replace(tmp, failed)
-            print(f"executed notebook with the error kept in {failed}", file=sys.stderr)
-        raise
-    os.replace(tmp, out)
-    _record_duration(name, profile, time.perf_counter() - start)
+            tmp.unlink()
     return out
+
+
+def executed_path(name: str, profile: str, overrides: dict | None = None) -> Path:
+    """Where :func:`run` keeps the executed notebook: ``build/executed/<profile>/`` for a
+    committed profile, beside the outputs of an exploring run otherwise."""
+    params = effective_params(name, profile, overrides)
+    if profile_of(name, params) is None:
+        return output_root_for(name, params) / f"{name}.ipynb"
+    return paths.BUILD / "executed" / profile / f"{name}.ipynb"
+
+
+def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT_TIMEOUT,
+        overrides: dict | None = None) -> Path:
+    """Execute the notebook with ``profile``'s parameters and ``overrides``; returns the
+    executed copy. The notebook decides where its tables and figures go
+    (:func:`profile_outputs`): a run with overrides never writes the committed ones.
+
+    The run's tables and figures are staged and published together with the executed
+    copy when the notebook has run to its end, or not at all
+    (:mod:`scalable_softmax.publish`); the stages of killed runs are finished first.
+    ``SIGTERM`` and ``SIGHUP`` stop the run like ``Ctrl-C``: nothing is published and
+    no temporary file is left. On an error the executed copy is kept as
+    ``<out>.failed.ipynb``.
+    """
+    import papermill as pm
+
+    from . import publish
+    from .signals import terminate_raises
+
+    check_full_profile(name)
+    params = effective_params(name, profile, overrides)
+    check_params(name, params)
+    committed = profile_of(name, params) is not None
+    out = out or executed_path(name, profile, overrides)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for line in publish.recover():
+        print(line, file=sys.stderr)
+    start = time.perf_counter()
+    env_before = os.environ.get(_PROGRESS_ENV)
+    os.environ[_PROGRESS_ENV] = "text"      # the kernel shows text progress bars
+    try:
+        with terminate_raises(), publish.Stage(name) as stage:
+            tmp = stage.dir / f"{name}.executed.ipynb"
+            try:
+                pm.execute_notebook(str(notebook_path(name)), str(tmp), parameters=params,
+                                    kernel_name=KERNEL, log_output=True, progress_bar=False,
+                                    execution_timeout=timeout, cwd=str(paths.NOTEBOOKS))
+            except BaseException:
+                failed = out.with_name(out.stem + ".failed.ipynb")
+                if tmp.exists():
+                    os.replace(tmp, failed)
+                    print(f"executed notebook with the error kept in {failed}; no table or "
+                          "figure of this run was published", file=sys.stderr)
+                raise
+            _set_output_path(tmp, out)
+            stage.commit(last=(tmp, out))
+    finally:
+        if env_before is None:
+            os.environ.pop(_PROGRESS_ENV, None)
+        else:
+            os.environ[_PROGRESS_ENV] = env_before
+    if committed:
+        _record_duration(name, profile, time.perf_counter() - start)
+    return out
+
+
+def _set_output_path(executed: Path, out: Path) -> None:
+    """Record the published path (not the stage's) as papermill's ``output_path``."""
+    import json
+
+    nb = json.loads(executed.read_text())
+    pm_meta = nb.get("metadata", {}).get("papermill")
+    if isinstance(pm_meta, dict):
+        pm_meta["output_path"] = str(out)
+        executed.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+
+
+#: environment variable telling the library's progress bars to print text
+#: (see :mod:`scalable_softmax.progress`)
+_PROGRESS_ENV = "SCALABLE_SOFTMAX_PROGRESS"
 
 
 def _record_duration(name: str, profile: str, seconds: float) -> None:
@@ -119,14 +544,19 @@ def _record_duration(name: str, profile: str, seconds: float) -> None:
     if log.exists():
         data = yaml.safe_load(log.read_text()) or {}
     data[name] = round(seconds, 1)
-    tmp = log.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=True))
-    os.replace(tmp, log)
+    tmp = log.with_name(f".{log.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(yaml.safe_dump(data, sort_keys=True))
+        os.replace(tmp, log)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
-    """Write ``PROVENANCE.md`` beside the tables: the commit, date, machine and the
-    duration of every notebook's last ``profile`` run (from ``durations.yaml``)."""
+    """Write ``PROVENANCE.md`` beside the tables: the commit, date, machine, the
+    duration of every notebook's last ``profile`` run (from ``durations.yaml``) and, when
+    notebook 02 wrote it beside, its CPU-minutes by method and part."""
     import datetime
     import platform
     import subprocess
@@ -167,6 +597,11 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
         f"| total | {round(sum(durations.values()), 1)} |",
         "",
     ]
+    breakdown = (out or paths.TABLES / "PROVENANCE.md").parent / "02-dataset-run-time.md"
+    if breakdown.exists():
+        body = breakdown.read_text().split("\n", 1)[1].strip()   # without its title
+        lines += ["## Where notebook 02's time goes (CPU-minutes, from "
+                  "`02-dataset-run-time.md`)", "", body, ""]
     out = out or paths.TABLES / "PROVENANCE.md"
     tmp = out.with_suffix(".tmp")
     tmp.write_text("\n".join(lines))
@@ -180,7 +615,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["run", "prepare", "check", "provenance"])
     parser.add_argument("names", nargs="*", default=["all"],
                         help="notebook names (NN-slug) or 'all'")
-    parser.add_argument("--profile", default="full", choices=["full", "smoke"])
+    parser.add_argument("--profile", default="full", choices=["full", "smoke"],
+                        help="the committed profile of params/NAME.yaml to start from")
+    parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
+                        metavar=("NAME", "VALUE"),
+                        help="override one parameter (VALUE read as YAML, e.g. "
+                             "-p epochs 3 -p datasets '[bibtex]'); the outputs then go "
+                             "under build/explore/, never to tables/ or figures/")
     parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT,
                         help="execution timeout per cell, seconds")
     args = parser.parse_args(argv)
@@ -190,15 +631,31 @@ def main(argv: list[str] | None = None) -> int:
     names = args.names
     if names == ["all"]:
         names = sorted(p.stem for p in paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
-    for name in names:
-        if args.action == "check":
-            check_params(name, load_params(name, args.profile))
-            print(f"{name}: parameters ok")
-        elif args.action == "prepare":
-            print(prepare(name, args.profile))
-        else:
-            print(f"running {name} ({args.profile}) ...", flush=True)
-            print(run(name, args.profile, timeout=args.timeout))
+    overrides = {}
+    for key, text in args.parameter:
+        if key in overrides:
+            parser.error(f"-p {key} given twice")
+        overrides[key] = parse_value(text)
+    if overrides and len(names) != 1:
+        parser.error("-p overrides apply to one notebook: name exactly one")
+    try:
+        for name in names:
+            if args.action == "check":
+                check_full_profile(name)
+                check_params(name, effective_params(name, args.profile, overrides))
+                print(f"{name}: parameters ok")
+            elif args.action == "prepare":
+                print(prepare(name, args.profile, overrides=overrides))
+            else:
+                params = effective_params(name, args.profile, overrides)
+                where = output_root_for(name, params)
+                kind = profile_of(name, params) or "exploring"
+                print(f"running {name} ({kind}; outputs under {_shown(where) or './'}) ...",
+                      flush=True)
+                print(run(name, args.profile, timeout=args.timeout, overrides=overrides))
+    except NotebookParameterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -1,10 +1,10 @@
 """Reference mathematics in plain NumPy: the ground truth for every kernel.
 
-Every quantity of ``MATH.md`` is written here as directly as possible, favouring
+Every quantity of ``docs/math.md`` is written here as directly as possible, favouring
 readability over speed (dense ``N x K`` score matrices are formed; use small
 problems). The numba kernels of the project are tested against these functions.
 
-Conventions (MATH.md, "Notation")
+Conventions (docs/math.md section 0, "Notation")
 ---------------------------------
 * ``X``: data, a dense ``ndarray`` or any ``scipy.sparse`` matrix/array, shape
   ``(N, D)``; both give identical results.
@@ -12,10 +12,10 @@ Conventions (MATH.md, "Notation")
 * ``W``: weights, shape ``(K, D)``; row ``k`` is ``w_k``.
 * ``u``: the double-sum auxiliary variables, shape ``(N,)``.
 * Scores ``s_ik = x_i . w_k``, differences ``delta_ik = s_ik - s_{i, y_i}``.
-* ``mu``: ridge parameter; ``beta``: the inverse touch probabilities of MATH.md
+* ``mu``: ridge parameter; ``beta``: the inverse touch probabilities of docs/math.md
   section 2 (:func:`touch_weights`).
 
-Sections of MATH.md and the functions that implement them:
+Sections of docs/math.md and the functions that implement them:
 
 1. objective and reported metrics: :func:`log_loss`, :func:`error_rate`,
    :func:`ridge_log_likelihood`, :func:`ridge_log_likelihood_grad`,
@@ -295,7 +295,7 @@ def nll_per_point(X, y, W):
 def log_loss(X, y, W):
     """Mean exact negative log-likelihood ``-(1/N) sum_i log p(y_i | x_i)``.
 
-    This is the "log-loss" reported everywhere (MATH.md section 1): exact, with a
+    This is the "log-loss" reported everywhere (docs/math.md section 1): exact, with a
     stable log-sum-exp over all ``K`` classes, no ridge term. It stays finite for
     any finite scores (no overflow for scores of order 1e4 or more).
 
@@ -330,7 +330,7 @@ def error_rate(X, y, W):
 
 
 def defective_metric(X, y, W):
-    """The original code's defective "log-loss" (MATH.md section 7).
+    """The original code's defective "log-loss" (docs/math.md section 7).
 
     ``mean_i( -p_{i, y_i} + log sum_k exp(p_ik) )`` where ``p`` are the softmax
     *probabilities* (fed to a cross-entropy as if they were scores). It always lies
@@ -393,7 +393,7 @@ def class_counts(y, K):
 def touch_weights(y, K, m=1, replace=False):
     """Inverse probabilities ``beta_j`` that class ``j`` is touched by a sample.
 
-    For ``m = 1`` (MATH.md section 2): ``i ~ unif{1..N}``, ``k ~ unif(classes != y_i)``
+    For ``m = 1`` (docs/math.md section 2): ``i ~ unif{1..N}``, ``k ~ unif(classes != y_i)``
     touch ``{y_i, k}``, and ``P(j touched) = (n_j + (N - n_j)/(K-1)) / N``, so
 
     ``beta_j = N / (n_j + (N - n_j)/(K-1))``.
@@ -460,7 +460,7 @@ def double_sum(u, X, y, W, mu=0.0):
 
     ``min_{u >= 0} f(u, W) = -L(W) + N``, attained at :func:`u_star`. The terms are
     evaluated as written, so ``f`` is ``inf`` when ``delta_ik - u_i`` exceeds ~709
-    (that is the true value in float64; it is the instability of MATH.md section 2).
+    (that is the true value in float64; it is the instability of docs/math.md section 2).
 
     Parameters
     ----------
@@ -596,7 +596,7 @@ def f_ik_grad_scaled(i, k, u, X, y, W, mu=0.0, beta=None):
 # ---------------------------------------------------------------------------
 
 def umax_bounds(X, K, mu):
-    """The U-max projection bounds of Lemmas 1 and 2 (MATH.md section 3).
+    """The U-max projection bounds of Lemmas 1 and 2 (docs/math.md section 3).
 
     * ``B_x = max_i ||x_i||_2``
     * ``B_W = sqrt(2 N log(K) / mu)`` (``inf`` when ``mu = 0``: no projection of ``W``)
@@ -949,7 +949,7 @@ def _raman_pair(i, k, ubar, X, y, W, mu, beta):
 
 
 def raman_f_ik_grad(i, k, ubar, X, y, W, mu=0.0, beta=None):
-    """The **correct** gradient of :func:`raman_f_ik` (MATH.md section 6).
+    """The **correct** gradient of :func:`raman_f_ik` (docs/math.md section 6).
 
     * ``d/dubar_i     = N [ 1 - exp(s_{i,y_i} - ubar_i) - (K-1) exp(s_ik - ubar_i) ]``
     * ``grad_{w_{y_i}} = N [ exp(s_{i,y_i} - ubar_i) - 1 ] x_i + mu beta_{y_i} w_{y_i}``
@@ -970,7 +970,7 @@ def raman_f_ik_grad(i, k, ubar, X, y, W, mu=0.0, beta=None):
 def raman_f_ik_grad_original_code(i, k, ubar, X, y, W, mu=0.0, beta=None, scope="support"):
     """The original experiment code's **defective** gradient of Raman's term.
 
-    Our reading of the defect (MATH.md section 6), taken from the published code's
+    Our reading of the defect (docs/math.md section 6), taken from the published code's
     ``tilde_Umax.update`` (``u_grad = 1 - np.exp(coef_true) - np.sum(coef_sampled)``;
     ``w_true_grad = coef_true - 1`` applied as ``W[x_col_idx, y] -= lr * w_true_grad``),
     with ``e_y = exp(s_{i,y_i} - ubar_i)`` and ``e_k = exp(s_ik - ubar_i)``:

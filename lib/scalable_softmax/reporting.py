@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["METHOD_LABELS", "summarise_runs", "relative_table", "ratio_table_md",
-           "ratio_bars", "curve_bands", "plot_curves"]
+           "ratio_dots", "curve_bands", "plot_curves", "Findings", "finding"]
 
-#: the paper's column names
+#: the paper's column names (tables; figures use :func:`scalable_softmax.style.label`)
 METHOD_LABELS = {"ove": "OVE", "nce": "NCE", "is": "IS", "vanilla": "Vanilla",
                  "umax": "U-max", "implicit": "Implicit"}
 
@@ -90,21 +90,40 @@ def ratio_table_md(table: pd.DataFrame, title: str, label=None) -> str:
     return f"**{title}** (lowest per data set in bold)\n\n" + "\n".join(body)
 
 
-def ratio_bars(axes, rows, methods, series, label=None):
-    """One panel per entry of ``rows`` (data sets and ``Average``): grouped bars of each
-    ``(name, table, colour)`` in ``series`` (tables as :func:`relative_table`), log scale,
-    a line at 1 (Implicit SGD's level). Non-finite values are left out."""
+def ratio_dots(axes, rows, methods, series, label=None):
+    """One panel per entry of ``rows`` (data sets and ``Average``): for each method, a
+    marker per ``(name, table, colour, marker)`` of ``series`` (tables as
+    :func:`relative_table`; the marker may be left out), side by side, on a log scale
+    with a line at 1 (Implicit SGD's level). Ratios span decades, so they are drawn as
+    points, not as bars (a bar on a log axis has no meaningful length). Non-finite
+    values are left out. The method names under each panel take the method's colour."""
+    from . import style
+
     label = label or (lambda d: d)
     xs = np.arange(len(methods))
-    width = 0.81 / len(series)
+    span = 0.7
+    step = span / max(len(series), 1)
+    shapes = ["o", "D", "s", "^", "v", "P", "X", "h"]
     for ax, d in zip(axes, rows):
-        for k, (name, t, colour) in enumerate(series):
-            v = t.loc[d, methods].to_numpy(dtype=float)
-            ax.bar(xs + (k - (len(series) - 1) / 2) * width, np.where(np.isfinite(v), v, np.nan),
-                   width, color=colour, label=name)
-        ax.axhline(1, color="k", lw=0.6)
-        ax.set_xticks(xs, [METHOD_LABELS.get(m, m) for m in methods], rotation=60, fontsize=7)
-        ax.set_title(label(d) if d != "Average" else d, fontsize=8)
+        for k, ser in enumerate(series):
+            name, t, colour = ser[:3]
+            mk = ser[3] if len(ser) > 3 else shapes[k % len(shapes)]
+            v = t.loc[d, methods].to_numpy(dtype=float) if d in t.index else \
+                np.full(len(methods), np.nan)
+            ok = np.isfinite(v) & (v > 0)
+            ax.plot(xs[ok] + (k - (len(series) - 1) / 2) * step, v[ok], ls="none",
+                    marker=mk, color=colour, ms=5, mec="white" if mk not in "x+" else None,
+                    mew=0.4, label=name)
+        ax.axhline(1, color="0.3", lw=0.8, zorder=0)
+        for x in xs[:-1]:
+            ax.axvline(x + 0.5, color="0.9", lw=0.6, zorder=0)
+        ax.set_xticks(xs, [style.label(m) for m in methods], rotation=45, ha="right",
+                      rotation_mode="anchor")
+        for tick, m in zip(ax.get_xticklabels(), methods):
+            tick.set_color(style.color(m))
+        ax.grid(False, axis="x")
+        ax.set_xlim(-0.5, len(methods) - 0.5)
+        ax.set_title(label(d) if d != "Average" else "Average over the data sets")
         ax.set_yscale("log")
 
 
@@ -121,22 +140,82 @@ def curve_bands(hist: pd.DataFrame, metric: str = "train_log_loss",
 
 def plot_curves(ax, bands: pd.DataFrame, dataset: str, methods, lr_of=None,
                 log_y: bool = True, colors=None):
-    """One line (mean over seeds) and a shaded min-max band per method on ``ax``."""
-    colors = colors or {m: f"C{i}" for i, m in enumerate(METHOD_LABELS)}
-    for m in methods:
+    """One line (mean over seeds) and a shaded min-max band per method on ``ax``, in the
+    collection's style (:mod:`scalable_softmax.style`: colours, markers, names); with
+    ``lr_of`` the label carries each method's rate, ``"Implicit SGD (η₀ = 0.1)"``."""
+    from . import style
+
+    for m in style.ordered(methods):
         part = bands[(bands.dataset == dataset) & (bands.method == m)]
         if lr_of is not None:
             part = part[part.lr == lr_of[m]]
         if part.empty:
             continue
         part = part.sort_values("epoch")
-        lab = METHOD_LABELS.get(m, m)
+        lab = style.label(m)
         if lr_of is not None:
-            lab += f" ({lr_of[m]:g})"
-        ax.plot(part.epoch, part["mean"], color=colors.get(m), label=lab, lw=1.5)
-        ax.fill_between(part.epoch, part["min"], part["max"], color=colors.get(m),
-                        alpha=0.2, lw=0)
+            lab += f" (η₀ = {lr_of[m]:g})"
+        c = (colors or {}).get(m, style.color(m))
+        ax.plot(part.epoch, part["mean"], color=c, label=lab, marker=style.marker(m),
+                markevery=max(1, len(part) // 6), ms=3.5, lw=1.4)
+        ax.fill_between(part.epoch, part["min"], part["max"], color=c, alpha=0.18, lw=0)
     if log_y:
         ax.set_yscale("log")
     ax.set_xlabel("epoch")
     return ax
+
+
+class Findings:
+    """Checks of a notebook's findings, strict only under the profile they were written for.
+
+    A notebook's findings (what its "What we found" section says: "Implicit SGD never
+    diverges", "the OVE bound is the tighter one") hold for the committed settings, not
+    for every setting a reader may try. ``findings(condition, message)`` asserts the
+    condition when the run uses a committed profile (``profile`` in ``strict_under``:
+    by default ``full`` and ``smoke``, the settings the notebook's tests and figures
+    were made with); under any other parameters it prints "finding does not hold under
+    these parameters: ..." instead of stopping the notebook. Invariants that must hold
+    whatever the parameters (shapes, files written, a bound that is a theorem) stay
+    plain ``assert`` statements.
+
+    ``under`` restricts one finding to some profiles (e.g. ``under="full"`` for a
+    number that only the full run reaches); elsewhere it is reported, not asserted.
+    """
+
+    def __init__(self, profile, strict_under=("full", "smoke")):
+        self.profile = profile
+        self.strict_under = tuple(strict_under)
+        self.checked: list[tuple[str, bool]] = []
+
+    def strict(self, under=None) -> bool:
+        under = self.strict_under if under is None else \
+            ((under,) if isinstance(under, str) else tuple(under))
+        return self.profile is not None and self.profile in under
+
+    def __call__(self, condition, message: str, under=None) -> bool:
+        ok = bool(np.all(condition))
+        self.checked.append((message, ok))
+        if ok:
+            return True
+        if self.strict(under):
+            raise AssertionError(f"finding does not hold under the committed "
+                                 f"{self.profile} profile: {message}")
+        print(f"finding does not hold under these parameters: {message}")
+        return False
+
+    def summary(self) -> str:
+        """One line: how many findings were checked and which did not hold."""
+        bad = [m for m, ok in self.checked if not ok]
+        text = f"findings: {len(self.checked)} checked, {len(self.checked) - len(bad)} hold"
+        if bad:
+            text += "; not holding here: " + "; ".join(bad)
+        print(text)
+        return text
+
+
+def finding(condition, message: str, strict: bool = True) -> bool:
+    """Assert a finding (``strict``) or print that it does not hold (not ``strict``);
+    returns whether it holds. See :class:`Findings`, which decides ``strict`` from the
+    run's profile."""
+    f = Findings("full" if strict else None)
+    return f(condition, message)

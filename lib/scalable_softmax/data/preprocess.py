@@ -1,4 +1,4 @@
-"""The paper's data conventions (MATH.md section 9; Fagan & Iyengar 2018, section 4.1).
+"""The paper's data conventions (docs/math.md section 9; Fagan & Iyengar 2018, section 4.1).
 
 Applied to a raw split (:class:`~scalable_softmax.data.readers.LabelledData`) in this
 order; every point removed is counted under the reason of the first step that removes

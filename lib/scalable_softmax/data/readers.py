@@ -28,6 +28,7 @@ import io
 import math
 import re
 import tarfile
+import zlib
 from collections import Counter
 from itertools import chain, repeat
 from xml.parsers import expat
@@ -134,12 +135,44 @@ def _is_gzip(path) -> bool:
         return fh.read(2) == _GZIP_MAGIC
 
 
+_REFETCH = ("the file is truncated or corrupt: replace it (`make data` fetches the "
+            "registered files again; a file of your own, copy it again)")
+
+
+class _NamedGzip(io.RawIOBase):
+    """A gzip stream whose decompression errors (a truncated file: ``EOFError``; a
+    corrupt one: ``BadGzipFile``, ``zlib.error``) become :class:`DataFormatError`
+    naming the file."""
+
+    def __init__(self, path: Path):
+        self._path = path
+        self._fh = gzip.open(path, "rb")
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        try:
+            return self._fh.readinto(b)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise DataFormatError(self._path, f"cannot decompress ({exc}); "
+                                  + _REFETCH) from exc
+
+    def close(self):
+        if not self.closed:
+            self._fh.close()
+        super().close()
+
+
 def open_binary(path):
-    """Open ``path`` for reading bytes, decompressing it if it is gzip."""
+    """Open ``path`` for reading bytes, decompressing it if it is gzip (a truncated or
+    corrupt gzip file raises :class:`DataFormatError` naming it)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    return gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")
+    if _is_gzip(path):
+        return io.BufferedReader(_NamedGzip(path), buffer_size=1 << 16)
+    return open(path, "rb")
 
 
 def open_text(path, encoding: str = "utf-8", errors: str = "replace"):
@@ -152,10 +185,10 @@ def _read_all_bytes(path) -> bytes:
     try:
         with open_binary(path) as fh:
             return fh.read()
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         if isinstance(exc, FileNotFoundError):
             raise
-        raise DataFormatError(path, f"cannot decompress: {exc}") from exc
+        raise DataFormatError(path, f"cannot decompress ({exc}); " + _REFETCH) from exc
 
 
 # --------------------------------------------------------------------------- idx (MNIST)

@@ -6,7 +6,9 @@ mirrors the layout of the local mirror (``paths.mirror_dir()``, ``DATA_MIRROR``)
 file is verified by sha256 before use; a mismatch raises
 :class:`~scalable_softmax.data.errors.ChecksumError` and the file is not used. A
 successful verification is remembered in ``<data dir>/.verified.json`` keyed by the
-file's size and mtime, so later loads only ``stat`` the file.
+file's size, mtime, ctime and inode, so later loads only ``stat`` the file (any write
+to it or replacement of it changes the ctime or the inode, even if the size and the
+mtime are restored). ``make data`` (:func:`fetch`) hashes every file again.
 
 Files the project cannot ship (the Extreme Classification Repository sets) have no
 registered checksum. A user who has them can pin them by listing
@@ -244,8 +246,16 @@ def sha256_file(path, *, decompress: bool = False) -> str:
 
 
 def _stamp(path: Path) -> dict:
+    """What must not change for an earlier verification to stand: size, mtime, and the
+    inode and ctime (which any write or replacement changes, even one that restores the
+    size and the mtime)."""
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+            "inode": st.st_ino}
+
+
+def _same_stamp(entry: dict | None, stamp: dict) -> bool:
+    return bool(entry) and all(entry.get(k) == v for k, v in stamp.items())
 
 
 _MEMO: dict[str, dict] = {}  # in-process verification cache (also for read-only dirs)
@@ -317,7 +327,8 @@ def verify_file(path, rel: str | None = None, *, data_dir=None, use_cache: bool 
         Data directory (default ``paths.raw_dir()``), where ``.verified.json`` and
         ``SHA256SUMS`` live.
     use_cache : bool
-        Trust an earlier verification of the same size and mtime.
+        Trust an earlier verification of the same file (same size, mtime, ctime and
+        inode); ``False`` hashes the file again.
 
     Returns
     -------
@@ -342,12 +353,10 @@ def verify_file(path, rel: str | None = None, *, data_dir=None, use_cache: bool 
     key = f"{path}"
     if use_cache:
         hit = _MEMO.get(key)
-        if hit and hit["size"] == stamp["size"] and hit["mtime_ns"] == stamp["mtime_ns"] \
-                and hit.get("spec") == _spec_id(spec):
+        if _same_stamp(hit, stamp) and hit.get("spec") == _spec_id(spec):
             return hit["sha256"]
         disk = _load_verified(data_dir).get(rel)
-        if disk and disk.get("size") == stamp["size"] and \
-                disk.get("mtime_ns") == stamp["mtime_ns"] and disk.get("spec") == _spec_id(spec):
+        if _same_stamp(disk, stamp) and disk.get("spec") == _spec_id(spec):
             _MEMO[key] = disk
             return disk["sha256"]
     if spec is None:
@@ -550,7 +559,7 @@ def fetch(datasets=None, *, data_dir=None, mirror=None, download: bool = True,
     """Populate the data directory: copy from the mirror, else download; verify all.
 
     For each registered file of the chosen data sets: a file already in the data
-    directory that verifies is kept; one that does not verify is reported and replaced
+    directory that verifies (its sha256 computed again, every time) is kept; one that does not verify is reported and replaced
     from a verified source; a missing one is copied from ``mirror`` (keeping the
     sub-folder layout) or, when the mirror lacks a verified copy and ``download`` is
     true, downloaded with pooch from its public home. Every copy is written to a
@@ -594,14 +603,17 @@ def fetch(datasets=None, *, data_dir=None, mirror=None, download: bool = True,
         target = data_dir / rel
         res = FetchResult(rel, "missing")
         if target.is_file():
-            try:
-                res.sha256 = verify_file(target, rel, data_dir=data_dir)
-                res.status, res.detail = "present", "verified"
+            try:   # hashed again every time: a stale verification is never trusted
+                res.sha256 = verify_file(target, rel, data_dir=data_dir, use_cache=False)
+                res.status, res.detail = "present", "sha256 verified"
                 results.append(res)
-                say(f"  present     {rel}")
+                say(f"  present     {rel}  (sha256 verified)")
                 continue
             except ChecksumError as exc:
-                res.tried.append(f"{target}: {exc.actual} does not match; replacing it")
+                res.tried.append(f"{target}: sha256 {exc.actual} does not match the "
+                                 "registered one; replacing it")
+                say(f"  BAD         {rel}: sha256 {exc.actual} does not match the "
+                    f"registered {spec.sha256}; replacing it from a verified copy")
         src = mirror / rel
         if src.is_file():
             ok, info = _try_candidate(src, spec, target, raw_content=False)
@@ -645,7 +657,8 @@ def fetch(datasets=None, *, data_dir=None, mirror=None, download: bool = True,
             if found:
                 n_found += 1
                 try:
-                    sha = verify_file(data_dir / found, found, data_dir=data_dir)
+                    sha = verify_file(data_dir / found, found, data_dir=data_dir,
+                                      use_cache=False)
                 except ChecksumError as exc:
                     results.append(FetchResult(found, "failed", detail=str(exc)))
                     say(f"  FAILED      {found}: {exc}")

@@ -1,9 +1,9 @@
 """The contract every optimiser implements, so that :func:`scalable_softmax.fit.fit`
 can drive any of them the same way.
 
-Conventions (MATH.md): ``W`` is ``K x D`` float64, C-contiguous, row ``k`` is
+Conventions (docs/math.md sections 0 and 2): ``W`` is ``K x D`` float64, C-contiguous, row ``k`` is
 ``w_k``; ``u`` is ``(N,)`` float64 for the double-sum methods, ``None`` otherwise.
-Learning rates are in the per-datapoint units of MATH.md section 2 (the factor ``N``
+Learning rates are in the per-datapoint units of docs/math.md section 2 (the factor ``N``
 of ``f_ik`` is dropped), so the paper's Table 2 rates apply as published.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Trainer:
     X : scipy.sparse.csr_matrix, float64, shape (N, D), canonical (sorted indices).
     y : ndarray of int64, shape (N,), values in ``0..K-1``.
     K : number of classes.
-    mu : ridge parameter (MATH.md section 1), ``>= 0``.
+    mu : ridge parameter (docs/math.md section 1), ``>= 0``.
     batch_size : datapoints per step ``n``.
     n_sampled : classes sampled per datapoint ``m``.
     **options : method-specific options (documented on each subclass). Unknown

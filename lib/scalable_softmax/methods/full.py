@@ -1,7 +1,7 @@
 """Full-softmax optimisers: exact minibatch SGD, the exact L-BFGS optimum,
-Bouchard's bound (MATH.md section 8) and the full-batch One-vs-Each bound.
+Bouchard's bound (docs/math.md section 8) and the full-batch One-vs-Each bound.
 
-All three work with the per-datapoint objective of MATH.md section 2 (learning-rate
+All three work with the per-datapoint objective of docs/math.md section 2 (learning-rate
 convention): the mean negative log-likelihood plus the ridge divided by ``N``,
 
     F(W) = -L(W)/N = (1/N) sum_i [ log sum_k e^{s_ik} - s_{i,y_i} ] + (mu/(2N)) ||W||^2.
@@ -58,7 +58,7 @@ convention): the mean negative log-likelihood plus the ridge divided by ``N``,
     ``f_k = 2 log N_k + c`` (T, Proposition 3).
 
 ``ove-exact`` (:class:`OVEExactTrainer`)
-    Full-batch L-BFGS on the exact One-vs-Each bound (T-4, T-15; MATH.md section 7)
+    Full-batch L-BFGS on the exact One-vs-Each bound (T-4, T-15; docs/math.md section 7)
     with the same per-datapoint convention,
 
         O(W) = (1/N) sum_i sum_{k != y_i} softplus(s_ik - s_{i,y_i})

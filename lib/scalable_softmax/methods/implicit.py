@@ -1,10 +1,10 @@
-"""Implicit SGD with one datapoint and one sampled class (MATH.md section 4;
+"""Implicit SGD with one datapoint and one sampled class (docs/math.md section 4;
 Fagan & Iyengar 2018, Appendix F.1 and Propositions 2 and 4).
 
 The step
 --------
 For datapoint ``i`` (label ``y``) and class ``k != y``, with ``f̂ = f_ik / N`` (the
-per-datapoint learning-rate units of MATH.md section 2), the implicit step is
+per-datapoint learning-rate units of docs/math.md section 2), the implicit step is
 
     θ⁺ = argmin_θ  2η f̂(θ) + ||θ - θ̃||²,   θ = (w_k, w_y, u_i),
     f̂ = u + e^{-u} + (K-1) exp(x·(w_k - w_y) - u) + (μ/2N)(β_y ||w_y||² + β_k ||w_k||²).
@@ -23,7 +23,7 @@ with ``δ₀ = x·(w̃_k/A_k - w̃_y/A_y)``, and ``(a, u)`` minimise
 
     2η (u + e^{-u} + (K-1) e^{δ₀ - a - u}) + (u - ũ)² + a² / (2 s'),   s' = s H / 2.
 
-This is exactly the ``μ = 0`` problem of MATH.md section 4 (where ``A = 1``, ``H = 2``,
+This is exactly the ``μ = 0`` problem of docs/math.md section 4 (where ``A = 1``, ``H = 2``,
 ``s' = s``) with ``δ̃ → δ₀`` and ``||x||² → s'``. For fixed ``u`` the optimal ``a`` is
 ``a(u) = W0(exp(δ₀ - u + log(2η(K-1)s')))`` (log-domain Lambert W), and ``u`` is the
 root of the increasing, concave function
@@ -372,7 +372,7 @@ def implicit_step_reference(x_idx, x_val, w_k, w_y, u, eta, K, *, mu=0.0,
     u : float
         Current ``u_i``.
     eta : float
-        Learning rate (per-datapoint units, MATH.md section 2).
+        Learning rate (per-datapoint units, docs/math.md section 2).
     K : int
         Number of classes.
     mu, beta_k, beta_y, N : float
@@ -485,7 +485,7 @@ def implicit_step(x_idx, x_val, w_k, w_y, u, eta, K, *, mu=0.0, beta_k=1.0,
 
 
 def class_touch_weights(y: np.ndarray, K: int) -> np.ndarray:
-    """``β_j = N / (n_j + (N - n_j)/(K-1))`` (MATH.md section 2); see
+    """``β_j = N / (n_j + (N - n_j)/(K-1))`` (docs/math.md section 2); see
     :func:`scalable_softmax.objectives.touch_weights`."""
     return touch_weights(y, K)
 
@@ -783,7 +783,7 @@ def _fill(W, value):
 # --------------------------------------------------------------------------------------
 
 class ImplicitTrainer(Trainer):
-    """Implicit SGD, one datapoint and one sampled class per step (MATH.md section 4).
+    """Implicit SGD, one datapoint and one sampled class per step (docs/math.md section 4).
 
     Options
     -------

@@ -1,9 +1,9 @@
 r"""Implicit SGD with ``n`` datapoints, ``m`` sampled classes and ridge (the paper's
-Appendix F.3, MATH.md section 5). The paper derives this update but never runs it.
+Appendix F.3, docs/math.md section 5). The paper derives this update but never runs it.
 
-Learning rates follow MATH.md section 2: they belong to the per-datapoint objective
+Learning rates follow docs/math.md section 2: they belong to the per-datapoint objective
 ``f / N``, so with ``n = m = 1`` and ``mu = 0`` a step is exactly the single-point
-implicit step of MATH.md section 4.
+implicit step of docs/math.md section 4.
 
 Derivation
 ----------
@@ -31,7 +31,7 @@ Unbiasedness: the class sum is a uniform ``m_j``-subset estimate of the sum over
 ``K - |Y_j|`` classes outside ``Y_j`` (each such class has inclusion probability
 ``m_j / (K - |Y_j|) = 1 / r_j``); drawing chunk ``j`` with probability ``p_j`` gives
 ``E[(c_i / s_j)·1(i ∈ S_j)] = (# occurrences of i in order) / len(order)``, i.e. ``1/N``
-for a permutation; and ``E[1(k ∈ T_j) β_k] = 1``. Hence ``E_{j,C} f̂ = f / N`` (MATH.md
+for a permutation; and ``E[1(k ∈ T_j) β_k] = 1``. Hence ``E_{j,C} f̂ = f / N`` (docs/math.md
 section 2) for a permutation order, and in expectation over the order for a
 with-replacement order. In the paper's notation ``c_i / s_j = p_j^{-1} / N``.
 ``β`` is recomputed at the start of every epoch from that epoch's chunks (with
@@ -947,7 +947,7 @@ class ImplicitBatchTrainer(Trainer):
     Defaults ``batch_size = 10``, ``n_sampled = 10`` (the paper runs none; these keep
     the reduced problem at most ``n(n+m) = 200`` unknowns, solved by Newton's method
     to high accuracy in well under a millisecond). With ``batch_size = n_sampled = 1``
-    and ``mu = 0`` a step is the single-point implicit step of MATH.md section 4.
+    and ``mu = 0`` a step is the single-point implicit step of docs/math.md section 4.
 
     Options
     -------

@@ -1,6 +1,6 @@
 """The biased sampled-softmax baselines: One-vs-Each, NCE and importance sampling.
 
-MATH.md section 7. Each step takes a minibatch of ``n`` datapoints (default 100) and,
+docs/math.md section 7. Each step takes a minibatch of ``n`` datapoints (default 100) and,
 for every datapoint ``i`` with label ``y``, ``m`` sampled classes (default 5); the
 per-datapoint losses are
 
@@ -49,7 +49,7 @@ IS). NCE uses ``c = log(m/K)`` in both variants. With per-datapoint negatives th
 label is never drawn, so ``remove_accidental_hits`` is meaningless there: setting it
 to ``True`` or ``False`` without ``shared_negatives=True`` raises ``ValueError``.
 
-Step, learning rate and ridge (MATH.md section 2)
+Step, learning rate and ridge (docs/math.md section 2)
 -------------------------------------------------
 One step is true minibatch SGD: every gradient of the batch is computed at the old
 ``W``, then all are applied,
@@ -110,9 +110,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax._jit import JIT, PJIT
+from scalable_softmax._kernels import prefetch_r as _prefetch_r
 from scalable_softmax._kernels import prefetch_w as _prefetch_w2
 from scalable_softmax._kernels import sigmoid as _sigmoid
 from scalable_softmax.methods.base import EpochReport, Trainer
+from scalable_softmax.methods.sgd import _rand_below, _seed_state
 
 __all__ = [
     "OVETrainer", "NCETrainer", "ISTrainer", "KIND_OVE", "KIND_NCE", "KIND_IS",
@@ -128,79 +130,86 @@ _REDUCTIONS = ("mean", "sum")
 #: fold a lazy scale factor back into its row when it falls below this magnitude
 _TINY_SCALE = 1e-100
 
-
-@numba.njit(**JIT)
-def _prefetch_datapoint(indptr, indices, i, V, cls_t, nc):
-    """Hint the lines of the class rows ``cls_t[:nc]`` at the features of row ``i``."""
-    p0 = indptr[i]
-    p1 = indptr[i + 1]
-    for jj in range(nc):
-        j = cls_t[jj]
-        for p in range(p0, p1):
-            _prefetch_w2(V, j, indices[p])
+#: flags of the kernels' helpers: inlined by numba itself. A call that LLVM does not
+#: inline costs an atomic reference-count increment and decrement of every array
+#: argument, more than the work of a short helper.
+IJIT = dict(JIT, inline="always")
+#: flags of the serial epoch kernel: it allocates nothing (scratch from the caller), so
+#: it runs without numba's reference counting, whose atomic increments and decrements
+#: of the arrays' counts the helpers' inlined calls otherwise pay for on every datapoint
+NJIT = dict(JIT, _nrt=False)
 
 
 # ---------------------------------------------------------------------------
 # class sampling
 # ---------------------------------------------------------------------------
 
-@numba.njit(**JIT)
-def _floyd(M, m, out, off):
-    """Write a uniformly random ``m``-subset of ``{0..M-1}`` into ``out[off:off+m]``
-    (Floyd's algorithm: exactly ``m`` draws of numba's generator)."""
+@numba.njit(**IJIT)
+def _floyd(state, M, m, out, r, off):
+    """Write a uniformly random ``m``-subset of ``{0..M-1}`` into ``out[r, off:off+m]``
+    (Floyd's algorithm: exactly ``m`` draws of the splitmix64 generator ``state``);
+    returns the new state."""
     first = M - m
     for j in range(first, M):
-        t = np.random.randint(0, j + 1)
+        state, t = _rand_below(state, j + 1)
         filled = off + (j - first)
         dup = False
         for q in range(off, filled):
-            if out[q] == t:
+            if out[r, q] == t:
                 dup = True
                 break
-        out[filled] = j if dup else t
+        out[r, filled] = j if dup else t
+    return state
 
 
-@numba.njit(**JIT)
-def _draw_batch(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp):
-    """Draw the classes of one minibatch (``order[b0:b0+nb]``).
+@numba.njit(**IJIT)
+def _draw_batch(state, y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, smp, b):
+    """Draw the classes of one minibatch (``order[b0:b0+nb]``) with the generator
+    ``state``; returns the new state.
 
-    Row ``t`` of ``cls`` gets the label of datapoint ``t`` in column 0 and its
-    ``ncls[t] - 1`` sampled classes after it.
+    Row ``cls[b, t]`` gets the label of datapoint ``t`` in column 0 and its
+    ``ncls[b, t] - 1`` sampled classes after it; with ``shared``, ``smp[b]`` gets the
+    batch's sample.
     """
     if shared:
-        _floyd(K, m, tmp, 0)
+        state = _floyd(state, K, m, smp, b, 0)
     for t in range(nb):
         yt = y[order[b0 + t]]
-        cls[t, 0] = yt
+        cls[b, t, 0] = yt
         if shared:
             c = 1
             for q in range(m):
-                j = tmp[q]
+                j = smp[b, q]
                 if drop_hits and j == yt:
                     continue
-                cls[t, c] = j
+                cls[b, t, c] = j
                 c += 1
-            ncls[t] = c
+            ncls[b, t] = c
         else:
-            _floyd(K - 1, m, cls[t], 1)
+            state = _floyd(state, K - 1, m, cls[b], t, 1)
             for q in range(1, m + 1):
-                if cls[t, q] >= yt:
-                    cls[t, q] += 1
-            ncls[t] = m + 1
+                if cls[b, t, q] >= yt:
+                    cls[b, t, q] += 1
+            ncls[b, t] = m + 1
+    return state
 
 
 @numba.njit(**JIT)
 def _epoch_draws(y, order, K, n, m, shared, drop_hits, seed):
     N = order.shape[0]
-    cls = np.zeros((N, m + 1), dtype=np.int64)
-    ncls = np.zeros(N, dtype=np.int64)
-    tmp = np.zeros(m, dtype=np.int64)
-    np.random.seed(seed)
+    cls = np.zeros((1, n, m + 1), dtype=np.int64)
+    ncls = np.zeros((1, n), dtype=np.int64)
+    smp = np.zeros((1, m), dtype=np.int64)
+    out = np.zeros((N, m + 1), dtype=np.int64)
+    nout = np.zeros(N, dtype=np.int64)
+    state = _seed_state(seed)
     for b0 in range(0, N, n):
         nb = min(n, N - b0)
-        _draw_batch(y, order, b0, nb, K, m, shared, drop_hits, cls[b0:b0 + nb],
-                    ncls[b0:b0 + nb], tmp)
-    return cls, ncls
+        state = _draw_batch(state, y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, smp,
+                            0)
+        out[b0:b0 + nb] = cls[0, :nb]
+        nout[b0:b0 + nb] = ncls[0, :nb]
+    return out, nout
 
 
 def epoch_draws(y, order, K, n, m, shared, drop_hits, seed):
@@ -230,36 +239,38 @@ def epoch_draws(y, order, K, n, m, shared, drop_hits, seed):
 # per-datapoint coefficients: d loss / d s_j for the touched classes
 # ---------------------------------------------------------------------------
 
-@numba.njit(**JIT)
-def _coefs(kind, logr, c_nce, s, nc, g):
-    """Derivatives ``g[j] = d loss / d s[j]`` for ``s[0] = s_y`` and the sampled
-    classes' scores ``s[1:nc]``; the gradient in ``w_{cls[j]}`` is ``g[j] x``."""
+@numba.njit(**IJIT)
+def _coefs(kind, logr, c_nce, s, sr, nc, g, gr):
+    """Derivatives ``g[gr, j] = d loss / d s[sr, j]`` for ``s[sr, 0] = s_y`` and the
+    sampled classes' scores ``s[sr, 1:nc]``; the gradient in ``w_{cls[j]}`` is
+    ``g[gr, j] x``. (Rows of 2-D arrays rather than 1-D views: numba reference-counts
+    views, atomically, which costs more than this whole function.)"""
     if kind == 0:  # OVE: logr = log r
         r = math.exp(logr)
         tot = 0.0
         for j in range(1, nc):
-            gj = r * _sigmoid(s[j] - s[0])
-            g[j] = gj
+            gj = r * _sigmoid(s[sr, j] - s[sr, 0])
+            g[gr, j] = gj
             tot += gj
-        g[0] = -tot
+        g[gr, 0] = -tot
     elif kind == 1:  # NCE
-        g[0] = -_sigmoid(c_nce - s[0])
+        g[gr, 0] = -_sigmoid(c_nce - s[sr, 0])
         for j in range(1, nc):
-            g[j] = _sigmoid(s[j] - c_nce)
+            g[gr, j] = _sigmoid(s[sr, j] - c_nce)
     else:  # IS: logits s_y, s_k + log r
-        mx = s[0]
+        mx = s[sr, 0]
         for j in range(1, nc):
-            if s[j] + logr > mx:
-                mx = s[j] + logr
-        z = math.exp(s[0] - mx)
-        g[0] = z
+            if s[sr, j] + logr > mx:
+                mx = s[sr, j] + logr
+        z = math.exp(s[sr, 0] - mx)
+        g[gr, 0] = z
         for j in range(1, nc):
-            e = math.exp(s[j] + logr - mx)
-            g[j] = e
+            e = math.exp(s[sr, j] + logr - mx)
+            g[gr, j] = e
             z += e
         for j in range(nc):
-            g[j] /= z
-        g[0] -= 1.0
+            g[gr, j] /= z
+        g[gr, 0] -= 1.0
 
 
 @numba.njit(**JIT)
@@ -296,7 +307,7 @@ def _axpy_check(indices, data, p0, p1, row, a):
     return bad
 
 
-@numba.njit(**JIT)
+@numba.njit(**IJIT)
 def _shrink_row(V, scale, j, factor):
     """Lazy ridge: ``w_j <- factor * w_j`` by updating its scale factor ``c_j``; the
     factor is folded into the row when ``c_j`` gets tiny or ``factor <= 0``.
@@ -315,7 +326,7 @@ def _shrink_row(V, scale, j, factor):
     return bad
 
 
-@numba.njit(**JIT)
+@numba.njit(**IJIT)
 def _count_touched(cls, ncls, nb, cnt, touched):
     """``cnt[j]`` = number of the batch's datapoints touching class ``j`` (a datapoint
     counts a class once); ``touched`` lists the distinct classes; returns how many."""
@@ -333,64 +344,502 @@ def _count_touched(cls, ncls, nb, cnt, touched):
     return nt
 
 
-@numba.njit(**JIT)
-def _datapoint(indptr, indices, data, i, V, scale, cls_t, nc, kind, logr, c_nce, s, g,
-               fuse, cnt, step, ridge):
-    """Scores and coefficients of datapoint ``i`` at the current W; with ``fuse``, also
-    apply its update to the rows no other datapoint of the batch touches
-    (``cnt[j] == 1``) while they are in cache. Returns 1 if a weight became non-finite.
+# ---------------------------------------------------------------------------
+# the epoch kernels
+# ---------------------------------------------------------------------------
+#
+# Indices into V, indices and data are cast to unsigned integers (``_U``): numba then
+# emits no negative-index wrap-around code, which otherwise doubles the instructions of
+# these gather / scatter loops. Every dot product keeps :func:`_dot`'s summation order
+# (four partial sums by position) and every element receives its updates in the order
+# of the straightforward loop (datapoint by datapoint, class by class), so all the
+# kernel variants give bit-identical results.
 
-    ``ridge[j]`` is the batch's shrink rate of class j, ``lr (cnt_j/b) (mu/N) beta_j``.
-    """
+_U = np.uint64
+
+
+@numba.njit(**IJIT)
+def _hint_row(V, j, indices, q0, q1):
+    """Hint the lines of row ``j`` of ``V`` at the columns ``indices[q0:q1]``."""
+    r = _U(j)
+    q = _U(q0)
+    while q < _U(q1):
+        _prefetch_w2(V, r, _U(indices[q]))
+        q += _U(1)
+
+
+@numba.njit(**IJIT)
+def _hint_x(indptr, indices, data, i):
+    """Hint the lines of row ``i`` of ``X`` (its indices and values) for reading."""
     p0 = indptr[i]
     p1 = indptr[i + 1]
-    for jj in range(nc):
-        j = cls_t[jj]
-        s[jj] = scale[j] * _dot(indices, data, p0, p1, V[j])
-    _coefs(kind, logr, c_nce, s, nc, g)
+    if p1 > p0:
+        for p in range(p0, p1, 8):
+            _prefetch_r(indices, _U(p))
+            _prefetch_r(data, _U(p))
+        _prefetch_r(indices, _U(p1 - 1))
+        _prefetch_r(data, _U(p1 - 1))
+
+
+@numba.njit(**IJIT)
+def _hint_ahead(indptr, indices, data, order, t, pf, N):
+    """The CSR lines of datapoint ``order[t + 2 pf]`` and the ``indptr`` entry of
+    ``order[t + 3 pf]``: the W rows of datapoint ``t + pf`` are hinted at its columns,
+    so its columns must arrive first."""
+    if t + 2 * pf < N:
+        _hint_x(indptr, indices, data, order[t + 2 * pf])
+    if t + 3 * pf < N:
+        _prefetch_r(indptr, _U(order[t + 3 * pf]))
+
+
+@numba.njit(**IJIT)
+def _dot3(indices, data, p0, p1, V, j, k, l, q0, q1, hj, hk, hl):
+    """The dot products of rows ``j``, ``k`` and ``l`` of ``V`` with the entries
+    ``p0..p1``, each in :func:`_dot`'s order, loading every index and value once;
+    meanwhile the lines of rows ``hj``, ``hk``, ``hl`` (when ``>= 0``) at the columns
+    ``indices[q0:q1]`` (another datapoint's) are hinted, four of each per four
+    entries."""
+    rj = _U(j)
+    rk = _U(k)
+    rl = _U(l)
+    a0 = 0.0
+    a1 = 0.0
+    a2 = 0.0
+    a3 = 0.0
+    b0 = 0.0
+    b1 = 0.0
+    b2 = 0.0
+    b3 = 0.0
+    e0 = 0.0
+    e1 = 0.0
+    e2 = 0.0
+    e3 = 0.0
+    p = _U(p0)
+    pe = _U(p1)
+    q = _U(q0)
+    qe = _U(q1) if (hj >= 0 or hk >= 0 or hl >= 0) else _U(q0)
+    uj = _U(max(hj, 0))
+    uk = _U(max(hk, 0))
+    ul = _U(max(hl, 0))
+    while p + _U(4) <= pe:
+        c0 = _U(indices[p])
+        c1 = _U(indices[p + _U(1)])
+        c2 = _U(indices[p + _U(2)])
+        c3 = _U(indices[p + _U(3)])
+        x0 = data[p]
+        x1 = data[p + _U(1)]
+        x2 = data[p + _U(2)]
+        x3 = data[p + _U(3)]
+        a0 += x0 * V[rj, c0]
+        a1 += x1 * V[rj, c1]
+        a2 += x2 * V[rj, c2]
+        a3 += x3 * V[rj, c3]
+        b0 += x0 * V[rk, c0]
+        b1 += x1 * V[rk, c1]
+        b2 += x2 * V[rk, c2]
+        b3 += x3 * V[rk, c3]
+        e0 += x0 * V[rl, c0]
+        e1 += x1 * V[rl, c1]
+        e2 += x2 * V[rl, c2]
+        e3 += x3 * V[rl, c3]
+        if q + _U(4) <= qe:
+            d0 = _U(indices[q])
+            d1 = _U(indices[q + _U(1)])
+            d2 = _U(indices[q + _U(2)])
+            d3 = _U(indices[q + _U(3)])
+            if hj >= 0:
+                _prefetch_w2(V, uj, d0)
+                _prefetch_w2(V, uj, d1)
+                _prefetch_w2(V, uj, d2)
+                _prefetch_w2(V, uj, d3)
+            if hk >= 0:
+                _prefetch_w2(V, uk, d0)
+                _prefetch_w2(V, uk, d1)
+                _prefetch_w2(V, uk, d2)
+                _prefetch_w2(V, uk, d3)
+            if hl >= 0:
+                _prefetch_w2(V, ul, d0)
+                _prefetch_w2(V, ul, d1)
+                _prefetch_w2(V, ul, d2)
+                _prefetch_w2(V, ul, d3)
+            q += _U(4)
+        p += _U(4)
+    while p < pe:
+        c0 = _U(indices[p])
+        x0 = data[p]
+        a0 += x0 * V[rj, c0]
+        b0 += x0 * V[rk, c0]
+        e0 += x0 * V[rl, c0]
+        p += _U(1)
+    if q < qe:
+        if hj >= 0:
+            _hint_row(V, hj, indices, q, qe)
+        if hk >= 0:
+            _hint_row(V, hk, indices, q, qe)
+        if hl >= 0:
+            _hint_row(V, hl, indices, q, qe)
+    return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3), (e0 + e1) + (e2 + e3)
+
+
+@numba.njit(**IJIT)
+def _dot2(indices, data, p0, p1, V, j, k, q0, q1, hj, hk):
+    """The dot products of rows ``j`` and ``k`` of ``V`` with the entries ``p0..p1``,
+    each in :func:`_dot`'s order, loading every index and value once; meanwhile the
+    lines of rows ``hj`` and ``hk`` (when ``>= 0``) at the columns ``indices[q0:q1]``
+    (another datapoint's) are hinted, four of each per four entries."""
+    rj = _U(j)
+    rk = _U(k)
+    a0 = 0.0
+    a1 = 0.0
+    a2 = 0.0
+    a3 = 0.0
+    b0 = 0.0
+    b1 = 0.0
+    b2 = 0.0
+    b3 = 0.0
+    p = _U(p0)
+    pe = _U(p1)
+    q = _U(q0)
+    qe = _U(q1) if (hj >= 0 or hk >= 0) else _U(q0)
+    uj = _U(max(hj, 0))
+    uk = _U(max(hk, 0))
+    while p + _U(4) <= pe:
+        c0 = _U(indices[p])
+        c1 = _U(indices[p + _U(1)])
+        c2 = _U(indices[p + _U(2)])
+        c3 = _U(indices[p + _U(3)])
+        x0 = data[p]
+        x1 = data[p + _U(1)]
+        x2 = data[p + _U(2)]
+        x3 = data[p + _U(3)]
+        a0 += x0 * V[rj, c0]
+        a1 += x1 * V[rj, c1]
+        a2 += x2 * V[rj, c2]
+        a3 += x3 * V[rj, c3]
+        b0 += x0 * V[rk, c0]
+        b1 += x1 * V[rk, c1]
+        b2 += x2 * V[rk, c2]
+        b3 += x3 * V[rk, c3]
+        if q + _U(4) <= qe:
+            d0 = _U(indices[q])
+            d1 = _U(indices[q + _U(1)])
+            d2 = _U(indices[q + _U(2)])
+            d3 = _U(indices[q + _U(3)])
+            if hj >= 0:
+                _prefetch_w2(V, uj, d0)
+                _prefetch_w2(V, uj, d1)
+                _prefetch_w2(V, uj, d2)
+                _prefetch_w2(V, uj, d3)
+            if hk >= 0:
+                _prefetch_w2(V, uk, d0)
+                _prefetch_w2(V, uk, d1)
+                _prefetch_w2(V, uk, d2)
+                _prefetch_w2(V, uk, d3)
+            q += _U(4)
+        p += _U(4)
+    while p < pe:
+        c0 = _U(indices[p])
+        x0 = data[p]
+        a0 += x0 * V[rj, c0]
+        b0 += x0 * V[rk, c0]
+        p += _U(1)
+    if q < qe:
+        if hj >= 0:
+            _hint_row(V, hj, indices, q, qe)
+        if hk >= 0:
+            _hint_row(V, hk, indices, q, qe)
+    return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
+
+
+@numba.njit(**IJIT)
+def _dot1(indices, data, p0, p1, V, j, q0, q1, hj, hk):
+    """:func:`_dot2` for one row ``j`` (same hints)."""
+    rj = _U(j)
+    a0 = 0.0
+    a1 = 0.0
+    a2 = 0.0
+    a3 = 0.0
+    p = _U(p0)
+    pe = _U(p1)
+    while p + _U(4) <= pe:
+        a0 += data[p] * V[rj, _U(indices[p])]
+        a1 += data[p + _U(1)] * V[rj, _U(indices[p + _U(1)])]
+        a2 += data[p + _U(2)] * V[rj, _U(indices[p + _U(2)])]
+        a3 += data[p + _U(3)] * V[rj, _U(indices[p + _U(3)])]
+        p += _U(4)
+    while p < pe:
+        a0 += data[p] * V[rj, _U(indices[p])]
+        p += _U(1)
+    if hj >= 0:
+        _hint_row(V, hj, indices, q0, q1)
+    if hk >= 0:
+        _hint_row(V, hk, indices, q0, q1)
+    return (a0 + a1) + (a2 + a3)
+
+
+@numba.njit(**IJIT)
+def _axpy3(indices, data, p0, p1, V, j, k, l, a, b, c):
+    """:func:`_axpy2` for three rows (``j``, ``k``, ``l`` in that order, entry by
+    entry; equal rows allowed)."""
+    rj = _U(j)
+    rk = _U(k)
+    rl = _U(l)
     bad = 0
-    if fuse:
-        for jj in range(nc):
-            j = cls_t[jj]
-            if cnt[j] != 1:
-                continue
-            if ridge[j] != 0.0 and (jj == 0 or j != cls_t[0]):
-                bad |= _shrink_row(V, scale, j, 1.0 - ridge[j])
-            bad |= _axpy_check(indices, data, p0, p1, V[j], step * g[jj] / scale[j])
+    p = _U(p0)
+    pe = _U(p1)
+    while p < pe:
+        f = _U(indices[p])
+        x = data[p]
+        u = V[rj, f] - a * x
+        V[rj, f] = u
+        v = V[rk, f] - b * x
+        V[rk, f] = v
+        w = V[rl, f] - c * x
+        V[rl, f] = w
+        if not (abs(u) < np.inf and abs(v) < np.inf and abs(w) < np.inf):
+            bad = 1
+        p += _U(1)
     return bad
 
 
-@numba.njit(**JIT)
-def _deferred(q, nthr, indptr, indices, data, order, b0, nb, cls, ncls, coef, V, scale, cnt,
-              touched, nt, step, ridge, fused):
-    """Apply the batch's remaining updates to the class rows ``j`` with
-    ``j % nthr == q``: all of them, or (``fused``) those of rows touched by more than
-    one datapoint. Returns 1 if a weight became non-finite."""
+@numba.njit(**IJIT)
+def _axpy2(indices, data, p0, p1, V, j, k, a, b):
+    """``V[j, indices[p]] -= a * data[p]``, then the same for row ``k`` with ``b``,
+    entry by entry (``j == k`` is allowed: the two updates then apply in that order).
+    Returns 1 if a written value is not finite."""
+    rj = _U(j)
+    rk = _U(k)
+    bad = 0
+    p = _U(p0)
+    pe = _U(p1)
+    while p < pe:
+        c = _U(indices[p])
+        x = data[p]
+        v = V[rj, c] - a * x
+        V[rj, c] = v
+        w = V[rk, c] - b * x
+        V[rk, c] = w
+        if not (abs(v) < np.inf and abs(w) < np.inf):
+            bad = 1
+        p += _U(1)
+    return bad
+
+
+@numba.njit(**IJIT)
+def _axpy1(indices, data, p0, p1, V, j, a):
+    """``V[j, indices[p]] -= a * data[p]``; returns 1 if a written value is not finite."""
+    rj = _U(j)
+    bad = 0
+    p = _U(p0)
+    pe = _U(p1)
+    while p < pe:
+        c = _U(indices[p])
+        v = V[rj, c] - a * data[p]
+        V[rj, c] = v
+        if not abs(v) < np.inf:
+            bad = 1
+        p += _U(1)
+    return bad
+
+
+@numba.njit(**IJIT)
+def _axpy_list(indices, data, p0, p1, V, rows, coefs, r, nr):
+    """:func:`_axpy3` over the rows ``rows[r, :nr]`` (coefficients ``coefs[r, :nr]``)
+    three at a time, in list order."""
+    bad = 0
+    f = 0
+    while f + 2 < nr:
+        bad |= _axpy3(indices, data, p0, p1, V, rows[r, f], rows[r, f + 1], rows[r, f + 2],
+                      coefs[r, f], coefs[r, f + 1], coefs[r, f + 2])
+        f += 3
+    if f + 1 < nr:
+        bad |= _axpy2(indices, data, p0, p1, V, rows[r, f], rows[r, f + 1], coefs[r, f],
+                      coefs[r, f + 1])
+    elif f < nr:
+        bad |= _axpy1(indices, data, p0, p1, V, rows[r, f], coefs[r, f])
+    return bad
+
+
+@numba.njit(**IJIT)
+def _score(indptr, indices, data, i, V, scale, lj, lp, r, nr, s, sr, i2, cls, b2, t2, nh):
+    """Scores ``s[sr, lp[r, k]] = w_j . x_i`` of the listed classes ``j = lj[r, k]``
+    (``k < nr``) at the current ``W``, three rows per pass over ``x_i``. Meanwhile the
+    lines of datapoint ``i2`` (``-1``: none) are hinted, at the rows of its first ``nh``
+    classes ``cls[b2, t2, :nh]``."""
+    p0 = indptr[i]
+    p1 = indptr[i + 1]
+    q0 = 0
+    q1 = 0
+    if i2 >= 0:
+        q0 = indptr[i2]
+        q1 = indptr[i2 + 1]
+    else:
+        nh = 0
+    k = 0
+    h = 0
+    while k < nr:
+        hj = cls[b2, t2, h] if h < nh else -1
+        hk = cls[b2, t2, h + 1] if h + 1 < nh else -1
+        hl = cls[b2, t2, h + 2] if h + 2 < nh else -1
+        h += 3
+        j = lj[r, k]
+        if k + 2 < nr:
+            jb = lj[r, k + 1]
+            jc = lj[r, k + 2]
+            x, y, z = _dot3(indices, data, p0, p1, V, j, jb, jc, q0, q1, hj, hk, hl)
+            s[sr, lp[r, k]] = scale[j] * x
+            s[sr, lp[r, k + 1]] = scale[jb] * y
+            s[sr, lp[r, k + 2]] = scale[jc] * z
+            k += 3
+        elif k + 1 < nr:
+            jb = lj[r, k + 1]
+            x, y = _dot2(indices, data, p0, p1, V, j, jb, q0, q1, hj, hk)
+            s[sr, lp[r, k]] = scale[j] * x
+            s[sr, lp[r, k + 1]] = scale[jb] * y
+            if hl >= 0:
+                _hint_row(V, hl, indices, q0, q1)
+            k += 2
+        else:
+            s[sr, lp[r, k]] = scale[j] * _dot1(indices, data, p0, p1, V, j, q0, q1, hj, hk)
+            if hl >= 0:
+                _hint_row(V, hl, indices, q0, q1)
+            k += 1
+    while h < nh:
+        _hint_row(V, cls[b2, t2, h], indices, q0, q1)
+        h += 1
+
+
+@numba.njit(**IJIT)
+def _split(cls, ncls, b, t, cnt, fused, pj, pp, dj, dp, r):
+    """Split the classes ``cls[b, t]`` into those no other datapoint of the batch
+    touches (``cnt == 1``; ``pj[r]``, their positions ``pp[r]``) and the others (all of
+    them unless ``fused``; ``dj[r]``, ``dp[r]``). Returns the two counts."""
+    a = 0
+    d = 0
+    for jj in range(ncls[b, t]):
+        j = cls[b, t, jj]
+        if fused and cnt[j] == 1:
+            pj[r, a] = j
+            pp[r, a] = jj
+            a += 1
+        else:
+            dj[r, d] = j
+            dp[r, d] = jj
+            d += 1
+    return a, d
+
+
+@numba.njit(**IJIT)
+def _apply_private(indptr, indices, data, i, V, scale, cls, ncls, b, t, g, cnt, step, ridge,
+                   rows, coefs, r):
+    """Apply datapoint ``i``'s update (classes ``cls[b, t]``, coefficients ``g[t]``) to
+    its rows that no other datapoint of the batch touches (``cnt[j] == 1``): the lazy
+    ridge shrink, then ``w_j -= step g_j x_i``. Returns 1 if a weight became non-finite.
+    ``rows``, ``coefs``: scratch (row ``r``)."""
+    bad = 0
+    nr = 0
+    y0 = cls[b, t, 0]
+    for jj in range(ncls[b, t]):
+        j = cls[b, t, jj]
+        if cnt[j] != 1:
+            continue
+        if ridge[j] != 0.0 and (jj == 0 or j != y0):
+            bad |= _shrink_row(V, scale, j, 1.0 - ridge[j])
+        rows[r, nr] = j
+        coefs[r, nr] = step * g[t, jj] / scale[j]
+        nr += 1
+    bad |= _axpy_list(indices, data, indptr[i], indptr[i + 1], V, rows, coefs, r, nr)
+    return bad
+
+
+@numba.njit(**IJIT)
+def _deferred_prepare(nb, cls, ncls, b, coef, V, scale, cnt, touched, nt, step, ridge, fused,
+                      dj, da, dn):
+    """The batch's remaining updates: the ridge shrink of every row they touch (all the
+    touched rows, or with ``fused`` those touched by more than one datapoint), then,
+    per datapoint ``t``, the list of its rows ``dj[t, :dn[t]]`` and their coefficients
+    ``da[t, :dn[t]] = step g / c_j``. Returns ``(bad, number of entries)``."""
     bad = 0
     for a in range(nt):
         j = touched[a]
-        if j % nthr != q or (fused and cnt[j] == 1):
+        if fused and cnt[j] == 1:
             continue
         if ridge[j] != 0.0:
             bad |= _shrink_row(V, scale, j, 1.0 - ridge[j])
+    tot = 0
     for t in range(nb):
-        i = order[b0 + t]
-        p0 = indptr[i]
-        p1 = indptr[i + 1]
-        for jj in range(ncls[t]):
-            j = cls[t, jj]
-            if j % nthr != q or (fused and cnt[j] == 1):
+        k = 0
+        for jj in range(ncls[b, t]):
+            j = cls[b, t, jj]
+            if fused and cnt[j] == 1:
                 continue
-            bad |= _axpy_check(indices, data, p0, p1, V[j], step * coef[t, jj] / scale[j])
+            dj[t, k] = j
+            da[t, k] = step * coef[t, jj] / scale[j]
+            k += 1
+        dn[t] = k
+        tot += k
+    return bad, tot
+
+
+@numba.njit(**IJIT)
+def _deferred_rows(indptr, indices, data, order, b0, nb, V, dj, da, dn):
+    """Apply the listed updates datapoint by datapoint."""
+    bad = 0
+    for t in range(nb):
+        if dn[t] > 0:
+            i = order[b0 + t]
+            bad |= _axpy_list(indices, data, indptr[i], indptr[i + 1], V, dj, da, t, dn[t])
     return bad
 
 
-@numba.njit(**JIT)
-def _batch_prepare(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp, cnt, touched,
-                   ridge, lr, muN, beta, red_sum):
-    """Draw the batch's classes, count who touches what, and set the shrink rates
-    (``lr (cnt_j/b) (mu/N) beta_j``, or with ``red_sum`` ``lr cnt_j (mu/N) beta_j``)."""
-    _draw_batch(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp)
+@numba.njit(**IJIT)
+def _deferred_cols(indptr, indices, data, order, b0, nb, V, dj, da, dn, c_lo, c_hi):
+    """The listed updates at the columns ``c_lo <= c < c_hi`` only, datapoint by
+    datapoint (one thread's share in the parallel kernel). Each element receives the
+    same updates in the same order as in :func:`_deferred_rows`. Needs the indices of
+    every row sorted."""
+    bad = 0
+    for t in range(nb):
+        nr = dn[t]
+        if nr == 0:
+            continue
+        i = order[b0 + t]
+        p0 = indptr[i]
+        p1 = indptr[i + 1]
+        p = p0 + np.searchsorted(indices[p0:p1], c_lo)
+        q = p0 + np.searchsorted(indices[p0:p1], c_hi)
+        if q > p:
+            bad |= _axpy_list(indices, data, p, q, V, dj, da, t, nr)
+    return bad
+
+
+@numba.njit(**IJIT)
+def _touch_rows(V, rows, nr):
+    """Read one element per cache line of the rows ``rows[:nr]`` of ``V``, in address
+    order (the hardware prefetcher then streams them in); returns their sum."""
+    D = V.shape[1]
+    a0 = 0.0
+    a1 = 0.0
+    a2 = 0.0
+    a3 = 0.0
+    for jj in range(nr):
+        r = _U(rows[jj])
+        c = 0
+        while c + 32 <= D:
+            a0 += V[r, _U(c)]
+            a1 += V[r, _U(c + 8)]
+            a2 += V[r, _U(c + 16)]
+            a3 += V[r, _U(c + 24)]
+            c += 32
+        while c < D:
+            a0 += V[r, _U(c)]
+            c += 8
+    return (a0 + a1) + (a2 + a3)
+
+
+@numba.njit(**IJIT)
+def _batch_count(nb, cls, ncls, cnt, touched, ridge, lr, muN, beta, red_sum):
+    """Count who touches what in the drawn batch and set the shrink rates."""
     nt = _count_touched(cls, ncls, nb, cnt, touched)
     if muN > 0.0:
         for a in range(nt):
@@ -402,7 +851,7 @@ def _batch_prepare(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp, cn
     return nt
 
 
-@numba.njit(**JIT)
+@numba.njit(**IJIT)
 def _step_size(lr, nb, red_sum):
     """The batch's step coefficient: ``lr / b`` (mean) or ``lr`` (sum)."""
     if red_sum:
@@ -410,103 +859,213 @@ def _step_size(lr, nb, red_sum):
     return lr / nb
 
 
-@numba.njit(**JIT)
+@numba.njit(**IJIT)
 def _batch_reset(cnt, ridge, touched, nt):
     for a in range(nt):
         cnt[touched[a]] = 0
         ridge[touched[a]] = 0.0
 
 
-@numba.njit(**JIT)
+def _buffers(n, m, K):
+    """The serial kernel's scratch arrays (allocated here so that the kernel allocates
+    nothing and runs without numba's reference counting)."""
+    z = lambda *shape: np.zeros(shape)  # noqa: E731
+    i = lambda *shape: np.zeros(shape, dtype=np.int64)  # noqa: E731
+    return (i(2, n, m + 1), i(2, n), i(2, m), z(n, m + 1), z(n, m + 1), i(K), z(K),
+            i(n * (m + 1)), i(n, m + 1), i(n, m + 1), z(n, m + 1), i(n), i(n, m + 1),
+            i(n, m + 1), i(n), i(1, m + 1), z(1, m + 1))
+
+
+@numba.njit(**NJIT)
 def _sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, muN, kind,
-                   shared, drop_hits, logr, c_nce, seed, fused, pf, red_sum):
+                   shared, drop_hits, logr, c_nce, seed, fused, pf, red_sum, sorted_idx, buf):
     """One epoch of minibatch SGD on the OVE / NCE / IS loss (serial kernel).
 
-    ``fused=False`` is the straightforward loop (score the whole batch, then apply
-    every update); ``fused=True`` applies each row's update while it is in cache when
-    no other datapoint of the batch touches that row, and hints the lines of the
-    datapoint ``pf`` places ahead (``pf = 0``: no hints). Same arithmetic,
-    bit-identical results. ``red_sum``: ``reduction="sum"`` (no ``1/b`` in the step
-    and the ridge rates). Returns ``(steps, diverged_at)``.
+    ``fused=False`` is the straightforward loop: draw the batch's classes, score every
+    datapoint at the old ``W``, then apply every update datapoint by datapoint.
+
+    ``fused=True``: the classes are drawn one batch ahead (the same draws in the same
+    order). A datapoint's rows that no other datapoint of the batch touches are updated
+    right after it is scored, while their lines are in cache; with ``pf > 0`` the lines
+    of the datapoint ``pf`` places ahead (in this batch or the next) are hinted while
+    the current one is scored: its label's row, and with per-datapoint negatives all its
+    rows. With shared negatives (and ``pf > 0``) the batch's ``m`` shared rows are first
+    read in address order, one element per cache line, so that the hardware streams
+    them into the cache at full bandwidth instead of fetching their lines one random
+    column at a time. The remaining updates (the shared rows, rows touched by several
+    datapoints) follow the batch, datapoint by datapoint. ``sorted_idx`` (the indices of
+    every CSR row are sorted) is used by the parallel kernel only.
+
+    Same arithmetic in every variant, in the same order: bit-identical results.
+    ``red_sum``: ``reduction="sum"`` (no ``1/b`` in the step and the ridge rates).
+    ``buf``: scratch arrays from :func:`_buffers` (``cnt`` and ``ridge`` zero on entry;
+    zero again on return).
+
+    Returns ``(steps, diverged_at, sink)``; ``sink`` is the sum the row reads produced
+    (returned so that the reads are not optimised away; meaningless).
     """
     N = order.shape[0]
     K = V.shape[0]
-    cls = np.zeros((n, m + 1), dtype=np.int64)
-    ncls = np.zeros(n, dtype=np.int64)
-    coef = np.zeros((n, m + 1))
-    s = np.zeros(m + 1)
-    tmp = np.zeros(m, dtype=np.int64)
-    cnt = np.zeros(K, dtype=np.int64)
-    ridge = np.zeros(K)
-    touched = np.zeros(n * (m + 1), dtype=np.int64)
-    np.random.seed(seed)
+    (cls, ncls, smp, coef, s, cnt, ridge, touched, dj, dp, da, dn, pj, pp, pn, rows,
+     rcoef) = buf
+    sink = 0.0
+    state = _seed_state(seed)
+    ahead = fused and pf > 0
+    if N > 0:
+        state = _draw_batch(state, y, order, 0, min(n, N), K, m, shared, drop_hits, cls, ncls,
+                            smp, 0)
+        if ahead:
+            for t in range(min(pf, n, N)):
+                i = order[t]
+                for jj in range(ncls[0, t] if not shared else 1):
+                    _hint_row(V, cls[0, t, jj], indices, indptr[i], indptr[i + 1])
     steps = 0
+    bi = 0
     for b0 in range(0, N, n):
         nb = min(n, N - b0)
-        nt = _batch_prepare(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp, cnt,
-                            touched, ridge, lr, muN, beta, red_sum)
+        nn = min(n, N - b0 - nb)  # the next batch's size (0: none)
+        if nn > 0:
+            state = _draw_batch(state, y, order, b0 + nb, nn, K, m, shared, drop_hits, cls,
+                                ncls, smp, 1 - bi)
+        nt = _batch_count(nb, cls[bi], ncls[bi], cnt, touched, ridge, lr, muN, beta,
+                          red_sum)
         step = _step_size(lr, nb, red_sum)
         bad = 0
-        if fused and pf > 0:
-            for t in range(min(pf, nb)):
-                _prefetch_datapoint(indptr, indices, order[b0 + t], V, cls[t], ncls[t])
-        for t in range(nb):
-            if fused and pf > 0 and t + pf < nb:
-                _prefetch_datapoint(indptr, indices, order[b0 + t + pf], V, cls[t + pf],
-                                    ncls[t + pf])
-            bad |= _datapoint(indptr, indices, data, order[b0 + t], V, scale, cls[t], ncls[t],
-                              kind, logr, c_nce, s, coef[t], fused, cnt, step, ridge)
-        bad |= _deferred(0, 1, indptr, indices, data, order, b0, nb, cls, ncls, coef, V, scale,
-                         cnt, touched, nt, step, ridge, fused)
+        if not fused:
+            # the straightforward loop: score everything at the old W, then apply
+            for t in range(nb):
+                pn[t], dn[t] = _split(cls, ncls, bi, t, cnt, False, pj, pp, dj, dp, t)
+                _score(indptr, indices, data, order[b0 + t], V, scale, dj, dp, t, dn[t], s,
+                       t, -1, cls, bi, t, 0)
+                _coefs(kind, logr, c_nce, s, t, ncls[bi, t], coef, t)
+            b2, tot = _deferred_prepare(nb, cls, ncls, bi, coef, V, scale, cnt, touched, nt,
+                                        step, ridge, False, dj, da, dn)
+            bad |= b2
+            bad |= _deferred_rows(indptr, indices, data, order, b0, nb, V, dj, da, dn)
+        else:
+            # rows touched by several datapoints of the batch (with shared negatives: the
+            # shared rows) are scored for every datapoint first, at the old W; then each
+            # datapoint scores its own rows and applies its whole update: to its own rows
+            # while their lines are in cache, and to the others in datapoint order, which
+            # is the order of the straightforward loop
+            nd = 0
+            for t in range(nb):
+                pn[t], dn[t] = _split(cls, ncls, bi, t, cnt, True, pj, pp, dj, dp, t)
+                nd += dn[t]
+            if nd > 0:
+                if shared and ahead:
+                    sink += _touch_rows(V, smp[bi], m)
+                for t in range(nb):
+                    if dn[t] > 0:
+                        if ahead and t + 4 < nb:
+                            _hint_x(indptr, indices, data, order[b0 + t + 4])
+                        _score(indptr, indices, data, order[b0 + t], V, scale, dj, dp, t,
+                               dn[t], s, t, -1, cls, bi, t, 0)
+                for a in range(nt):
+                    j = touched[a]
+                    if cnt[j] > 1 and ridge[j] != 0.0:
+                        bad |= _shrink_row(V, scale, j, 1.0 - ridge[j])
+            for t in range(nb):
+                i2 = -1
+                b2 = bi
+                t2 = t
+                if ahead:
+                    if t + pf < nb:
+                        t2 = t + pf
+                        i2 = order[b0 + t2]
+                    elif t + pf - nb < nn:
+                        b2 = 1 - bi
+                        t2 = t + pf - nb
+                        i2 = order[b0 + t + pf]
+                if ahead:
+                    _hint_ahead(indptr, indices, data, order, b0 + t, pf, N)
+                i = order[b0 + t]
+                _score(indptr, indices, data, i, V, scale, pj, pp, t, pn[t], s, t, i2, cls, b2,
+                       t2, 1 if shared else ncls[b2, t2])
+                _coefs(kind, logr, c_nce, s, t, ncls[bi, t], coef, t)
+                bad |= _apply_private(indptr, indices, data, i, V, scale, cls, ncls, bi, t,
+                                      coef, cnt, step, ridge, rows, rcoef, 0)
+                if dn[t] > 0:
+                    for k in range(dn[t]):
+                        da[t, k] = step * coef[t, dp[t, k]] / scale[dj[t, k]]
+                    bad |= _axpy_list(indices, data, indptr[i], indptr[i + 1], V, dj, da, t,
+                                      dn[t])
         _batch_reset(cnt, ridge, touched, nt)
         steps += 1
         if bad:
-            return steps, steps - 1
-    return steps, -1
+            return steps, steps - 1, sink
+        bi = 1 - bi
+    return steps, -1, sink
 
 
 @numba.njit(**PJIT)
 def _sampled_epoch_par(indptr, indices, data, y, order, V, scale, beta, n, m, lr, muN, kind,
-                       shared, drop_hits, logr, c_nce, seed, fused, pf, red_sum, nthr):
+                       shared, drop_hits, logr, c_nce, seed, fused, pf, red_sum, sorted_idx,
+                       nthr):
     """:func:`_sampled_epoch` on ``nthr`` threads: the batch's datapoints in parallel
-    (each row with ``cnt == 1`` is written by the one thread that reads it), then
-    the remaining updates split by class row ``j % nthr``. Every element receives the
-    same operations in the same order as in the serial kernel: bit-identical."""
+    (with ``fused``, each row with ``cnt == 1`` is written by the one thread that reads
+    it), then the remaining updates split by columns (sorted indices; otherwise
+    serially). Every element receives the same operations in the same order as in the
+    serial kernel: bit-identical. Returns ``(steps, diverged_at, 0.0)``."""
     N = order.shape[0]
     K = V.shape[0]
-    cls = np.zeros((n, m + 1), dtype=np.int64)
-    ncls = np.zeros(n, dtype=np.int64)
+    D = V.shape[1]
+    cls = np.zeros((1, n, m + 1), dtype=np.int64)
+    ncls = np.zeros((1, n), dtype=np.int64)
     coef = np.zeros((n, m + 1))
     s = np.zeros((n, m + 1))
-    tmp = np.zeros(m, dtype=np.int64)
     cnt = np.zeros(K, dtype=np.int64)
     ridge = np.zeros(K)
     touched = np.zeros(n * (m + 1), dtype=np.int64)
+    dj = np.zeros((n, m + 1), dtype=np.int64)
+    da = np.zeros((n, m + 1))
+    dn = np.zeros(n, dtype=np.int64)
+    rows = np.zeros((n, m + 1), dtype=np.int64)
+    rcoef = np.zeros((n, m + 1))
+    lj = np.zeros((n, m + 1), dtype=np.int64)
+    lp = np.zeros((n, m + 1), dtype=np.int64)
     bads = np.zeros(n, dtype=np.int64)
     dbads = np.zeros(nthr, dtype=np.int64)
-    np.random.seed(seed)
+    smp = np.zeros((1, m), dtype=np.int64)
+    state = _seed_state(seed)
     steps = 0
     for b0 in range(0, N, n):
         nb = min(n, N - b0)
-        nt = _batch_prepare(y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, tmp, cnt,
-                            touched, ridge, lr, muN, beta, red_sum)
+        state = _draw_batch(state, y, order, b0, nb, K, m, shared, drop_hits, cls, ncls, smp,
+                            0)
+        nt = _batch_count(nb, cls[0], ncls[0], cnt, touched, ridge, lr, muN, beta, red_sum)
         step = _step_size(lr, nb, red_sum)
-        for t in numba.prange(nb):
+        for tp in numba.prange(nb):
+            t = np.int64(tp)  # numba types the prange index unsigned
+            i2 = -1
+            t2 = t
             if fused and pf > 0 and t + pf < nb:
-                _prefetch_datapoint(indptr, indices, order[b0 + t + pf], V, cls[t + pf],
-                                    ncls[t + pf])
-            bads[t] = _datapoint(indptr, indices, data, order[b0 + t], V, scale, cls[t],
-                                 ncls[t], kind, logr, c_nce, s[t], coef[t], fused, cnt, step,
-                                 ridge)
-        for q in numba.prange(nthr):
-            dbads[q] = _deferred(
-                q, nthr, indptr, indices, data, order, b0, nb, cls, ncls, coef, V, scale, cnt,
-                touched, nt, step, ridge, fused)
+                t2 = t + pf
+                i2 = order[b0 + t2]
+                _hint_ahead(indptr, indices, data, order, b0 + t, pf, b0 + nb)
+            na, nall = _split(cls, ncls, 0, t, cnt, False, rows, lp, lj, lp, t)
+            _score(indptr, indices, data, order[b0 + t], V, scale, lj, lp, t, nall, s, t, i2,
+                   cls, 0, t2, 1 if shared else ncls[0, t2])
+            _coefs(kind, logr, c_nce, s, t, ncls[0, t], coef, t)
+            bads[t] = 0
+            if fused:
+                bads[t] = _apply_private(indptr, indices, data, order[b0 + t], V, scale, cls,
+                                         ncls, 0, t, coef, cnt, step, ridge, rows, rcoef, t)
+        b2, tot = _deferred_prepare(nb, cls, ncls, 0, coef, V, scale, cnt, touched, nt, step,
+                                    ridge, fused, dj, da, dn)
+        dbads[:] = 0
+        if sorted_idx and tot > 0:
+            for qp in numba.prange(nthr):
+                q = np.int64(qp)
+                dbads[q] = _deferred_cols(indptr, indices, data, order, b0, nb, V, dj, da,
+                                             dn, (D * q) // nthr, (D * (q + 1)) // nthr)
+        elif tot > 0:
+            dbads[0] = _deferred_rows(indptr, indices, data, order, b0, nb, V, dj, da, dn)
         _batch_reset(cnt, ridge, touched, nt)
         steps += 1
-        if bads[:nb].any() or dbads.any():
-            return steps, steps - 1
-    return steps, -1
+        if b2 or bads[:nb].any() or dbads.any():
+            return steps, steps - 1, 0.0
+    return steps, -1, 0.0
 
 
 # ---------------------------------------------------------------------------
@@ -696,9 +1255,14 @@ class _SampledTrainer(Trainer):
                              f"K = {K} ({where}); got {m}")
         self.X = X if (sp.issparse(X) and X.format == "csr") else sp.csr_matrix(X)
         self._indptr = np.ascontiguousarray(self.X.indptr, dtype=np.int64)
-        self._indices = np.ascontiguousarray(self.X.indices, dtype=np.int64)
+        # 32-bit column indices when they fit: half the lines of a datapoint's indices
+        self._indices = np.ascontiguousarray(
+            self.X.indices, dtype=np.int32 if self.D < 2**31 else np.int64)
         self._data = np.ascontiguousarray(self.X.data, dtype=np.float64)
         self._y = np.ascontiguousarray(y, dtype=np.int64)
+        #: the indices of every CSR row are sorted (the kernels then apply the shared
+        #: rows' updates by blocks of columns)
+        self._sorted = bool(self.X.has_sorted_indices)
         #: weight r of the sampled terms
         self.weight = K / m if self.shared else (K - 1) / m
         self.c_nce = math.log(m / K)
@@ -737,12 +1301,14 @@ class _SampledTrainer(Trainer):
         args = (self._indptr, self._indices, self._data, self._y, order, self.W, self.scale,
                 self.beta, self.batch_size, self.n_sampled, float(lr), self.mu / self.N,
                 self.kind, self.shared, self.drop_hits, self._logr, self.c_nce, int(seed),
-                self.opts["fused"], self.opts["prefetch"], self.reduction == "sum")
+                self.opts["fused"], self.opts["prefetch"], self.reduction == "sum",
+                self._sorted)
         nthr = numba.get_num_threads()
         if self.opts["parallel"] and nthr > 1:
-            steps, div = _sampled_epoch_par(*args, nthr)
+            steps, div, _ = _sampled_epoch_par(*args, nthr)
         else:
-            steps, div = _sampled_epoch(*args)
+            buf = _buffers(self.batch_size, self.n_sampled, self.K)
+            steps, div, _ = _sampled_epoch(*args, buf)
         return EpochReport(steps=int(steps), diverged_at=int(div))
 
     def warmup(self):

@@ -1,6 +1,6 @@
 """Explicit SGD on the double-sum objectives: vanilla SGD, U-max and Raman's formulation.
 
-Three methods of :func:`scalable_softmax.fit.fit` live here (MATH.md sections 2, 3, 6):
+Three methods of :func:`scalable_softmax.fit.fit` live here (docs/math.md sections 2, 3, 6):
 
 * ``"vanilla"`` (:class:`VanillaTrainer`): plain SGD on ``(w_k, w_{y_i}, u_i)`` with the
   gradient (F-7) of the per-datapoint term ``f_ik / N``; ``u_i`` clipped at 0. It is
@@ -13,11 +13,11 @@ Three methods of :func:`scalable_softmax.fit.fit` live here (MATH.md sections 2,
   ``n_sampled = m > 1`` the ``m`` terms are summed with weight ``(K-1)/m`` and ``u_i`` is
   reset from ``log(1 + sum_{k in S} exp(delta_ik))``.
 * ``"raman"`` (:class:`RamanTrainer`): vanilla SGD or U-max on Raman et al.'s double sum
-  (F-8) with the *correct* gradient of MATH.md section 6 (not the original code's).
+  (F-8) with the *correct* gradient of docs/math.md section 6 (not the original code's).
 
 Conventions
 -----------
-Learning rates are per datapoint (MATH.md section 2): every step drops the factor ``N``
+Learning rates are per datapoint (docs/math.md section 2): every step drops the factor ``N``
 and the ridge gradient is ``(mu/N) beta_j w_j``. Classes are sampled uniformly among the
 ``K - 1`` classes other than ``y_i``; for ``m > 1`` they are drawn **without
 replacement** (Floyd's algorithm). Reasons: the U-max reset value
@@ -1080,7 +1080,7 @@ class UmaxTrainer(_DoubleSumTrainer):
 
 
 class RamanTrainer(_DoubleSumTrainer):
-    """SGD on Raman et al.'s double sum (F-8) with the correct gradient (MATH.md 6).
+    """SGD on Raman et al.'s double sum (F-8) with the correct gradient (docs/math.md section 6).
 
     Options: ``variant`` (``"umax"``, default: reset ``ubar_i`` to
     ``log(exp(s_{i,y_i}) + sum_{k in S} exp(s_ik))`` when more than ``delta0`` below it,

@@ -1,0 +1,313 @@
+"""A scikit-learn classifier around :func:`scalable_softmax.fit.fit`.
+
+:class:`SoftmaxSGDClassifier` trains a multinomial logistic-regression (softmax) model
+with any of the library's optimisers (Implicit SGD by default: stable at any learning
+rate), and plugs into scikit-learn's ``Pipeline``, ``GridSearchCV``,
+``cross_val_score`` and the rest::
+
+    from sklearn.datasets import load_svmlight_file
+    from scalable_softmax import SoftmaxSGDClassifier
+
+    X, y = load_svmlight_file("train.svm")
+    clf = SoftmaxSGDClassifier(method="implicit", lr=1.0, epochs=20).fit(X, y)
+    clf.predict_proba(X[:5])
+
+scikit-learn is an optional dependency (the ``sklearn`` extra:
+``pip install -e '.[sklearn]'``); the rest of the library does not need it.
+
+The model: scores ``s_k(x) = x . w_k + b_k`` (``coef_`` is ``K x D``, one row per class
+of ``classes_``; ``intercept_`` is ``(K,)``), probabilities ``softmax(s(x))``. The
+optimisers, learning-rate units and conventions are those of docs/math.md (the learning
+rate is per datapoint, section 2.3); ``protocol`` applies one of the named protocols of
+:mod:`scalable_softmax.protocols` (section 11).
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+try:
+    from sklearn.base import BaseEstimator, ClassifierMixin
+    from sklearn.utils import check_random_state
+    from sklearn.utils.multiclass import check_classification_targets
+    from sklearn.utils.validation import check_is_fitted, validate_data
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "scalable_softmax.SoftmaxSGDClassifier needs scikit-learn: install the project "
+        "with its 'sklearn' extra (pip install -e '.[sklearn]')") from exc
+
+from scalable_softmax.fit import FitResult, fit
+from scalable_softmax.methods import METHODS
+
+__all__ = ["SoftmaxSGDClassifier"]
+
+
+def _labels_to_index(y, classes, where):
+    """Positions of the labels ``y`` in the sorted ``classes`` (ValueError for unknown
+    labels, naming them)."""
+    idx = np.searchsorted(classes, y)
+    idx = np.clip(idx, 0, len(classes) - 1)
+    bad = classes[idx] != y
+    if np.any(bad):
+        unknown = np.unique(np.asarray(y)[bad])[:10]
+        raise ValueError(f"{where}: labels {unknown.tolist()} are not among the classes "
+                         f"{classes.tolist()} (for partial_fit, pass every class in "
+                         "`classes` on the first call)")
+    return idx.astype(np.int64)
+
+
+class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
+    """Softmax (multinomial logistic) regression trained by U-max, Implicit SGD or any
+    other optimiser of :mod:`scalable_softmax.methods`.
+
+    Parameters
+    ----------
+    method : str, default ``"implicit"``
+        A key of :data:`scalable_softmax.methods.METHODS`: ``"implicit"`` (Implicit
+        SGD, stable at any learning rate), ``"umax"``, ``"vanilla"``, ``"raman"``,
+        ``"implicit-batch"``, ``"ove"``, ``"nce"``, ``"is"``, ``"softmax-sgd"``,
+        ``"exact"``, ``"bouchard"``, ``"ove-exact"``.
+    lr : float > 0, default 1.0
+        Initial learning rate in the per-datapoint units of docs/math.md section 2.3.
+        Ignored by the full-batch methods (``exact``, ``bouchard``, ``ove-exact``).
+    epochs : int >= 1, default 50
+        Passes over the data in :meth:`fit`.
+    lr_decay : float in (0, 1], default 0.9
+        Epoch ``e = 1, 2, ...`` runs at ``lr * lr_decay**(e-1)``. :meth:`partial_fit`
+        call ``t = 0, 1, ...`` runs one pass at ``lr * lr_decay**t``.
+    mu : float >= 0, default 0.0
+        Ridge parameter (it also shrinks the intercepts).
+    batch_size, n_sampled : int or None
+        Datapoints per step and sampled classes per datapoint (None: the method's
+        default).
+    order : ``"shuffle"`` (default), ``"file"`` or ``"uniform"``
+        Order of the datapoints within an epoch.
+    u_init : ``"zero"`` (default), ``"logK"`` or ``"exact"``
+        Initial ``u`` of the double-sum methods in :meth:`fit`.
+    fit_intercept : bool, default True
+        Learn per-class intercepts ``intercept_``.
+    intercept_scaling : float > 0, default 1.0
+        Value of the constant feature that carries the intercept (see
+        :func:`scalable_softmax.fit.fit`).
+    protocol : None or str
+        A protocol of :mod:`scalable_softmax.protocols` (``"authors-code"``,
+        ``"authors-code-1pass"``, ``"paper-text"``; defined for the paper's six
+        methods). It names one complete set of conventions, so its values replace
+        this estimator's ``order``, ``u_init``, ``batch_size``, ``n_sampled`` and
+        ``lr_decay`` where it sets them, and its method options join
+        ``method_options``.
+    method_options : None or dict
+        Extra options of the method (e.g. ``{"delta0": 1.0}`` for ``umax``).
+    random_state : None, int or numpy RandomState
+        Seed of the data order and class sampling (None: a fresh seed each fit).
+    verbose : bool, default False
+        Show a progress bar over epochs.
+
+    Attributes
+    ----------
+    classes_ : ndarray (K,), the class labels, sorted.
+    coef_ : ndarray (K, n_features_in_), one weight row per class.
+    intercept_ : ndarray (K,), zeros when ``fit_intercept=False``.
+    n_features_in_ : int.
+    result_ : :class:`scalable_softmax.fit.FitResult` of the last :meth:`fit` or
+        :meth:`partial_fit` call (its ``history`` has the epochs, steps, seconds and
+        learning rates).
+    t_ : int, passes made so far (``epochs`` after :meth:`fit`; +1 per
+        :meth:`partial_fit`).
+    """
+
+    def __init__(self, method="implicit", *, lr=1.0, epochs=50, lr_decay=0.9, mu=0.0,
+                 batch_size=None, n_sampled=None, order="shuffle", u_init="zero",
+                 fit_intercept=True, intercept_scaling=1.0, protocol=None,
+                 method_options=None, random_state=None, verbose=False):
+        self.method = method
+        self.lr = lr
+        self.epochs = epochs
+        self.lr_decay = lr_decay
+        self.mu = mu
+        self.batch_size = batch_size
+        self.n_sampled = n_sampled
+        self.order = order
+        self.u_init = u_init
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.protocol = protocol
+        self.method_options = method_options
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # -- scikit-learn plumbing ----------------------------------------------------------
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.classifier_tags.multi_class = True
+        tags.classifier_tags.multi_label = False
+        tags.classifier_tags.poor_score = False
+        return tags
+
+    def _settings(self):
+        """The keyword arguments of :func:`fit` these parameters stand for (validated
+        here, so that a bad parameter fails at fit time with its name)."""
+        if self.method not in METHODS:
+            raise ValueError(f"method={self.method!r} is not a method of scalable_softmax; "
+                             f"choose one of: {', '.join(sorted(METHODS))}")
+        if self.method_options is not None and not isinstance(self.method_options, dict):
+            raise ValueError(f"method_options must be None or a dict; got "
+                             f"{self.method_options!r}")
+        kw = dict(lr_decay=self.lr_decay, mu=self.mu, batch_size=self.batch_size,
+                  n_sampled=self.n_sampled, order=self.order, u_init=self.u_init)
+        options = dict(self.method_options or {})
+        if self.protocol is not None:
+            from scalable_softmax.protocols import fit_kwargs
+            for key, value in fit_kwargs(self.protocol, self.method).items():
+                if key in kw:
+                    kw[key] = value
+                else:
+                    options[key] = value
+        return kw, options
+
+    def _seed(self):
+        rs = self.random_state
+        if isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0:
+            return int(rs)
+        return int(check_random_state(rs).randint(0, 2 ** 31 - 1))
+
+    def _store(self, res: FitResult, classes):
+        if res.diverged:
+            raise ValueError(
+                f"training diverged at epoch {res.diverged_at[0]} (a non-finite value); "
+                f"use a smaller lr than {self.lr!r}, scale the features (e.g. "
+                "StandardScaler or MaxAbsScaler), or method='implicit', which is stable "
+                "at any learning rate")
+        self.classes_ = classes
+        self.coef_ = res.W
+        self.intercept_ = (res.intercept if res.intercept is not None
+                           else np.zeros(res.W.shape[0]))
+        self.result_ = res
+
+    def _fit_call(self, X, yi, K, lr, epochs, init=None, partial=False):
+        kw, options = self._settings()
+        if partial:
+            # one pass at the call's rate; u of the new rows from the current weights
+            kw.update(lr_decay=1.0, u_init="exact")
+        if K < 2:
+            raise ValueError("SoftmaxSGDClassifier needs at least 2 classes in y; got 1 "
+                             "class")
+        if self.n_sampled is None and self.method != "implicit-batch":
+            # a default number of sampled classes (the method's, e.g. 5 for OVE, NCE and
+            # IS, or a protocol's) cannot exceed the classes there are to draw: use them
+            from scalable_softmax.methods import get_trainer_class
+            m = kw["n_sampled"] or int(getattr(get_trainer_class(self.method),
+                                               "default_n_sampled", 1))
+            pool = K if (options.get("sample_from") == "all"
+                         or options.get("shared_negatives")) else K - 1
+            if m > pool:
+                kw["n_sampled"] = pool
+        W0 = b0 = None
+        if init is not None:
+            W0, b0 = init
+            if not self.fit_intercept:
+                b0 = None
+        from .methods import get_trainer_class
+
+        if getattr(get_trainer_class(self.method), "full_batch", False):
+            lr = None       # L-BFGS has no learning rate (fit() refuses one)
+        return fit(X, yi, self.method, lr, epochs=epochs, seed=self._seed(),
+                   eval_epochs=[], progress=bool(self.verbose), K=K,
+                   fit_intercept=self.fit_intercept,
+                   intercept_scaling=self.intercept_scaling, init_W=W0,
+                   init_intercept=b0, **kw, **options)
+
+    # -- the estimator API ------------------------------------------------------------
+
+    def fit(self, X, y):
+        """Train from scratch on ``X`` (array or sparse matrix, n x D) and labels ``y``
+        (any sortable labels) for ``epochs`` epochs.
+
+        Raises
+        ------
+        ValueError
+            For invalid data or parameters (the message names them), fewer than two
+            classes, or a run that diverged (non-finite weights).
+        """
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64,
+                             reset=True)
+        check_classification_targets(y)
+        classes, yi = np.unique(y, return_inverse=True)
+        res = self._fit_call(X, yi.astype(np.int64), len(classes), self.lr, self.epochs)
+        self._store(res, classes)
+        self.t_ = int(self.epochs)
+        return self
+
+    def partial_fit(self, X, y, classes=None):
+        """One pass over ``(X, y)`` at the rate ``lr * lr_decay**t_``, starting from the
+        current weights (from zero on the first call, which must name every class in
+        ``classes``). The double-sum variables ``u`` of the batch start at their exact
+        optimum for the current weights (``u_init="exact"``), so a batch never starts
+        from an inconsistent ``u``."""
+        first = not hasattr(self, "classes_")
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64,
+                             reset=first)
+        check_classification_targets(y)
+        if first:
+            if classes is None:
+                raise ValueError("the first call of partial_fit needs `classes`, the "
+                                 "array of every class label that will occur")
+            classes = np.unique(np.asarray(classes))
+            init = None
+            t = 0
+        else:
+            if classes is not None and not np.array_equal(np.unique(classes),
+                                                          self.classes_):
+                raise ValueError(f"classes={np.unique(classes).tolist()} differs from the "
+                                 f"classes of the first partial_fit call "
+                                 f"{self.classes_.tolist()}")
+            classes = self.classes_
+            init = (self.coef_, self.intercept_)
+            t = self.t_
+        yi = _labels_to_index(y, classes, "partial_fit")
+        lr = self.lr * self.lr_decay ** t if self.lr is not None else None
+        res = self._fit_call(X, yi, len(classes), lr, 1, init=init, partial=True)
+        self._store(res, classes)
+        self.t_ = t + 1
+        return self
+
+    def decision_function(self, X):
+        """Scores ``x . w_k + b_k``: shape (n, K), or, for two classes, (n,) with the
+        score difference ``s_1 - s_0`` (scikit-learn's convention for binary
+        classifiers: positive means ``classes_[1]``)."""
+        S = self._scores(X)
+        if S.shape[1] == 2:
+            return S[:, 1] - S[:, 0]
+        return S
+
+    def predict_proba(self, X):
+        """Softmax probabilities, shape (n, K), columns in the order of ``classes_``."""
+        S = self._scores(X)
+        S -= S.max(axis=1, keepdims=True)
+        np.exp(S, out=S)
+        S /= S.sum(axis=1, keepdims=True)
+        return S
+
+    def predict_log_proba(self, X):
+        """Logarithms of :meth:`predict_proba`, computed stably."""
+        S = self._scores(X)
+        S -= S.max(axis=1, keepdims=True)
+        S -= np.log(np.exp(S).sum(axis=1, keepdims=True))
+        return S
+
+    def predict(self, X):
+        """The most probable class label of every row (ties: the first of
+        ``classes_``)."""
+        S = self._scores(X)
+        return self.classes_[np.argmax(S, axis=1)]
+
+    def _scores(self, X):
+        check_is_fitted(self)
+        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        model = FitResult(W=self.coef_, u=None, history=self.result_.history,
+                          diverged_at=None, method=self.method, params={},
+                          intercept=self.intercept_)
+        return model.decision_function(X)

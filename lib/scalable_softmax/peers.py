@@ -1,0 +1,1072 @@
+"""Time to quality against what a practitioner would use instead (notebook 12-peers).
+
+Every method is trained with a cap on its training seconds and evaluated, exactly (all
+``K`` classes, :func:`scalable_softmax.evaluate.evaluate`), on fixed sets of rows at
+checkpoints spaced geometrically in training seconds. The clock runs only while the
+method trains: evaluations pause it (as ``fit``'s ``seconds`` column does).
+
+Methods (:data:`METHODS`), every one with 2 threads where it can use them:
+
+* ours, through the library's trainers (:mod:`scalable_softmax.methods`) under the
+  ``"paper-text"`` protocol (:mod:`scalable_softmax.protocols`), ``mu = 0``:
+  ``implicit`` (Implicit SGD; its kernel is serial), ``umax`` (U-max, Hogwild on 2
+  threads), ``is`` (importance sampling, n = 100, m = 5; the library's default serial
+  kernel, see ``_OUR_THREAD_OPTIONS``), all at ``lr * 0.9**(epoch - 1)`` for at most
+  ``max_epochs`` epochs; and ``exact``: full-batch L-BFGS on the exact objective
+  (the library's :class:`~scalable_softmax.methods.full.ExactTrainer` objective kernel,
+  driven here by one ``scipy.optimize.minimize(method="L-BFGS-B")`` call whose callback
+  evaluates at the checkpoints, so the curvature pairs are kept throughout);
+* scikit-learn ``LogisticRegression`` (multinomial, no penalty ``C=inf``, no intercept):
+  ``sklearn-lbfgs`` and ``sklearn-saga``. ``fit`` has no callback, so (as benchopt
+  does for such solvers) the curve is made of separate fits from scratch with
+  ``max_iter = 1, 2, 4, ...``; a point's seconds are that fit's wall time, until a fit
+  stops before its ``max_iter`` (sklearn's own ``tol``) or the next one would exceed
+  the cap;
+* PyTorch CPU, float32, minibatches of ``batch_size`` rows: ``torch-sgd`` and
+  ``torch-adam`` (full softmax: cross-entropy over all ``K`` classes) on a sparse
+  linear layer, ``W x`` for sparse ``x``; two standard layouts exist and a short timed
+  pilot picks the faster one per data set (:func:`torch_layouts`): ``embedding-bag``
+  (``nn.EmbeddingBag(D, K, mode="sum", sparse=True)`` with the feature values as
+  ``per_sample_weights``: sparse gradients, ``optim.SGD`` / ``optim.SparseAdam``) and
+  ``sparse-mm`` (``torch.sparse.mm`` of the COO minibatch with a dense ``D x K``
+  parameter: dense gradients, ``optim.SGD`` / ``optim.Adam``); ``torch-sampled``:
+  sampled softmax with ``negatives`` classes drawn uniformly per minibatch and shared
+  by its rows (TensorFlow's ``sampled_softmax_loss`` convention: the label's logit
+  against the negatives' logits, a negative equal to the row's label masked, the
+  ``log Q`` correction constant for a uniform proposal and so dropped), class rows in
+  ``nn.Embedding(K, D, sparse=True)``, ``optim.SGD``. The torch runs use the same
+  schedule as ours, ``lr * 0.9**(epoch - 1)``, at most ``max_epochs`` epochs.
+
+Isolation and memory: :func:`run_isolated` runs jobs in a child process (``python -m
+scalable_softmax.peers child ...``) with ``RLIMIT_AS`` set to ``memory_cap_gb`` (an
+allocation beyond it fails at once with ``MemoryError``, reported with its message),
+the thread variables set to ``threads``, and a hard wall-clock limit (the child is
+killed, its points so far kept). The peak memory is the child's maximum resident set
+size from ``os.wait4`` (``ru_maxrss``): the interpreter, the libraries, the data, the
+method's state and the evaluations' working memory together.
+
+Time to quality: :func:`time_to_quality` takes the curves and gives, per data set and
+method, the first checkpoint's training seconds at which the test log-loss is within a
+relative tolerance of the best test log-loss any method reached on that data set.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_job",
+           "run_jobs", "run_isolated", "time_to_quality", "available", "split_for_tuning",
+           "torch_layouts", "classify_failure", "tune_rates", "choose_rates", "run_final",
+           "save_problem"]
+
+#: method -> family ("ours", "sklearn", "torch")
+METHODS = {
+    "implicit": "ours", "umax": "ours", "is": "ours", "exact": "ours",
+    "sklearn-lbfgs": "sklearn", "sklearn-saga": "sklearn",
+    "torch-sgd": "torch", "torch-adam": "torch", "torch-sampled": "torch",
+}
+#: labels for tables and figures
+LABELS = {
+    "implicit": "Implicit SGD", "umax": "U-max", "is": "IS (n=100, m=5)",
+    "exact": "L-BFGS (ours, exact)", "sklearn-lbfgs": "sklearn lbfgs",
+    "sklearn-saga": "sklearn saga", "torch-sgd": "torch SGD (full softmax)",
+    "torch-adam": "torch Adam (full softmax)",
+    "torch-sampled": "torch sampled softmax (uniform)",
+}
+#: methods with a learning rate to choose
+RATE_METHODS = ("implicit", "umax", "is", "torch-sgd", "torch-adam", "torch-sampled")
+
+_OUR_PROTOCOL = "paper-text"
+#: thread options of our trainers: U-max runs Hogwild on 2 threads; Implicit's kernel is
+#: serial; IS keeps the library's default serial kernel (its threaded variant synchronises
+#: twice per minibatch and was 5-50x slower per epoch on Bibtex on this shared machine)
+_OUR_THREAD_OPTIONS = {"umax": dict(hogwild=True, threads=2), "is": {}, "implicit": {}}
+
+
+def available(family: str) -> tuple[bool, str]:
+    """``(True, version)`` if the peers of ``family`` can run here, else ``(False,
+    reason)`` (the optional ``peers`` extra: ``pip install -e '.[peers]'``)."""
+    mod = {"ours": None, "sklearn": "sklearn", "torch": "torch"}[family]
+    if mod is None:
+        return True, "scalable_softmax"
+    import importlib.util
+    try:
+        found = importlib.util.find_spec(mod) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return False, (f"{mod} is not installed (the optional 'peers' extra: "
+                       "pip install -e '.[peers]')")
+    import importlib.metadata
+    return True, importlib.metadata.version("scikit-learn" if mod == "sklearn" else mod)
+
+
+# ---------------------------------------------------------------------------
+# jobs and the curve recorder
+# ---------------------------------------------------------------------------
+
+@dataclass
+class Job:
+    """One training run.
+
+    data : a loader name (``scalable_softmax.data.load_dataset``) or the path of an
+        ``.npz`` made by :func:`save_problem`.
+    method : a key of :data:`METHODS`.
+    lr : learning rate (None for ``exact`` and the sklearn methods).
+    cap_seconds : training seconds after which the run stops (at the end of the epoch,
+        minibatch, L-BFGS iteration or fit that crosses it).
+    split : ``"final"`` (train on the training split, evaluate on ``train`` and
+        ``test`` rows) or ``"tune"`` (train on ``1 - holdout`` of the training split,
+        evaluate on the held-out rows as ``val``).
+    max_epochs : epochs of the stochastic methods (the schedule ``lr * 0.9**(e-1)``).
+    eval_rows : rows of each evaluation set (a seeded subsample; None: all).
+    checkpoints : training seconds at which to evaluate (None: only the end); a final
+        run also evaluates at its start (``seconds = 0``), every run at its end.
+    options : method options (``batch_size``, ``negatives``, ``layout`` for torch).
+    """
+
+    data: str
+    method: str
+    lr: float | None
+    cap_seconds: float
+    split: str = "final"
+    max_epochs: int = 50
+    eval_rows: int | None = 5000
+    checkpoints: list | None = None
+    holdout: float = 0.2
+    seed: int = 0
+    threads: int = 2
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"Job.method: unknown method {self.method!r}; choose one of "
+                             f"{', '.join(METHODS)}")
+        if self.split not in ("final", "tune"):
+            raise ValueError(f"Job.split must be 'final' or 'tune'; got {self.split!r}")
+        if self.method in RATE_METHODS:
+            if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr)
+                    and self.lr > 0):
+                raise ValueError(f"Job.lr of {self.method} must be a number > 0; got "
+                                 f"{self.lr!r}")
+        if not (self.cap_seconds > 0):
+            raise ValueError(f"Job.cap_seconds must be > 0; got {self.cap_seconds!r}")
+        if not (isinstance(self.max_epochs, int) and self.max_epochs >= 1):
+            raise ValueError(f"Job.max_epochs must be an integer >= 1; got "
+                             f"{self.max_epochs!r}")
+        if not (0 < self.holdout < 1):
+            raise ValueError(f"Job.holdout must lie in (0, 1); got {self.holdout!r}")
+
+
+def checkpoint_times(cap_seconds: float, per_doubling: int = 2, first: float | None = None):
+    """Training seconds ``cap * 2**(-k / per_doubling)`` for ``k = 0, 1, ...`` down to
+    ``first`` (default ``cap / 512``), increasing."""
+    if not cap_seconds > 0:
+        raise ValueError(f"cap_seconds must be > 0; got {cap_seconds!r}")
+    if not (isinstance(per_doubling, int) and per_doubling >= 1):
+        raise ValueError(f"per_doubling must be an integer >= 1; got {per_doubling!r}")
+    first = cap_seconds / 512 if first is None else float(first)
+    if not 0 < first <= cap_seconds:
+        raise ValueError(f"first must lie in (0, cap_seconds]; got {first!r}")
+    n = int(math.floor(per_doubling * math.log2(cap_seconds / first) + 1e-9))
+    return [cap_seconds * 2.0 ** (-k / per_doubling) for k in range(n, -1, -1)]
+
+
+class _Recorder:
+    """Keeps the training clock (paused while evaluating) and the evaluated points."""
+
+    def __init__(self, sets, checkpoints, cap, on_point=None):
+        self.sets = sets                      # name -> (X, y)
+        self.pending = sorted(checkpoints or [])
+        self.cap = float(cap)
+        self.seconds = 0.0
+        self.points = []
+        self.on_point = on_point
+        self.start_point = True
+        self.eval_seconds = 0.0
+        self._t = None
+
+    def start(self):
+        self._t = time.perf_counter()
+
+    def stop(self):
+        if self._t is not None:
+            self.seconds += time.perf_counter() - self._t
+            self._t = None
+
+    def now(self):
+        return self.seconds + (time.perf_counter() - self._t if self._t is not None else 0.0)
+
+    def due(self):
+        return bool(self.pending) and self.now() >= self.pending[0]
+
+    def over(self):
+        return self.now() >= self.cap
+
+    def record_start(self, W, **info):
+        """The point at ``seconds = 0`` (skipped when ``self.start_point`` is False)."""
+        if self.start_point:
+            self.record(W, **info)
+
+    def record(self, W, **info):
+        """Evaluate ``W`` (K x D; None: a diverged point, log-loss inf) on every set."""
+        from .evaluate import evaluate
+
+        running = self._t is not None
+        self.stop()
+        t_eval = time.perf_counter()
+        while self.pending and self.pending[0] <= self.seconds:
+            self.pending.pop(0)
+        row = dict(seconds=self.seconds, **info)
+        for name, (Xe, ye) in self.sets.items():
+            if W is None or not np.all(np.isfinite(W)):
+                row[f"{name}_log_loss"] = math.inf
+                row[f"{name}_error"] = math.nan
+            else:
+                ev = evaluate(Xe, ye, W)
+                row[f"{name}_log_loss"] = float(ev.log_loss)
+                row[f"{name}_error"] = float(ev.error)
+        self.points.append(row)
+        self.eval_seconds += time.perf_counter() - t_eval
+        if self.on_point is not None:
+            self.on_point(self.points)
+        if running:
+            self.start()
+        return row
+
+
+# ---------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------
+
+def save_problem(path, X, y, Xt, yt, K):
+    """Write a problem (training and test split) as an ``.npz`` a :class:`Job` can name."""
+    import scipy.sparse as sp
+
+    X, Xt = sp.csr_matrix(X), sp.csr_matrix(Xt)
+    np.savez(path, indptr=X.indptr, indices=X.indices, data=X.data, shape=X.shape,
+             y=np.asarray(y), t_indptr=Xt.indptr, t_indices=Xt.indices, t_data=Xt.data,
+             t_shape=Xt.shape, t_y=np.asarray(yt), K=int(K))
+
+
+def _load(data):
+    """``(X, y, Xt, yt, K)`` of a loader name or an ``.npz`` of :func:`save_problem`."""
+    import scipy.sparse as sp
+
+    if str(data).endswith(".npz"):
+        z = np.load(data)
+        X = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
+        Xt = sp.csr_matrix((z["t_data"], z["t_indices"], z["t_indptr"]),
+                           shape=tuple(z["t_shape"]))
+        return X, z["y"].astype(np.int64), Xt, z["t_y"].astype(np.int64), int(z["K"])
+    from .data import load_dataset
+
+    tr, te = load_dataset(data, "train"), load_dataset(data, "test")
+    return tr.X, tr.y, te.X, te.y, int(tr.K)
+
+
+def split_for_tuning(N: int, holdout: float, seed: int):
+    """Seeded disjoint ``(fit_rows, held_out_rows)`` of ``range(N)`` (both sorted)."""
+    rng = np.random.default_rng([seed, 12])
+    perm = rng.permutation(N)
+    n_out = max(1, int(round(holdout * N)))
+    return np.sort(perm[n_out:]), np.sort(perm[:n_out])
+
+
+def _subsample(X, y, rows, seed):
+    if rows is None or rows >= X.shape[0]:
+        return X, y
+    sel = np.sort(np.random.default_rng([seed, 34]).choice(X.shape[0], rows, replace=False))
+    return X[sel], y[sel]
+
+
+def _problem(job: Job):
+    """Training data and evaluation sets of a job (kept for the next job of the same
+    child process that needs the same ones)."""
+    key = (job.data, job.split, job.holdout, job.seed, job.eval_rows)
+    if _PROBLEM_CACHE.get("key") != key:
+        _PROBLEM_CACHE.clear()                # one problem at a time: bounded memory
+        _PROBLEM_CACHE.update(key=key, value=_make_problem(job))
+    return _PROBLEM_CACHE["value"]
+
+
+_PROBLEM_CACHE: dict = {}
+
+
+def _make_problem(job: Job):
+    from .fit import _as_csr
+
+    X, y, Xt, yt, K = _load(job.data)
+    X = _as_csr(X, "X")
+    if job.split == "tune":
+        fit_rows, out_rows = split_for_tuning(X.shape[0], job.holdout, job.seed)
+        sets = {"val": _subsample(X[out_rows], y[out_rows], job.eval_rows, job.seed)}
+        X, y = X[fit_rows], y[fit_rows]
+    else:
+        sets = {"train": _subsample(X, y, job.eval_rows, job.seed),
+                "test": _subsample(_as_csr(Xt, "Xt"), yt, job.eval_rows, job.seed)}
+    return X, np.asarray(y, dtype=np.int64), K, sets
+
+
+# ---------------------------------------------------------------------------
+# runners: each returns (status, reason, info) and records points
+# ---------------------------------------------------------------------------
+
+def _run_ours(job, X, y, K, rec):
+    from .fit import _make_order
+    from .methods import get_trainer_class
+    from .protocols import fit_kwargs
+
+    kw = fit_kwargs(_OUR_PROTOCOL, job.method)
+    order, u_init, decay = kw.pop("order"), kw.pop("u_init"), kw.pop("lr_decay")
+    batch_size, n_sampled = kw.pop("batch_size", None), kw.pop("n_sampled", None)
+    kw.update(_OUR_THREAD_OPTIONS[job.method])
+    kw.update(job.options)
+    tr = get_trainer_class(job.method)(X, y, K, mu=0.0, batch_size=batch_size,
+                                       n_sampled=n_sampled, **kw)
+    tr.init_params(u_init)
+    tr.warmup()
+    rng = np.random.default_rng(job.seed)
+    N = X.shape[0]
+    rec.record_start(tr.weights(), epoch=0)
+    status, reason = "completed", f"{job.max_epochs} epochs"
+    for e in range(1, job.max_epochs + 1):
+        rec.start()
+        idx = _make_order(rng, N, order)
+        rep = tr.run_epoch(idx, job.lr * decay ** (e - 1), int(rng.integers(0, 2 ** 63 - 1)))
+        rec.stop()
+        if rep.diverged_at is not None and rep.diverged_at >= 0 or \
+                (tr.u is not None and not np.all(np.isfinite(tr.u))):
+            rec.record(None, epoch=e)
+            return "diverged", f"non-finite parameters in epoch {e}", {"epochs": e}
+        last = e == job.max_epochs
+        if rec.over() and not last:
+            rec.record(tr.weights(), epoch=e)
+            return "time cap", f"stopped after epoch {e} at the cap", {"epochs": e}
+        if rec.due() or last:
+            row = rec.record(tr.weights(), epoch=e)
+            if not math.isfinite(next(v for k, v in row.items() if k.endswith("_log_loss"))):
+                return "diverged", f"non-finite weights after epoch {e}", {"epochs": e}
+    return status, reason, {"epochs": job.max_epochs}
+
+
+class _CapReached(Exception):
+    """Raised inside the L-BFGS objective once the time cap has passed."""
+
+
+def _run_exact(job, X, y, K, rec):
+    import scipy.optimize
+
+    from .methods.full import ExactTrainer
+
+    opts = dict(gtol=1e-8, memory=10)
+    opts.update(job.options)
+    tr = ExactTrainer(X, y, K, mu=0.0, iters_per_epoch=None, **opts)
+    tr.init_params()
+    tr.warmup()
+    D = X.shape[1]
+    rec.record_start(tr.W, iteration=0)
+    state = {"it": 0, "stopped": False}
+
+    def callback(intermediate_result):
+        rec.stop()
+        state["it"] += 1
+        x = intermediate_result.x
+        state["x"] = x.copy()    # (the clock is stopped here)
+        if rec.over():
+            rec.record(x.reshape(D, K).T, iteration=state["it"])
+            state["stopped"] = True
+            raise StopIteration
+        if rec.due():
+            rec.record(x.reshape(D, K).T, iteration=state["it"])
+        rec.start()
+
+    def fun(x):
+        # a line search may evaluate several times per iteration: stop there too
+        if rec.over():
+            raise _CapReached
+        return tr._fun(x)
+
+    rec.start()
+    x0 = np.ascontiguousarray(tr.W.T).ravel()
+    try:
+        res = scipy.optimize.minimize(
+            fun, x0, jac=True, method="L-BFGS-B", callback=callback,
+            options=dict(maxiter=100000, gtol=tr.opts["gtol"], ftol=0.0,
+                         maxcor=tr.opts["memory"], maxfun=10 ** 7))
+    except _CapReached:
+        rec.stop()
+        if "x" in state:       # the last accepted iterate, at the time the cap passed
+            rec.record(state["x"].reshape(D, K).T, iteration=state["it"])
+        why = (f"the cap passed during L-BFGS iteration {state['it'] + 1} (after "
+               f"{tr.nfev} objective evaluations)" if tr.nfev else
+               "the cap passed before the first objective evaluation had finished")
+        return "time cap", why, {"iterations": state["it"], "nfev": tr.nfev}
+    rec.stop()
+    info = {"iterations": int(res.nit), "message": str(res.message), "nfev": tr.nfev}
+    if state["stopped"]:
+        return "time cap", f"stopped after L-BFGS iteration {state['it']} at the cap", info
+    rec.record(res.x.reshape(D, K).T, iteration=int(res.nit))
+    return "completed", f"L-BFGS stopped: {res.message} after {res.nit} iterations", info
+
+
+def _sklearn_W(clf, K, D):
+    """``K x D`` weights of a fitted LogisticRegression (a class absent from the training
+    rows gets a zero row)."""
+    coef = np.asarray(clf.coef_, dtype=np.float64)
+    classes = np.asarray(clf.classes_, dtype=np.int64)
+    if len(classes) == K and np.array_equal(classes, np.arange(K)):
+        return np.ascontiguousarray(coef)
+    W = np.zeros((K, D))
+    if len(classes) == 2 and coef.shape[0] == 1:     # binary: sklearn keeps one row
+        W[classes[1]] = coef[0] / 2
+        W[classes[0]] = -coef[0] / 2
+    else:
+        W[classes] = coef
+    return W
+
+
+def _run_sklearn(job, X, y, K, rec):
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+
+    solver = job.method.split("-", 1)[1]
+    D = X.shape[1]
+    rec.record_start(np.zeros((K, D)), max_iter=0)
+    max_iter, last_fit = 1, 0.0
+    info = {"fits": 0}
+    while True:
+        clf = LogisticRegression(C=np.inf, solver=solver, fit_intercept=False,
+                                 max_iter=max_iter, random_state=job.seed,
+                                 **job.options)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            t0 = time.perf_counter()
+            clf.fit(X, y)
+            last_fit = time.perf_counter() - t0
+        info["fits"] += 1
+        n_iter = int(np.max(clf.n_iter_))
+        # the point's seconds are this fit's wall time (from scratch)
+        rec.seconds = last_fit
+        rec.record(_sklearn_W(clf, K, D), max_iter=max_iter, n_iter=n_iter)
+        if n_iter < max_iter:
+            return "completed", (f"converged (sklearn tol) after {n_iter} iterations in "
+                                 f"{last_fit:.3g} s"), info
+        if last_fit >= rec.cap:
+            return "time cap", f"the fit with max_iter={max_iter} took {last_fit:.3g} s", info
+        if 2 * last_fit > rec.cap:
+            return "time cap", (f"the next fit (max_iter={2 * max_iter}) would take about "
+                                f"{2 * last_fit:.3g} s > the cap"), info
+        max_iter *= 2
+
+
+# --- torch -----------------------------------------------------------------
+
+class _TorchData:
+    """The CSR arrays as torch tensors, reordered once per epoch."""
+
+    def __init__(self, X, y):
+        import torch
+
+        self.N, self.D = X.shape
+        self.X = X
+        self.y = y
+        self.torch = torch
+
+    def epoch(self, perm):
+        torch = self.torch
+        Xp = self.X[perm]
+        self.indptr = torch.from_numpy(Xp.indptr.astype(np.int64))
+        self.indices = torch.from_numpy(Xp.indices.astype(np.int64))
+        self.values = torch.from_numpy(Xp.data.astype(np.float32))
+        self.labels = torch.from_numpy(self.y[perm].astype(np.int64))
+
+    def batch(self, a, b):
+        s, e = int(self.indptr[a]), int(self.indptr[b])
+        return (self.indices[s:e], self.indptr[a:b] - s, self.values[s:e],
+                self.labels[a:b])
+
+    def coo(self, a, b):
+        torch = self.torch
+        ind, off, val, lab = self.batch(a, b)
+        counts = self.indptr[a + 1:b + 1] - self.indptr[a:b]
+        rows = torch.repeat_interleave(torch.arange(b - a), counts)
+        Xb = torch.sparse_coo_tensor(torch.stack([rows, ind]), val, size=(b - a, self.D),
+                                     is_coalesced=True, check_invariants=False)
+        return Xb, lab
+
+
+def _torch_model(method, layout, D, K, lr):
+    """``(params, forward(data, a, b) -> loss, optimizer, weights() -> K x D float32)``."""
+    import torch
+    import torch.nn.functional as F
+
+    if method == "torch-sampled":
+        raise AssertionError("use _run_torch_sampled")
+    if layout == "embedding-bag":
+        emb = torch.nn.EmbeddingBag(D, K, mode="sum", sparse=True)
+        torch.nn.init.zeros_(emb.weight)
+        params = list(emb.parameters())
+
+        def loss(data, a, b):
+            ind, off, val, lab = data.batch(a, b)
+            return F.cross_entropy(emb(ind, off, per_sample_weights=val), lab)
+
+        opt = (torch.optim.SGD(params, lr=lr) if method == "torch-sgd"
+               else torch.optim.SparseAdam(params, lr=lr))
+        weight = emb.weight
+    elif layout == "sparse-mm":
+        weight = torch.nn.Parameter(torch.zeros(D, K))
+        params = [weight]
+
+        def loss(data, a, b):
+            Xb, lab = data.coo(a, b)
+            return F.cross_entropy(torch.sparse.mm(Xb, weight), lab)
+
+        opt = (torch.optim.SGD(params, lr=lr) if method == "torch-sgd"
+               else torch.optim.Adam(params, lr=lr))
+    else:
+        raise ValueError(f"unknown torch layout {layout!r}; use 'embedding-bag' or "
+                         "'sparse-mm'")
+
+    def weights():
+        return weight.detach().T.contiguous().numpy()
+
+    return loss, opt, weights
+
+
+#: the two layouts of the full-softmax torch models
+TORCH_LAYOUTS = ("embedding-bag", "sparse-mm")
+
+
+_LAYOUT_CACHE: dict = {}
+
+
+def torch_layouts(X, y, K, method, batch_size=100, batches=10, max_seconds=1.0, threads=2,
+                  lr=1e-3):
+    """Seconds per minibatch of each layout of ``method`` (``torch-sgd`` or
+    ``torch-adam``): one untimed step, then up to ``batches`` timed steps (fewer if a
+    layout has used ``max_seconds``), on the first rows. Returns ``{layout: seconds per
+    step}``."""
+    import torch
+
+    torch.set_num_threads(threads)
+    data = _TorchData(X, y)
+    n = min(X.shape[0], batch_size * (batches + 1))
+    data.epoch(np.arange(n))
+    out = {}
+    for layout in TORCH_LAYOUTS:
+        loss, opt, _ = _torch_model(method, layout, X.shape[1], K, lr)
+        t0, steps = None, 0
+        for s, a in enumerate(range(0, n, batch_size)):
+            if s == 1:
+                t0 = time.perf_counter()
+            opt.zero_grad()
+            loss(data, a, min(a + batch_size, n)).backward()
+            opt.step()
+            steps += s >= 1
+            if t0 is not None and time.perf_counter() - t0 > max_seconds:
+                break
+        out[layout] = (time.perf_counter() - t0) / steps if steps else math.nan
+        del loss, opt
+    return out
+
+
+def _choose_layout(job, X, y, K, B):
+    """The faster layout by :func:`torch_layouts` (cached per data set, method and
+    minibatch size within this process)."""
+    key = (job.data, job.split, job.method, B)
+    if key not in _LAYOUT_CACHE:
+        t = torch_layouts(X, y, K, job.method, batch_size=B, threads=job.threads)
+        _LAYOUT_CACHE[key] = (min(t, key=lambda k: t[k] if math.isfinite(t[k]) else math.inf), t)
+    return _LAYOUT_CACHE[key]
+
+
+def _run_torch(job, X, y, K, rec):
+    import torch
+
+    torch.set_num_threads(job.threads)
+    torch.manual_seed(job.seed)
+    opts = dict(job.options)
+    B = int(opts.pop("batch_size", 100))
+    N, D = X.shape
+    data = _TorchData(X, y)
+    info = {"batch_size": B}
+    if job.method == "torch-sampled":
+        m = int(opts.pop("negatives", 100))
+        info["negatives"] = m
+        loss, opt, weights = _torch_sampled(D, K, job.lr, m)
+    else:
+        layout = opts.pop("layout", "auto")
+        if layout == "auto":
+            layout, pilot = _choose_layout(job, X, y, K, B)
+            info["layout_pilot_seconds_per_step"] = pilot
+        info["layout"] = layout
+        loss, opt, weights = _torch_model(job.method, layout, D, K, job.lr)
+    if opts:
+        raise ValueError(f"unknown option(s) {sorted(opts)} for {job.method}")
+    rng = np.random.default_rng(job.seed)
+    rec.record_start(weights(), epoch=0, steps=0)
+    steps = 0
+    for e in range(1, job.max_epochs + 1):
+        for g in opt.param_groups:
+            g["lr"] = job.lr * 0.9 ** (e - 1)
+        rec.start()
+        data.epoch(rng.permutation(N))
+        for a in range(0, N, B):
+            opt.zero_grad()
+            L = loss(data, a, min(a + B, N))
+            if not torch.isfinite(L):
+                rec.stop()
+                rec.record(None, epoch=e - 1 + a / N, steps=steps)
+                return "diverged", f"non-finite loss in epoch {e}", dict(info, steps=steps)
+            L.backward()
+            opt.step()
+            steps += 1
+            end = a + B >= N
+            if rec.over() and not (end and e == job.max_epochs):
+                rec.stop()
+                rec.record(weights(), epoch=e - 1 + min(a + B, N) / N, steps=steps)
+                return "time cap", (f"stopped at the cap in epoch {e} after {steps} "
+                                    "minibatches"), dict(info, steps=steps)
+            if rec.due() and not end:
+                rec.record(weights(), epoch=e - 1 + (a + B) / N, steps=steps)
+        rec.stop()
+        if rec.due() or e == job.max_epochs:
+            rec.record(weights(), epoch=e, steps=steps)
+    return "completed", f"{job.max_epochs} epochs", dict(info, steps=steps)
+
+
+def _torch_sampled(D, K, lr, m):
+    import torch
+    import torch.nn.functional as F
+
+    emb = torch.nn.Embedding(K, D, sparse=True)      # class rows
+    torch.nn.init.zeros_(emb.weight)
+    opt = torch.optim.SGD(emb.parameters(), lr=lr)
+
+    def loss(data, a, b):
+        ind, off, val, lab = data.batch(a, b)
+        neg = torch.randint(0, K, (m,))
+        cand, inv = torch.unique(torch.cat([lab, neg]), return_inverse=True)
+        Wc = emb(cand)                                          # |cand| x D
+        # the sparse gradient of emb must be built from a contiguous gradient (torch
+        # 2.13 otherwise fails in the optimiser step with "a view of a leaf Variable")
+        Wc.register_hook(lambda g: g.contiguous())
+        logits = F.embedding_bag(ind, Wc.t(), off, per_sample_weights=val,
+                                 mode="sum")                    # B x |cand|
+        n = b - a
+        true = logits.gather(1, inv[:n, None])
+        negl = logits[:, inv[n:]]
+        negl = negl.masked_fill(neg[None, :] == lab[:, None], float("-inf"))
+        z = torch.cat([true, negl], dim=1)
+        return F.cross_entropy(z, torch.zeros(n, dtype=torch.long))
+
+    def weights():
+        return emb.weight.detach().numpy()
+
+    return loss, opt, weights
+
+
+_RUNNERS = {"ours": _run_ours, "sklearn": _run_sklearn, "torch": _run_torch}
+
+
+def classify_failure(exc: BaseException) -> str:
+    """``"memory"`` for an allocation failure (Python's ``MemoryError``, PyTorch's
+    allocator or numba's), else ``"error"``."""
+    msg = str(exc).lower()
+    if isinstance(exc, MemoryError) or "can't allocate memory" in msg \
+            or "allocation failed" in msg or "out of memory" in msg \
+            or "unable to allocate" in msg:
+        return "memory"
+    return "error"
+
+
+def run_job(job: Job, on_point=None, problem=None) -> dict:
+    """Run one job in this process; returns ``{"job", "status", "reason", "points",
+    "info", "seconds_total"}`` (``status``: completed, time cap, diverged, memory,
+    error). ``problem`` = ``(X, y, K, sets)`` skips loading ``job.data``."""
+    t0 = time.perf_counter()
+    out = {"job": asdict(job), "status": None, "reason": "", "points": [], "info": {}}
+    rec = None
+    try:
+        X, y, K, sets = problem if problem is not None else _problem(job)
+        out["load_seconds"] = time.perf_counter() - t0
+        rec = _Recorder(sets, job.checkpoints, job.cap_seconds, on_point)
+        rec.start_point = job.split == "final"     # tuning scores only the end
+        family = METHODS[job.method]
+        runner = _run_exact if job.method == "exact" else _RUNNERS[family]
+        status, reason, info = runner(job, X, y, K, rec)
+        out.update(status=status, reason=reason, info=info)
+    except (Exception, MemoryError) as exc:   # noqa: BLE001 -- reported, not hidden
+        if rec is not None:
+            rec.stop()
+        out.update(status=classify_failure(exc),
+                   reason=f"{type(exc).__name__}: {str(exc)[:300]}"
+                   + (f" (after {rec.now():.3g} training seconds)" if rec is not None else
+                      " (while loading the data)"))
+    if rec is not None:
+        out["points"] = rec.points
+        out["eval_seconds"] = rec.eval_seconds
+        out["train_seconds"] = rec.seconds
+    out["seconds_total"] = time.perf_counter() - t0
+    return out
+
+
+def run_jobs(jobs, out_path=None):
+    """Run ``jobs`` one after another in this process; after every point and job the
+    results so far are written to ``out_path`` (JSON, atomically)."""
+    results = []
+
+    def flush(partial=None):
+        if out_path is None:
+            return
+        _atomic_json(out_path, results + ([partial] if partial else []))
+
+    for job in jobs:
+        current = {"job": asdict(job), "status": "running", "reason": "", "points": []}
+        res = run_job(job, on_point=lambda pts: flush(dict(current, points=list(pts))))
+        results.append(res)
+        flush()
+    return results
+
+
+def _atomic_json(path, payload):
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(payload, fh, default=_json_default)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _json_default(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    raise TypeError(f"cannot store {type(v).__name__} in JSON")
+
+
+# ---------------------------------------------------------------------------
+# the child process
+# ---------------------------------------------------------------------------
+
+def run_isolated(jobs, *, memory_cap_gb: float = 8.0, wall_seconds: float = 600.0,
+                 threads: int = 2, workdir=None) -> dict:
+    """Run ``jobs`` (a list of :class:`Job`) in a child process.
+
+    The child sets ``RLIMIT_AS`` to ``memory_cap_gb`` before importing anything heavy,
+    runs with ``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` /
+    ``NUMBA_NUM_THREADS`` set to ``threads``, and is killed after ``wall_seconds``.
+
+    Returns ``{"results": [...], "max_rss_bytes", "returncode", "killed", "wall_seconds",
+    "log"}``: the results of the jobs that ran (a job cut short by the kill keeps its
+    points, with ``status = "killed"`` and the reason), the child's peak resident set
+    size (``os.wait4``), and the tail of its output.
+    """
+    import subprocess
+
+    jobs = [j if isinstance(j, Job) else Job(**j) for j in jobs]
+    work = Path(workdir or tempfile.mkdtemp(prefix="peers-"))
+    work.mkdir(parents=True, exist_ok=True)
+    fd, jobs_path = tempfile.mkstemp(prefix="jobs-", suffix=".json", dir=work)
+    os.close(fd)
+    out_path = Path(jobs_path).with_name(Path(jobs_path).stem + "-out.json")
+    log_path = Path(jobs_path).with_suffix(".log")
+    _atomic_json(jobs_path, {"memory_cap_bytes": int(memory_cap_gb * 2 ** 30),
+                             "jobs": [asdict(j) for j in jobs]})
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                "NUMBA_NUM_THREADS"):
+        env[var] = str(threads)
+    lib = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = lib + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "scalable_softmax.peers", "child",
+                                 jobs_path, str(out_path)], stdout=log,
+                                stderr=subprocess.STDOUT, env=env)
+        killed = False
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - t0 > wall_seconds:
+                proc.kill()
+                killed = True
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    try:
+        results = json.loads(out_path.read_text())
+    except (OSError, ValueError):
+        results = []
+    tail = log_path.read_text()[-2000:] if log_path.exists() else ""
+    done = len([r for r in results if r.get("status") != "running"])
+    for r in results:
+        if r.get("status") == "running":
+            r["status"] = "killed" if killed else "crashed"
+            r["reason"] = (f"killed at the wall-clock limit of {wall_seconds:.0f} s"
+                           if killed else f"the child died (exit code {proc.returncode})")
+    for j in jobs[len(results):]:
+        results.append({"job": asdict(j), "points": [], "info": {},
+                        "status": "killed" if killed else "crashed",
+                        "reason": (f"not started: the child was killed at the wall-clock "
+                                   f"limit of {wall_seconds:.0f} s" if killed else
+                                   f"not started: the child died (exit code "
+                                   f"{proc.returncode}): {tail[-300:]}")})
+    for p in (jobs_path, out_path):
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+    return {"results": results, "max_rss_bytes": int(usage.ru_maxrss) * 1024,
+            "returncode": proc.returncode, "killed": killed, "wall_seconds": wall,
+            "jobs_done": done, "log": tail}
+
+
+def _child(jobs_path, out_path):
+    import resource
+
+    spec = json.loads(Path(jobs_path).read_text())
+    cap = int(spec["memory_cap_bytes"])
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    jobs = [Job(**j) for j in spec["jobs"]]
+    _atomic_json(out_path, [])
+    run_jobs(jobs, out_path)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# the study: rates by one rule, then the timed runs
+# ---------------------------------------------------------------------------
+
+def _say(progress, msg):
+    if progress:
+        print(msg, flush=True)
+
+
+def _per(v, d):
+    """``v[d]`` for a dict, else ``v``."""
+    return v.get(d) if isinstance(v, dict) else v
+
+
+def tune_rates(datasets, methods, grids, tune_seconds, *, max_epochs=50, eval_rows=5000,
+               holdout=0.2, seed=0, memory_cap_gb=8.0, threads=2, options=None,
+               wall_factor=3.0, wall_extra=90.0, progress=True) -> pd.DataFrame:
+    """Every rate of ``grids[method]`` for every method of ``methods`` with a rate
+    (:data:`RATE_METHODS`) on every data set: trained on ``1 - holdout`` of the
+    training split for ``tune_seconds[dataset]`` training seconds (or ``max_epochs``,
+    whichever ends first), scored by the exact log-loss on the held-out rows at the
+    end. One child process per data set and family (:func:`run_isolated`).
+
+    Returns one row per run: ``dataset``, ``method``, ``lr``, ``val_log_loss`` (inf if
+    the run diverged or failed), ``status``, ``reason``, ``train_seconds``, ``epochs``
+    (the last evaluated epoch) and ``layout`` (torch full softmax).
+    """
+    rows = []
+    options = options or {}
+    for d in datasets:
+        for family in ("ours", "torch"):
+            ms = [m for m in methods if m in RATE_METHODS and METHODS[m] == family]
+            if not ms:
+                continue
+            jobs = [Job(d, m, float(lr), float(tune_seconds[d]), split="tune",
+                        max_epochs=max_epochs, eval_rows=_per(eval_rows, d), holdout=holdout,
+                        seed=seed, threads=threads, options=dict(options.get(m, {})))
+                    for m in ms for lr in grids[m]]
+            t0 = time.perf_counter()
+            out = run_isolated(jobs, memory_cap_gb=memory_cap_gb, threads=threads,
+                               wall_seconds=wall_extra + wall_factor * sum(
+                                   j.cap_seconds for j in jobs))
+            for r in out["results"]:
+                j, pts = r["job"], r["points"]
+                last = pts[-1] if pts else {}
+                val = last.get("val_log_loss", math.inf) if r["status"] in (
+                    "completed", "time cap") else math.inf
+                rows.append(dict(dataset=d, method=j["method"], lr=j["lr"],
+                                 val_log_loss=float(val), status=r["status"],
+                                 reason=r["reason"], train_seconds=last.get("seconds"),
+                                 epochs=last.get("epoch"),
+                                 layout=r.get("info", {}).get("layout", "")))
+            _say(progress, f"tuning {d} / {family}: {len(jobs)} runs, "
+                           f"{time.perf_counter() - t0:.1f} s")
+    return pd.DataFrame(rows)
+
+
+def choose_rates(tuning: pd.DataFrame) -> pd.DataFrame:
+    """The rule: per data set and method, the rate with the lowest held-out log-loss at
+    the end of the tuning budget (ties: the smaller rate; a diverged or failed run
+    scores inf). Columns ``dataset``, ``method``, ``lr``, ``val_log_loss``, ``grid``,
+    ``at_grid_edge`` (``"lowest"``, ``"highest"`` or ``""``), ``layout`` and
+    ``all_failed`` (every rate scored inf: the smallest rate is used)."""
+    out = []
+    for (d, m), g in tuning.groupby(["dataset", "method"], sort=False):
+        g = g.sort_values("lr", kind="stable")
+        v = g.val_log_loss.to_numpy(dtype=float)
+        i = int(np.argmin(np.where(np.isfinite(v), v, np.inf))) if np.isfinite(v).any() else 0
+        lrs = g.lr.to_list()
+        edge = "" if len(lrs) < 2 else ("lowest" if i == 0 else
+                                        "highest" if i == len(lrs) - 1 else "")
+        out.append(dict(dataset=d, method=m, lr=float(lrs[i]), val_log_loss=float(v[i]),
+                        grid=" ".join(f"{x:g}" for x in lrs), at_grid_edge=edge,
+                        layout=g.layout.iloc[i] if "layout" in g else "",
+                        all_failed=not np.isfinite(v).any()))
+    return pd.DataFrame(out)
+
+
+def run_final(datasets, methods, rates, caps, *, max_epochs=50, eval_rows=5000, seed=0,
+              memory_cap_gb=8.0, threads=2, options=None, per_doubling=2,
+              first_checkpoint=1 / 256, isolate="method", wall_factor=3.0, wall_extra=90.0,
+              progress=True):
+    """Train every method on every data set's training split with its chosen rate
+    (``rates``: :func:`choose_rates` output, whose ``layout`` column fixes the torch
+    layout) for at most ``caps[dataset]`` training seconds, with the exact log-loss on
+    ``eval_rows`` (an int, None for all, or a dict per data set) train and test rows at
+    :func:`checkpoint_times` (``per_doubling`` per doubling, from ``first_checkpoint *
+    cap``).
+
+    ``isolate="method"``: one child process per data set and method, so that the peak
+    memory is the method's own; ``"family"``: one child per data set and family (ours,
+    sklearn, torch), the peak then being the family's (fewer process start-ups, for
+    quick runs).
+
+    Returns ``(curves, runs)``: ``curves`` one row per evaluated point (``dataset``,
+    ``method``, ``seconds``, ``train_log_loss``, ``test_log_loss``, errors, epoch or
+    iteration); ``runs`` one row per run (``status``, ``reason``, ``lr``, ``layout``,
+    ``peak_rss_gb``, ``rss_scope``, ``train_seconds``, ``eval_seconds``,
+    ``wall_seconds``, ``points``).
+    """
+    if isolate not in ("method", "family"):
+        raise ValueError(f"isolate must be 'method' or 'family'; got {isolate!r}")
+    options = options or {}
+    rate = {(r.dataset, r.method): r for r in rates.itertuples()} if len(rates) else {}
+    curves, runs = [], []
+    for d in datasets:
+        cap = float(caps[d])
+        jobs = []
+        for m in methods:
+            opts = dict(options.get(m, {}))
+            lr = None
+            if m in RATE_METHODS:
+                r = rate[(d, m)]
+                lr = float(r.lr)
+                if m in ("torch-sgd", "torch-adam") and getattr(r, "layout", "") \
+                        and "layout" not in opts:
+                    opts["layout"] = r.layout
+            jobs.append(Job(d, m, lr, cap, split="final", max_epochs=max_epochs,
+                            eval_rows=_per(eval_rows, d), seed=seed, threads=threads,
+                            checkpoints=checkpoint_times(cap, per_doubling,
+                                                         first_checkpoint * cap),
+                            options=opts))
+        if isolate == "method":
+            groups = [[j] for j in jobs]
+        else:
+            fams = dict.fromkeys(METHODS[j.method] for j in jobs)
+            groups = [[j for j in jobs if METHODS[j.method] == f] for f in fams]
+        for group in groups:
+            out = run_isolated(group, memory_cap_gb=memory_cap_gb, threads=threads,
+                               wall_seconds=wall_extra + wall_factor * cap * len(group))
+            scope = "method" if len(group) == 1 else \
+                "child of " + "+".join(j.method for j in group)
+            for res in out["results"]:
+                m = res["job"]["method"]
+                pts = res["points"]
+                for p in pts:
+                    curves.append(dict(dataset=d, method=m, **p))
+                info = res.get("info", {})
+                reason = res["reason"]
+                if res["status"] == "memory":
+                    reason += f" [address-space cap {memory_cap_gb:g} GiB]"
+                runs.append(dict(dataset=d, method=m, lr=res["job"]["lr"],
+                                 status=res["status"], reason=reason,
+                                 layout=info.get("layout", ""),
+                                 peak_rss_gb=out["max_rss_bytes"] / 2 ** 30, rss_scope=scope,
+                                 train_seconds=res.get("train_seconds", math.nan),
+                                 eval_seconds=res.get("eval_seconds", math.nan),
+                                 wall_seconds=out["wall_seconds"] / len(group),
+                                 points=len(pts), cap_seconds=cap,
+                                 info=json.dumps(info, default=_json_default)))
+                _say(progress, f"{d} / {m}: {res['status']} ({reason[:100]}), {len(pts)} "
+                               f"points, peak RSS {out['max_rss_bytes'] / 2 ** 30:.2f} GiB")
+    return pd.DataFrame(curves), pd.DataFrame(runs)
+
+
+# ---------------------------------------------------------------------------
+# time to quality
+# ---------------------------------------------------------------------------
+
+def time_to_quality(curves: pd.DataFrame, tolerances=(0.05, 0.01), metric="test_log_loss",
+                    group="dataset", method="method", seconds="seconds") -> pd.DataFrame:
+    """Per ``group`` and ``method``: the best ``metric`` of the method, the best of any
+    method in the group, and for each tolerance ``tol`` the first ``seconds`` at which
+    the method's ``metric`` is ``<= (1 + tol) * best`` (NaN if never).
+
+    Columns: ``group``, ``method``, ``best_<metric>`` (the method's minimum),
+    ``group_best`` (the group's), ``ratio_to_best`` and ``seconds_to_<pct>pct`` for
+    each tolerance (e.g. ``seconds_to_5pct``). Non-finite values (diverged points) never
+    count. A method without a finite value gets NaN everywhere.
+    """
+    for col in (group, method, seconds, metric):
+        if col not in curves:
+            raise ValueError(f"curves lacks the column {col!r}")
+    tols = [float(t) for t in tolerances]
+    if any(not (t >= 0) for t in tols):
+        raise ValueError(f"tolerances must be >= 0; got {tolerances!r}")
+    rows = []
+    for g, part in curves.groupby(group, sort=False):
+        vals = part[metric].to_numpy(dtype=float)
+        fin = np.isfinite(vals)
+        gbest = float(vals[fin].min()) if fin.any() else math.nan
+        for m, sub in part.groupby(method, sort=False):
+            sub = sub.sort_values(seconds, kind="stable")
+            v = sub[metric].to_numpy(dtype=float)
+            s = sub[seconds].to_numpy(dtype=float)
+            ok = np.isfinite(v)
+            row = {group: g, method: m,
+                   f"best_{metric}": float(v[ok].min()) if ok.any() else math.nan,
+                   "group_best": gbest}
+            row["ratio_to_best"] = row[f"best_{metric}"] / gbest if gbest > 0 else math.nan
+            for t in tols:
+                hit = ok & (v <= (1 + t) * gbest)
+                row[f"seconds_to_{_pct(t)}pct"] = float(s[hit][0]) if hit.any() else math.nan
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pct(t):
+    p = t * 100
+    return f"{p:g}"
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 3 and argv[0] == "child":
+        return _child(argv[1], argv[2])
+    print("usage: python -m scalable_softmax.peers child JOBS.json OUT.json "
+          "(used by scalable_softmax.peers.run_isolated)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""Progress bars that suit where the code runs, and a visible numba warm-up.
+
+:func:`tqdm` returns a progress bar like ``tqdm.tqdm(...)``:
+
+* in Jupyter (an IPython kernel) with ``ipywidgets`` installed: the widget bar of
+  ``tqdm.notebook``;
+* in a kernel without ``ipywidgets``, or when the environment variable
+  ``SCALABLE_SOFTMAX_PROGRESS=text`` is set (the notebook runner sets it, so that the
+  executed notebooks hold plain text): a text bar on standard output, updated at most
+  every ``mininterval`` seconds (``tqdm.auto`` would print ``TqdmWarning: IProgress not
+  found`` here instead);
+* elsewhere (scripts, worker processes): tqdm's text bar on standard error.
+
+``SCALABLE_SOFTMAX_PROGRESS=off`` disables every bar.
+
+:func:`compile_kernels` runs each method once on a tiny problem under a progress bar,
+so that numba's compilation (about 12 s in all on a fresh cache, then read back from
+``NUMBA_CACHE_DIR`` in well under a second per method) is visible and is paid before a
+sweep starts its worker processes, which then read the compiled kernels from the cache.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+__all__ = ["tqdm", "compile_kernels", "in_kernel", "ENV"]
+
+#: environment variable choosing the kind of bar: "text", "widget", "off" or unset (auto)
+ENV = "SCALABLE_SOFTMAX_PROGRESS"
+
+
+def in_kernel() -> bool:
+    """True inside an IPython kernel (Jupyter, papermill, nbval)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and hasattr(ip, "kernel")
+
+
+def _has_widgets() -> bool:
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def tqdm(*args, **kwargs):
+    """A ``tqdm`` progress bar of the kind that suits the current process (see the
+    module's doc); takes tqdm's arguments."""
+    mode = os.environ.get(ENV, "").strip().lower()
+    if mode == "off":
+        kwargs["disable"] = True
+    if in_kernel():
+        if mode != "text" and mode != "off" and _has_widgets():
+            from tqdm.notebook import tqdm as bar
+            return bar(*args, **kwargs)
+        from tqdm.std import tqdm as bar
+        kwargs.setdefault("file", sys.stdout)
+        kwargs.setdefault("mininterval", 5.0)
+        kwargs.setdefault("ncols", 90)
+        kwargs.pop("dynamic_ncols", None)
+        return bar(*args, **kwargs)
+    from tqdm.std import tqdm as bar
+    return bar(*args, **kwargs)
+
+
+def compile_kernels(methods=("ove", "nce", "is", "vanilla", "umax", "implicit"),
+                    protocols=(None,), progress: bool = True) -> float:
+    """Compile (or load from numba's cache) the kernels of ``methods`` by fitting each
+    once, under each protocol of ``protocols`` (None: ``fit``'s defaults), on a tiny
+    random problem for one epoch with an evaluation; returns the seconds taken.
+    An entry of ``methods`` may be ``(method, options)`` with extra ``fit`` keyword
+    arguments (e.g. ``("raman", {"variant": "umax"})``). A progress bar counts the
+    fits; one line reports the total time."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from .fit import fit
+    from .protocols import fit_kwargs
+
+    rng = np.random.default_rng(0)
+    N, D, K = 48, 8, 8
+    X = sp.random(N, D, density=0.5, format="csr", random_state=0) + sp.eye(N, D, format="csr")
+    y = np.arange(N) % K
+    methods = [(m, {}) if isinstance(m, str) else (m[0], dict(m[1])) for m in methods]
+    jobs = [(m, opts, p) for p in protocols for m, opts in methods]
+    start = time.perf_counter()
+    bar = tqdm(total=len(jobs), desc="numba kernels (compiled once, then cached)",
+               disable=not progress, mininterval=0.5, leave=True)
+    try:
+        for m, opts, p in jobs:
+            kw = fit_kwargs(p, m) if p else {}
+            kw.update(opts)
+            lr = kw.pop("lr", 0.01)
+            bar.set_postfix_str(f"{m}{' / ' + p if p else ''}", refresh=False)
+            fit(X, y, m, lr, K=K, epochs=1, seed=int(rng.integers(1000)), eval_epochs=[1],
+                progress=False, **kw)
+            bar.update(1)
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - start
+    if progress:
+        print(f"numba kernels of {len(methods)} method(s) ready in {seconds:.1f} s "
+              f"(cache: {os.environ.get('NUMBA_CACHE_DIR', 'numba default')})")
+    return seconds

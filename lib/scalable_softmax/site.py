@@ -1,0 +1,428 @@
+"""The project's static HTML site: the README, the math notes and the executed notebooks.
+
+``make site`` runs ``python -m scalable_softmax.site build``:
+
+1. **stage** into ``build/site-src`` (mirroring the repository's layout, so the relative
+   links of the README and the notes work unchanged): ``README.md`` as the front page
+   ``index.md`` (with the navigation appended), ``docs/math.md`` (its ``<a id="sN">``
+   anchors turned into MyST labels), every notebook of ``notebooks/`` in its executed
+   form, the committed ``figures/``, ``tables/*.md`` and ``data/README.md``. The
+   executed notebooks are taken from ``build/executed/full/`` (``make reproduce``); a
+   notebook without a full run falls back to ``build/executed/smoke/`` and then to the
+   unexecuted source, each with a note at the top of its page and a line printed by
+   the build. Widget outputs (progress bars) are dropped: a static page cannot run
+   them. Plain mentions "docs/math.md section N" become links to that section;
+2. **build** with Sphinx, MyST-NB and the Furo theme (``docs/site/conf.py``; nothing is
+   executed and nothing is fetched from the network) into ``build/site``;
+3. **check** every internal link, anchor and image of the HTML (:func:`check_links`);
+   the build fails if one is broken.
+
+``python -m scalable_softmax.site screenshots`` (``make site-check``) opens pages in
+headless Chromium and saves PNG screenshots under ``build/site-screenshots/``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import html.parser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import paths
+
+__all__ = ["stage", "build", "check_links", "screenshots", "LinkProblem", "SITE",
+           "SITE_SRC", "SCREENSHOTS"]
+
+SITE = paths.BUILD / "site"
+SITE_SRC = paths.BUILD / "site-src"
+SCREENSHOTS = paths.BUILD / "site-screenshots"
+CONF_DIR = paths.ROOT / "docs" / "site"
+
+_WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+_MATH_REF = re.compile(r"(?<![\[/\w])docs/math\.md,? section (\d+)(\.\d+)?")
+
+
+# ---------------------------------------------------------------------------
+# staging
+# ---------------------------------------------------------------------------
+
+@dataclass
+class Staged:
+    """What :func:`stage` put where."""
+
+    src: Path
+    notebooks: dict = field(default_factory=dict)   # name -> "full" | "smoke" | "source"
+    tables: list = field(default_factory=list)
+
+
+def _link_math_refs(text: str, prefix: str) -> str:
+    """Turn plain "docs/math.md section N" into a link to ``prefix + docs/math.md#sN``."""
+    return _MATH_REF.sub(
+        lambda m: f"[docs/math.md section {m.group(1)}{m.group(2) or ''}]"
+                  f"({prefix}docs/math.md#s{m.group(1)})", text)
+
+
+def _math_page(text: str) -> str:
+    """The notes with their HTML anchors as MyST labels (``(sN)=`` before the heading),
+    so that Sphinx knows the targets ``#sN``."""
+    return re.sub(r'<a id="(s\d+)"></a>\s*\n', r"(\1)=\n", text)
+
+
+def _notebook_note(kind: str, profile: str, when: str | None) -> str:
+    if kind == "full":
+        return ""
+    if kind == "smoke":
+        return (":::{note}\nThis page shows the notebook's **smoke run** (tiny settings, "
+                "for the tests" + (f", executed {when}" if when else "") + "), not the full "
+                "run: its numbers are not the results. `make reproduce` executes the full "
+                "settings; `make site` then shows them.\n:::\n")
+    return (":::{note}\nThis notebook has **not been executed** for this site: no outputs "
+            "are shown. `make reproduce` executes it; `make site` then shows them.\n:::\n")
+
+
+def _stage_notebook(source: Path, executed: Path | None, kind: str, profile: str,
+                    out: Path) -> None:
+    nb = json.loads((executed or source).read_text(encoding="utf-8"))
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            text = "".join(cell["source"])
+            cell["source"] = _link_math_refs(text, "../")
+        elif cell.get("cell_type") == "code":
+            cell["outputs"] = [o for o in cell.get("outputs", [])
+                               if _WIDGET_MIME not in o.get("data", {})]
+    nb.get("metadata", {}).pop("widgets", None)
+    when = None
+    if executed is not None:
+        when = _dt.datetime.fromtimestamp(executed.stat().st_mtime).strftime("%Y-%m-%d")
+    note = _notebook_note(kind, profile, when)
+    if note:
+        cells = nb["cells"]
+        first = "".join(cells[0]["source"]) if cells else ""
+        if cells and cells[0].get("cell_type") == "markdown" and first.startswith("# "):
+            # right under the page's title
+            title, _, rest = first.partition("\n")
+            cells[0]["source"] = f"{title}\n\n{note}\n{rest}"
+        else:
+            cells.insert(0, {"cell_type": "markdown", "metadata": {}, "source": note})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+
+
+def stage(src: Path = SITE_SRC, profile: str = "full", executed_dirs=None,
+          log=print) -> Staged:
+    """Write the Sphinx source tree of the site into ``src`` (emptied first).
+
+    Parameters
+    ----------
+    profile : ``"full"`` or ``"smoke"``, the run the site should show.
+    executed_dirs : list of folders holding executed notebooks, searched in order;
+        default ``build/executed/<profile>`` then (for ``"full"``)
+        ``build/executed/smoke``. A notebook found in none of them is shown unexecuted.
+    log : function taking a line (the fall-backs are reported through it).
+    """
+    if profile not in ("full", "smoke"):
+        raise ValueError(f"profile must be 'full' or 'smoke'; got {profile!r}")
+    if executed_dirs is None:
+        executed_dirs = [paths.BUILD / "executed" / profile]
+        if profile == "full":
+            executed_dirs.append(paths.BUILD / "executed" / "smoke")
+    executed_dirs = [Path(d) for d in executed_dirs]
+    src = Path(src)
+    if src.exists():
+        shutil.rmtree(src)
+    src.mkdir(parents=True)
+    staged = Staged(src=src)
+
+    # the README as the front page, the notes, the data README
+    readme = (paths.ROOT / "README.md").read_text(encoding="utf-8")
+    (src / "docs").mkdir()
+    math = (paths.ROOT / "docs" / "math.md").read_text(encoding="utf-8")
+    (src / "docs" / "math.md").write_text(_math_page(math), encoding="utf-8")
+    (src / "data").mkdir()
+    data_readme = (paths.ROOT / "data" / "README.md").read_text(encoding="utf-8")
+    (src / "data" / "README.md").write_text(_link_math_refs(data_readme, "../"),
+                                           encoding="utf-8")
+
+    # figures and tables as committed
+    if paths.FIGURES.is_dir():
+        shutil.copytree(paths.FIGURES, src / "figures",
+                        ignore=shutil.ignore_patterns("*.pdf"))
+    (src / "tables").mkdir()
+    for t in sorted(paths.TABLES.glob("*.md")):
+        (src / "tables" / t.name).write_text(
+            _link_math_refs(t.read_text(encoding="utf-8"), "../"), encoding="utf-8")
+        staged.tables.append(t.stem)
+
+    # the notebooks: executed copies where there are some
+    names = sorted(p.stem for p in paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
+    fallbacks = []
+    for name in names:
+        executed, kind = None, "source"
+        for d in executed_dirs:
+            cand = d / f"{name}.ipynb"
+            if cand.is_file():
+                executed = cand
+                kind = d.name if d.name in ("full", "smoke") else profile
+                break
+        staged.notebooks[name] = kind
+        if kind != profile:
+            fallbacks.append(f"  {name}: {'smoke run' if kind == 'smoke' else 'NOT EXECUTED'}"
+                             + (f" ({executed})" if executed else ""))
+        _stage_notebook(paths.NOTEBOOKS / f"{name}.ipynb", executed, kind, profile,
+                        src / "notebooks" / f"{name}.ipynb")
+    if fallbacks:
+        log(f"site: {len(fallbacks)} of {len(names)} notebooks have no {profile} run in "
+            f"{', '.join(str(d) for d in executed_dirs[:1])} (run `make reproduce` for "
+            "the full runs); shown instead:\n" + "\n".join(fallbacks))
+
+    toc = ["", "", "```{toctree}", ":hidden:", ":caption: Notes", "", "docs/math", "```",
+           "", "```{toctree}", ":hidden:", ":caption: Notebooks", ""]
+    toc += [f"notebooks/{n}" for n in names] + ["```", ""]
+    toc += ["```{toctree}", ":hidden:", ":caption: Tables and data", ""]
+    toc += [f"tables/{t}" for t in staged.tables] + ["data/README", "```", ""]
+    (src / "index.md").write_text(_link_math_refs(readme, "") + "\n".join(toc),
+                                  encoding="utf-8")
+    return staged
+
+
+# ---------------------------------------------------------------------------
+# building
+# ---------------------------------------------------------------------------
+
+def build(out: Path = SITE, profile: str = "full", executed_dirs=None, src: Path = SITE_SRC,
+          log=print, jobs: int = 1) -> Path:
+    """Stage, build with Sphinx, and check the links of the site; returns ``out``.
+
+    Raises
+    ------
+    RuntimeError
+        If Sphinx fails or warns (a warning is an error here: a missing image or a
+        broken cross-reference), or if a link of the built HTML does not resolve; the
+        message lists the problems.
+    """
+    stage(src, profile, executed_dirs, log=log)
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going",
+           "-j", str(jobs), "-c", str(CONF_DIR), "-d", str(src.parent / "site-doctrees"),
+           str(src), str(tmp)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sphinx-build failed (exit {proc.returncode}):\n"
+                           f"{proc.stderr.strip() or proc.stdout.strip()}")
+    problems = check_links(tmp)
+    if problems:
+        raise RuntimeError(f"the site in {tmp} has {len(problems)} broken link(s):\n"
+                           + "\n".join(f"  {p}" for p in problems[:50]))
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    log(f"site: {out / 'index.html'}")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# checking links
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LinkProblem:
+    page: str
+    tag: str
+    target: str
+    why: str
+
+    def __str__(self):
+        return f"{self.page}: <{self.tag}> {self.target}: {self.why}"
+
+
+class _Collector(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.ids: set[str] = set()
+        self.refs: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for key in ("id", "name") if tag == "a" else ("id",):
+            if a.get(key):
+                self.ids.add(a[key])
+        for key in ("href", "src"):
+            if a.get(key) is not None and tag in ("a", "img", "link", "script", "source",
+                                                  "iframe", "embed"):
+                self.refs.append((tag, a[key]))
+
+
+def _parse(path: Path) -> _Collector:
+    c = _Collector()
+    c.feed(path.read_text(encoding="utf-8", errors="replace"))
+    return c
+
+
+def check_links(site: Path, allow_external_links: bool = True) -> list[LinkProblem]:
+    """Every ``href``/``src`` of every HTML page under ``site``: local targets must exist
+    (and their ``#fragment`` must be an ``id`` of the target page); resources (images,
+    scripts, style sheets) must be local, so that the site works offline. Links to
+    other web sites (``<a href="https://...">``) are allowed unless
+    ``allow_external_links`` is False. Returns the problems (empty: all good)."""
+    site = Path(site).resolve()
+    pages = sorted(site.rglob("*.html"))
+    parsed = {p: _parse(p) for p in pages}
+    problems = []
+    for page, c in parsed.items():
+        rel = str(page.relative_to(site))
+        for tag, ref in c.refs:
+            u = urllib.parse.urlsplit(ref)
+            if u.scheme in ("http", "https") or ref.startswith("//"):
+                if tag != "a" or not allow_external_links:
+                    problems.append(LinkProblem(rel, tag, ref, "loads from the network"))
+                continue
+            if u.scheme in ("mailto", "data", "javascript"):
+                continue
+            if u.scheme:
+                problems.append(LinkProblem(rel, tag, ref, f"unexpected scheme {u.scheme}"))
+                continue
+            target = page if not u.path else (page.parent / urllib.parse.unquote(u.path))
+            target = target.resolve()
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.is_file():
+                problems.append(LinkProblem(rel, tag, ref, "no such file"))
+                continue
+            if site not in target.parents and target != site:
+                problems.append(LinkProblem(rel, tag, ref, "points outside the site"))
+                continue
+            frag = urllib.parse.unquote(u.fragment)
+            if frag and target.suffix == ".html":
+                ids = parsed[target].ids if target in parsed else _parse(target).ids
+                if frag not in ids:
+                    problems.append(LinkProblem(rel, tag, ref, f"no id {frag!r} in "
+                                                               f"{target.relative_to(site)}"))
+    return problems
+
+
+# ---------------------------------------------------------------------------
+# screenshots
+# ---------------------------------------------------------------------------
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--hide-scrollbars")
+
+
+def find_chromium() -> str | None:
+    """The headless browser (Debian's ``chromium`` package), or None."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+def default_pages(site: Path) -> list[Path]:
+    """The pages worth looking at: the front page, the notes, every notebook, one table."""
+    site = Path(site)
+    pages = [site / "index.html", site / "docs" / "math.html"]
+    pages += sorted((site / "notebooks").glob("*.html"))
+    tables = sorted((site / "tables").glob("*.html"))
+    return [p for p in pages + tables[:1] if p.is_file()]
+
+
+def screenshots(site: Path = SITE, out: Path = SCREENSHOTS, pages=None, width=1280,
+                height=2400, timeout=120, log=print) -> list[Path]:
+    """Open every page in headless Chromium (a fresh profile, no network services) and
+    save a PNG of it under ``out``; returns the PNG paths.
+
+    Raises
+    ------
+    FileNotFoundError
+        If Chromium is not installed (install Debian's ``chromium`` package) or the site
+        has not been built.
+    RuntimeError
+        If Chromium fails on a page or writes an empty or blank picture.
+    """
+    import tempfile
+
+    site = Path(site)
+    if not (site / "index.html").is_file():
+        raise FileNotFoundError(f"no site in {site}: run `make site` first")
+    browser = find_chromium()
+    if browser is None:
+        raise FileNotFoundError("headless Chromium not found: install Debian's package "
+                                "(apt-get install chromium), then run `make site-check`")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    shots = []
+    for page in pages or default_pages(site):
+        name = str(page.relative_to(site)).replace(os.sep, "__").removesuffix(".html")
+        png = out / f"{name}.png"
+        with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+            cmd = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                   f"--window-size={width},{height}", f"--screenshot={png}",
+                   page.resolve().as_uri()]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0 or not png.is_file() or png.stat().st_size == 0:
+            raise RuntimeError(f"chromium could not render {page} (exit {proc.returncode}):"
+                               f"\n{proc.stderr[-2000:]}")
+        if _blank(png):
+            raise RuntimeError(f"the screenshot of {page} is blank: {png}")
+        shots.append(png)
+        log(f"screenshot: {png}")
+    return shots
+
+
+def _blank(png: Path) -> bool:
+    """True if the picture is a single colour (nothing was drawn)."""
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    img = mpimg.imread(png)
+    return bool(np.ptp(img[..., :3]) == 0)
+
+
+# ---------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scalable_softmax.site",
+                                 description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="stage, build and check the site")
+    b.add_argument("--profile", choices=("full", "smoke"), default="full")
+    b.add_argument("--out", type=Path, default=SITE)
+    c = sub.add_parser("check", help="check the links of a built site")
+    c.add_argument("--site", type=Path, default=SITE)
+    s = sub.add_parser("screenshots", help="screenshots of the pages in headless Chromium")
+    s.add_argument("--site", type=Path, default=SITE)
+    s.add_argument("--out", type=Path, default=SCREENSHOTS)
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "build":
+            build(args.out, args.profile)
+        elif args.cmd == "check":
+            problems = check_links(args.site)
+            for p in problems:
+                print(p)
+            print(f"{len(problems)} broken link(s) in {args.site}")
+            return 1 if problems else 0
+        else:
+            shots = screenshots(args.site, args.out)
+            print(f"{len(shots)} screenshots in {args.out}")
+    except (RuntimeError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,428 @@
+"""scalable_softmax.peers: checkpoints, the rate rule, time to quality, the runners (ours,
+scikit-learn, PyTorch) against the library's evaluator, and the child process's
+memory and wall-clock limits. The sklearn and torch tests need the optional `peers`
+extra and are skipped without it."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from scalable_softmax import peers as P
+from scalable_softmax.evaluate import evaluate
+
+
+def _problem(N=300, D=12, K=4, seed=0, separable=False):
+    """Small sparse data with overlapping classes (so the MLE exists) and a test split."""
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(K, D)) * (4.0 if separable else 1.0)
+    X = sp.random(N, D, density=0.5, format="csr", random_state=seed) * 2
+    X.data -= 1.0
+    X = sp.csr_matrix(X)
+    X.sort_indices()
+    p = np.exp(X @ W.T)
+    p /= p.sum(axis=1, keepdims=True)
+    y = np.array([rng.choice(K, p=row) for row in p])
+    y[:K] = np.arange(K)                                   # every class present
+    return X, y.astype(np.int64), K
+
+
+def _sets(X, y):
+    return {"train": (X, y), "test": (X[: len(y) // 2], y[: len(y) // 2])}
+
+
+# ---------------------------------------------------------------------------
+# checkpoints, splits, jobs
+# ---------------------------------------------------------------------------
+
+def test_checkpoint_times_are_geometric_and_end_at_the_cap():
+    t = P.checkpoint_times(8.0, per_doubling=2, first=8.0 / 64)
+    assert t[-1] == 8.0 and len(t) == 13
+    np.testing.assert_allclose(np.diff(np.log2(t)), 0.5)
+    assert t[0] == pytest.approx(8.0 / 64)
+    assert P.checkpoint_times(1.0, 1, 1.0) == [1.0]
+    for bad in [dict(cap_seconds=0), dict(cap_seconds=1, per_doubling=0),
+                dict(cap_seconds=1, first=2.0)]:
+        with pytest.raises(ValueError):
+            P.checkpoint_times(**bad)
+
+
+def test_split_for_tuning_is_a_seeded_disjoint_cover():
+    a, b = P.split_for_tuning(101, 0.2, seed=3)
+    assert len(b) == 20 and len(a) == 81
+    assert np.array_equal(np.sort(np.concatenate([a, b])), np.arange(101))
+    a2, b2 = P.split_for_tuning(101, 0.2, seed=3)
+    assert np.array_equal(a, a2) and np.array_equal(b, b2)
+    assert not np.array_equal(b, P.split_for_tuning(101, 0.2, seed=4)[1])
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(method="nope"), "unknown method"),
+    (dict(method="umax", lr=None), "lr"),
+    (dict(method="umax", lr=-1.0), "lr"),
+    (dict(split="val"), "split"),
+    (dict(cap_seconds=0), "cap_seconds"),
+    (dict(max_epochs=0), "max_epochs"),
+    (dict(holdout=1.0), "holdout"),
+])
+def test_job_rejects_bad_fields(kw, msg):
+    base = dict(data="bibtex", method="exact", lr=None, cap_seconds=1.0)
+    with pytest.raises(ValueError, match=msg):
+        P.Job(**{**base, **kw})
+
+
+def test_classify_failure():
+    assert P.classify_failure(MemoryError("Unable to allocate 12.3 GiB")) == "memory"
+    assert P.classify_failure(RuntimeError("DefaultCPUAllocator: can't allocate memory: "
+                                           "you tried to allocate 1 bytes")) == "memory"
+    assert P.classify_failure(ValueError("bad shape")) == "error"
+
+
+# ---------------------------------------------------------------------------
+# the rate rule and time to quality
+# ---------------------------------------------------------------------------
+
+def test_choose_rates_takes_the_lowest_finite_score_with_ties_to_the_smaller_rate():
+    t = pd.DataFrame([
+        dict(dataset="a", method="umax", lr=10.0, val_log_loss=1.0, layout=""),
+        dict(dataset="a", method="umax", lr=0.1, val_log_loss=2.0, layout=""),
+        dict(dataset="a", method="umax", lr=1.0, val_log_loss=1.0, layout=""),
+        dict(dataset="a", method="is", lr=1.0, val_log_loss=math.inf, layout=""),
+        dict(dataset="a", method="is", lr=10.0, val_log_loss=3.0, layout=""),
+        dict(dataset="b", method="umax", lr=1.0, val_log_loss=math.inf, layout=""),
+        dict(dataset="b", method="umax", lr=0.1, val_log_loss=math.inf, layout=""),
+        dict(dataset="b", method="torch-sgd", lr=1.0, val_log_loss=0.5, layout="sparse-mm"),
+    ])
+    r = P.choose_rates(t).set_index(["dataset", "method"])
+    assert r.lr[("a", "umax")] == 1.0 and r.at_grid_edge[("a", "umax")] == ""
+    assert r.grid[("a", "umax")] == "0.1 1 10"
+    assert r.lr[("a", "is")] == 10.0 and r.at_grid_edge[("a", "is")] == "highest"
+    assert r.all_failed[("b", "umax")] and r.lr[("b", "umax")] == 0.1
+    assert r.layout[("b", "torch-sgd")] == "sparse-mm"
+    assert r.at_grid_edge[("b", "torch-sgd")] == ""            # a one-rate grid has no edge
+
+
+def _curves():
+    rows = []
+    for s, v in [(0.1, 5.0), (0.2, 2.2), (0.4, 2.05), (0.8, 2.0)]:
+        rows.append(dict(dataset="d", method="fast", seconds=s, test_log_loss=v))
+    for s, v in [(0.1, 4.0), (1.0, 2.09), (2.0, math.inf)]:
+        rows.append(dict(dataset="d", method="slow", seconds=s, test_log_loss=v))
+    for s, v in [(1.0, math.inf)]:
+        rows.append(dict(dataset="d", method="dead", seconds=s, test_log_loss=v))
+    for s, v in [(3.0, 1.0), (1.0, 1.5)]:                      # unsorted on purpose
+        rows.append(dict(dataset="e", method="fast", seconds=s, test_log_loss=v))
+    return pd.DataFrame(rows)
+
+
+def test_time_to_quality_on_synthetic_curves():
+    q = P.time_to_quality(_curves(), tolerances=(0.05, 0.01)).set_index(["dataset", "method"])
+    assert q.group_best[("d", "fast")] == 2.0 and q.group_best[("e", "fast")] == 1.0
+    # fast: 2.05 <= 2.1 at 0.4 s; <= 2.02 only at 0.8 s
+    assert q.seconds_to_5pct[("d", "fast")] == 0.4
+    assert q.seconds_to_1pct[("d", "fast")] == 0.8
+    # slow: 2.09 <= 2.1 at 1 s, never within 1%; its later inf does not count
+    assert q.seconds_to_5pct[("d", "slow")] == 1.0
+    assert math.isnan(q.seconds_to_1pct[("d", "slow")])
+    assert q.ratio_to_best[("d", "slow")] == pytest.approx(2.09 / 2.0)
+    assert math.isnan(q.best_test_log_loss[("d", "dead")])
+    assert math.isnan(q.seconds_to_5pct[("d", "dead")])
+    assert q.seconds_to_5pct[("e", "fast")] == 3.0             # sorted by seconds first
+    q2 = P.time_to_quality(_curves(), tolerances=(0.5,))
+    assert "seconds_to_50pct" in q2 and "seconds_to_5pct" not in q2
+    with pytest.raises(ValueError, match="test_log_loss"):
+        P.time_to_quality(_curves().drop(columns="test_log_loss"))
+    with pytest.raises(ValueError, match="tolerances"):
+        P.time_to_quality(_curves(), tolerances=(-0.1,))
+
+
+# ---------------------------------------------------------------------------
+# runners, in this process
+# ---------------------------------------------------------------------------
+
+def _job(method, lr=None, cap=60.0, **kw):
+    return P.Job("in-memory", method, lr, cap, **kw)
+
+
+def test_recorder_points_are_the_evaluator_on_the_weights():
+    X, y, K = _problem()
+    sets = _sets(X, y)
+    rec = P._Recorder(sets, [0.0], 10.0)
+    W = np.random.default_rng(1).normal(size=(K, X.shape[1]))
+    row = rec.record(W, epoch=3)
+    for name, (Xe, ye) in sets.items():
+        ev = evaluate(Xe, ye, W)
+        assert row[f"{name}_log_loss"] == ev.log_loss and row[f"{name}_error"] == ev.error
+    bad = rec.record(np.full((K, X.shape[1]), np.nan))
+    assert bad["train_log_loss"] == math.inf and math.isnan(bad["test_error"])
+    assert rec.seconds == 0.0 and rec.pending == []
+
+
+@pytest.mark.parametrize("method,lr", [("umax", 0.1), ("implicit", 1.0), ("is", 10.0)])
+def test_our_methods_run_and_start_at_log_k(method, lr):
+    X, y, K = _problem(N=400, K=8)          # IS samples 5 classes besides the label
+    res = P.run_job(_job(method, lr, max_epochs=4, checkpoints=[1e-9]),
+                    problem=(X, y, K, _sets(X, y)))
+    assert res["status"] == "completed", res["reason"]
+    pts = pd.DataFrame(res["points"])
+    assert pts.epoch.iloc[0] == 0 and pts.epoch.iloc[-1] == 4
+    assert pts.train_log_loss.iloc[0] == pytest.approx(math.log(K), rel=1e-6)
+    assert np.isfinite(pts.train_log_loss).all()
+    assert pts.train_log_loss.iloc[-1] < math.log(K)           # it learned something
+    assert np.all(np.diff(pts.seconds) >= 0)
+
+
+def test_our_method_stops_at_the_time_cap():
+    X, y, K = _problem(N=400)
+    res = P.run_job(_job("umax", 0.5, cap=1e-6, max_epochs=50),
+                    problem=(X, y, K, _sets(X, y)))
+    assert res["status"] == "time cap" and res["info"]["epochs"] == 1
+    assert "cap" in res["reason"]
+
+
+def test_exact_lbfgs_reaches_the_library_optimum():
+    from scalable_softmax.methods.full import exact_solution
+
+    X, y, K = _problem()
+    res = P.run_job(_job("exact", cap=60.0), problem=(X, y, K, _sets(X, y)))
+    assert res["status"] == "completed", res["reason"]
+    W, info = exact_solution(X, y, K, mu=0.0)
+    assert info["converged"]
+    last = res["points"][-1]
+    assert last["train_log_loss"] == pytest.approx(evaluate(X, y, W).log_loss, rel=1e-6)
+
+
+def test_exact_lbfgs_stops_inside_the_objective_at_the_cap():
+    X, y, K = _problem()
+    res = P.run_job(_job("exact", cap=1e-9), problem=(X, y, K, _sets(X, y)))
+    assert res["status"] == "time cap"
+    assert res["reason"] == "the cap passed before the first objective evaluation had finished"
+    assert res["info"]["nfev"] == 0
+
+
+def test_a_failure_is_reported_not_raised():
+    X, y, K = _problem()
+    res = P.run_job(_job("umax", 0.5, options={"no_such_option": 1}),
+                    problem=(X, y, K, _sets(X, y)))
+    assert res["status"] == "error" and "no_such_option" in res["reason"]
+
+
+# --- scikit-learn ----------------------------------------------------------
+
+def test_sklearn_weights_give_sklearn_log_loss_under_our_evaluator():
+    pytest.importorskip("sklearn")
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import log_loss
+
+    X, y, K = _problem()
+    for solver in ("lbfgs", "saga"):
+        clf = LogisticRegression(C=np.inf, solver=solver, fit_intercept=False, max_iter=7,
+                                 random_state=0).fit(X, y)
+        W = P._sklearn_W(clf, K, X.shape[1])
+        assert W.shape == (K, X.shape[1])
+        ours = evaluate(X, y, W, precision="float64").log_loss
+        assert ours == pytest.approx(log_loss(y, clf.predict_proba(X)), rel=1e-9)
+    # a class absent from the training rows gets a zero row; the others keep theirs
+    keep = y != 2
+    clf = LogisticRegression(C=np.inf, fit_intercept=False, max_iter=5).fit(X[keep], y[keep])
+    W = P._sklearn_W(clf, K, X.shape[1])
+    assert np.all(W[2] == 0) and np.array_equal(W[[0, 1, 3]], clf.coef_)
+
+
+def test_sklearn_lbfgs_runner_agrees_with_our_lbfgs():
+    pytest.importorskip("sklearn")
+    X, y, K = _problem()
+    sets = _sets(X, y)
+    res = P.run_job(_job("sklearn-lbfgs", cap=60.0, options={"tol": 1e-10}),
+                    problem=(X, y, K, sets))
+    assert res["status"] == "completed", res["reason"]
+    pts = pd.DataFrame(res["points"])
+    assert list(pts.max_iter) == [0] + [2 ** k for k in range(len(pts) - 1)]
+    ours = P.run_job(_job("exact", cap=60.0), problem=(X, y, K, sets))
+    assert pts.train_log_loss.iloc[-1] == pytest.approx(ours["points"][-1]["train_log_loss"],
+                                                        rel=1e-5)
+
+
+def test_sklearn_saga_runner_stops_before_the_cap():
+    pytest.importorskip("sklearn")
+    X, y, K = _problem()
+    res = P.run_job(_job("sklearn-saga", cap=1e-6), problem=(X, y, K, _sets(X, y)))
+    assert res["status"] == "time cap" and len(res["points"]) == 2
+    assert "max_iter=1" in res["reason"]
+
+
+# --- PyTorch ---------------------------------------------------------------
+
+def _torch_full_loss(X, y, W):
+    """PyTorch's own mean cross-entropy over all classes, in float64."""
+    import torch
+    import torch.nn.functional as F
+
+    logits = torch.from_numpy((X @ W.astype(np.float64).T))
+    return float(F.cross_entropy(logits, torch.from_numpy(y)))
+
+
+@pytest.mark.parametrize("method,layout", [("torch-sgd", "embedding-bag"),
+                                           ("torch-sgd", "sparse-mm"),
+                                           ("torch-adam", "embedding-bag"),
+                                           ("torch-adam", "sparse-mm")])
+def test_torch_weights_give_torch_loss_under_our_evaluator(method, layout):
+    pytest.importorskip("torch")
+    X, y, K = _problem()
+    data = P._TorchData(X, y)
+    data.epoch(np.arange(X.shape[0]))
+    loss, opt, weights = P._torch_model(method, layout, X.shape[1], K, 0.05)
+    for a in range(0, X.shape[0], 50):
+        opt.zero_grad()
+        loss(data, a, a + 50).backward()
+        opt.step()
+    W = weights()
+    assert W.shape == (K, X.shape[1]) and W.dtype == np.float32 and W.flags.c_contiguous
+    assert np.abs(W).max() > 0
+    assert evaluate(X, y, W, precision="float64").log_loss == pytest.approx(
+        _torch_full_loss(X, y, W), rel=1e-9)
+
+
+def test_torch_layouts_take_the_same_sgd_steps():
+    pytest.importorskip("torch")
+    X, y, K = _problem()
+    out = []
+    for layout in P.TORCH_LAYOUTS:
+        data = P._TorchData(X, y)
+        data.epoch(np.arange(X.shape[0]))
+        loss, opt, weights = P._torch_model("torch-sgd", layout, X.shape[1], K, 0.5)
+        for a in range(0, X.shape[0], 30):
+            opt.zero_grad()
+            loss(data, a, a + 30).backward()
+            opt.step()
+        out.append(weights())
+    np.testing.assert_allclose(out[0], out[1], rtol=1e-4, atol=1e-5)
+
+
+def test_torch_sampled_softmax_step_and_weights():
+    pytest.importorskip("torch")
+    import torch
+
+    X, y, K = _problem(K=6)
+    data = P._TorchData(X, y)
+    data.epoch(np.arange(X.shape[0]))
+    torch.manual_seed(0)
+    loss, opt, weights = P._torch_sampled(X.shape[1], K, 0.5, m=3)
+    W0 = weights().copy()
+    opt.zero_grad()
+    L = loss(data, 0, 40)
+    L.backward()
+    # from W = 0 every candidate logit is 0: the loss is log(1 + non-masked negatives)
+    assert 0 < float(L.detach()) <= math.log(1 + 3) + 1e-6
+    g = opt.param_groups[0]["params"][0].grad.coalesce()
+    touched = set(g.indices()[0].tolist())
+    assert touched <= set(range(K)) and touched
+    opt.step()
+    W1 = weights()
+    assert set(np.nonzero(np.abs(W1 - W0).sum(axis=1))[0]) <= touched
+    assert evaluate(X, y, W1, precision="float64").log_loss == pytest.approx(
+        _torch_full_loss(X, y, W1), rel=1e-9)
+
+
+@pytest.mark.parametrize("method,lr", [("torch-sgd", 0.5), ("torch-adam", 0.01),
+                                       ("torch-sampled", 0.5)])
+def test_torch_runner(method, lr):
+    pytest.importorskip("torch")
+    X, y, K = _problem(N=400)
+    res = P.run_job(_job(method, lr, max_epochs=3, checkpoints=[1e-9],
+                         options={"batch_size": 50}),
+                    problem=(X, y, K, _sets(X, y)))
+    assert res["status"] == "completed", res["reason"]
+    pts = pd.DataFrame(res["points"])
+    assert pts.train_log_loss.iloc[0] == pytest.approx(math.log(K), rel=1e-6)
+    assert pts.epoch.iloc[-1] == 3 and res["info"]["steps"] == 3 * 8
+    assert pts.train_log_loss.iloc[-1] < math.log(K)
+    if method != "torch-sampled":
+        assert res["info"]["layout"] in P.TORCH_LAYOUTS
+        assert set(res["info"]["layout_pilot_seconds_per_step"]) == set(P.TORCH_LAYOUTS)
+
+
+# ---------------------------------------------------------------------------
+# the child process: memory cap, wall-clock kill, peak memory
+# ---------------------------------------------------------------------------
+
+def test_isolated_run_reports_points_and_peak_memory(tmp_path):
+    X, y, K = _problem()
+    path = tmp_path / "p.npz"
+    P.save_problem(path, X, y, X[:100], y[:100], K)
+    out = P.run_isolated([P.Job(str(path), "umax", 0.5, 30.0, max_epochs=3,
+                                checkpoints=[1e-9]),
+                          P.Job(str(path), "exact", None, 30.0)],
+                         memory_cap_gb=4, wall_seconds=300, workdir=tmp_path)
+    assert out["returncode"] == 0 and not out["killed"]
+    assert [r["status"] for r in out["results"]] == ["completed", "completed"]
+    assert 50 * 2 ** 20 < out["max_rss_bytes"] < 4 * 2 ** 30
+    pts = out["results"][0]["points"]
+    assert pts[0]["test_log_loss"] == pytest.approx(math.log(K), rel=1e-6)
+
+
+def test_isolated_run_reports_the_allocation_that_breaks_the_memory_cap(tmp_path):
+    # K x D = 3,000 x 40,000 float64 is 0.9 GiB; L-BFGS needs several such arrays
+    rng = np.random.default_rng(0)
+    N, D, K = 200, 40_000, 3_000
+    X = sp.csr_matrix((np.ones(N), (np.arange(N), rng.integers(0, D, N))), shape=(N, D))
+    y = np.arange(N) % K
+    path = tmp_path / "big.npz"
+    P.save_problem(path, X, y, X, y, K)
+    out = P.run_isolated([P.Job(str(path), "exact", None, 30.0, eval_rows=50)],
+                         memory_cap_gb=2.5, wall_seconds=300, workdir=tmp_path)
+    r = out["results"][0]
+    assert r["status"] == "memory", (r["reason"], out["log"])
+    assert "allocate" in r["reason"]
+    assert out["max_rss_bytes"] < 2.5 * 2 ** 30
+
+
+def test_isolated_run_is_killed_at_the_wall_clock_limit(tmp_path):
+    X, y, K = _problem(N=2000, D=50)
+    path = tmp_path / "p.npz"
+    P.save_problem(path, X, y, X, y, K)
+    out = P.run_isolated([P.Job(str(path), "umax", 0.01, 1e6, max_epochs=10 ** 6,
+                                checkpoints=list(np.linspace(0.01, 1000, 10 ** 5)))],
+                         memory_cap_gb=4, wall_seconds=6, workdir=tmp_path)
+    assert out["killed"] and out["returncode"] != 0
+    r = out["results"][0]
+    assert r["status"] == "killed" and "wall-clock limit of 6 s" in r["reason"]
+    assert out["wall_seconds"] < 30
+
+
+def test_a_tuning_job_scores_only_the_end_on_held_out_rows(tmp_path):
+    X, y, K = _problem(N=400, K=8)
+    path = tmp_path / "p.npz"
+    P.save_problem(path, X, y, X[:50], y[:50], K)
+    res = P.run_job(P.Job(str(path), "umax", 0.1, 30.0, split="tune", max_epochs=2,
+                          eval_rows=None))
+    assert res["status"] == "completed"
+    assert len(res["points"]) == 1 and set(res["points"][0]) >= {"val_log_loss", "seconds"}
+    _, held_out = P.split_for_tuning(400, 0.2, 0)
+    sets = P._problem(P.Job(str(path), "umax", 0.1, 30.0, split="tune", eval_rows=None))[3]
+    assert list(sets) == ["val"] and sets["val"][0].shape[0] == len(held_out)
+    np.testing.assert_array_equal(sets["val"][1], y[held_out])
+
+
+def test_the_study_functions_end_to_end(tmp_path):
+    X, y, K = _problem(N=400, K=8)
+    path = str(tmp_path / "p.npz")
+    P.save_problem(path, X, y, X[:100], y[:100], K)
+    methods = ["umax", "exact"]
+    tuning = P.tune_rates([path], methods, {"umax": [0.01, 0.1]}, {path: 0.5}, max_epochs=3,
+                          eval_rows=None, progress=False)
+    assert list(tuning.lr) == [0.01, 0.1] and tuning.method.eq("umax").all()
+    assert np.isfinite(tuning.val_log_loss).all()
+    rates = P.choose_rates(tuning)
+    curves, runs = P.run_final([path], methods, rates, {path: 2.0}, max_epochs=3,
+                               eval_rows=None, isolate="family", progress=False)
+    assert list(runs.method) == methods and runs.status.isin(["completed", "time cap"]).all()
+    assert runs.lr.iloc[0] == rates.lr.iloc[0] and runs.rss_scope.iloc[0] == \
+        "child of umax+exact"
+    assert (runs.peak_rss_gb > 0).all()
+    q = P.time_to_quality(curves)
+    assert len(q) == 2 and q.group_best.nunique() == 1
+    assert (curves.groupby("method").seconds.min() == 0).all()     # the start points

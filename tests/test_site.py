@@ -1,0 +1,179 @@
+"""The static site (``make site``): built from a smoke run, every internal link, anchor
+and image resolves, nothing loads from the network; the link checker catches what it
+must; screenshots in headless Chromium (``make site-check``) when it is installed."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+pytest.importorskip("sphinx")
+pytest.importorskip("myst_nb")
+
+from scalable_softmax import paths  # noqa: E402
+from scalable_softmax import site as site_mod  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+#: the fastest notebook of the collection under its smoke settings (about 7 s)
+SMOKE_NOTEBOOK = "09-ove-toy-2d"
+NAMES = sorted(p.stem for p in paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    from scalable_softmax import notebooks
+    root = tmp_path_factory.mktemp("site")
+    smoke = root / "executed" / "smoke"
+    notebooks.run(SMOKE_NOTEBOOK, "smoke", out=smoke / f"{SMOKE_NOTEBOOK}.ipynb")
+    lines = []
+    out = site_mod.build(root / "html", profile="smoke", executed_dirs=[smoke],
+                         src=root / "src", log=lines.append)
+    return out, "\n".join(lines)
+
+
+def test_every_page_is_built(built):
+    out, _ = built
+    assert (out / "index.html").is_file()
+    assert (out / "docs" / "math.html").is_file()
+    for name in NAMES:
+        assert (out / "notebooks" / f"{name}.html").is_file(), name
+    tables = sorted(p.stem for p in paths.TABLES.glob("*.md"))
+    assert tables and all((out / "tables" / f"{t}.html").is_file() for t in tables)
+    index = (out / "index.html").read_text()
+    # the README is the front page, with its figures
+    assert "Unbiased scalable softmax: a reproducible notebook collection" in index
+    imgs = re.findall(r'<img[^>]*src="(_images/[^"]+\.png)"', index)
+    assert len(imgs) >= 3 and all((out / i).stat().st_size > 10_000 for i in imgs)
+
+
+def test_every_internal_link_anchor_and_image_resolves(built):
+    out, _ = built
+    assert site_mod.check_links(out) == []
+    pages = list(out.rglob("*.html"))
+    assert len(pages) >= len(NAMES) + 10
+    for page in pages:
+        html = page.read_text()
+        assert not re.search(r'<(script|link|img)[^>]+(src|href)="(https?:)?//', html), page
+
+
+def test_the_smoke_run_s_figures_are_on_its_page(built):
+    out, log = built
+    page = (out / "notebooks" / f"{SMOKE_NOTEBOOK}.html").read_text()
+    imgs = re.findall(r'<img[^>]*src="\.\./(_images/[^"]+)"', page)
+    assert imgs, "the executed notebook's figures are missing"
+    for i in imgs:
+        data = (out / i).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000
+    assert "smoke run" in page and "not the results" in page
+
+
+def test_missing_runs_are_reported_and_marked(built):
+    out, log = built
+    missing = [n for n in NAMES if n != SMOKE_NOTEBOOK]
+    assert f"{len(missing)} of {len(NAMES)} notebooks have no smoke run" in log
+    for n in missing:
+        assert f"{n}: NOT EXECUTED" in log
+        assert "has <strong>not been executed</strong>" in \
+            (out / "notebooks" / f"{n}.html").read_text()
+
+
+def test_math_references_become_links_to_their_sections(built):
+    out, _ = built
+    page = (out / "notebooks" / "02-dataset-run.html").read_text()
+    assert re.search(r'href="\.\./docs/math\.html#s1"', page)
+    math = (out / "docs" / "math.html").read_text()
+    for n in range(15):
+        assert f'id="s{n}"' in math
+
+
+def test_check_links_reports_what_is_broken(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "pic.png").write_bytes(b"png")
+    (tmp_path / "sub" / "b.html").write_text('<h1 id="here">B</h1><a href="../index.html">up</a>')
+    (tmp_path / "index.html").write_text(
+        '<a href="sub/b.html#here">ok</a> <a href="#top" id="top">self</a>'
+        '<img src="pic.png"> <a href="https://example.org/">away</a>'
+        '<a href="sub/b.html#nowhere">bad anchor</a> <a href="missing.html">gone</a>'
+        '<img src="nope.png"> <script src="https://cdn.example.org/x.js"></script>'
+        '<a href="../outside.html">out</a>')
+    (tmp_path.parent / "outside.html").write_text("x")
+    problems = {(p.target, p.why.split(" in ")[0]) for p in site_mod.check_links(tmp_path)}
+    assert problems == {("sub/b.html#nowhere", "no id 'nowhere'"),
+                        ("missing.html", "no such file"), ("nope.png", "no such file"),
+                        ("https://cdn.example.org/x.js", "loads from the network"),
+                        ("../outside.html", "points outside the site")}
+    strict = site_mod.check_links(tmp_path, allow_external_links=False)
+    assert any(p.target == "https://example.org/" for p in strict)
+
+
+def test_staging_prefers_full_runs_then_smoke_then_source(tmp_path):
+    full, smoke = tmp_path / "full", tmp_path / "smoke"
+    full.mkdir()
+    smoke.mkdir()
+    a, b = NAMES[0], NAMES[1]
+    shutil.copy(paths.NOTEBOOKS / f"{a}.ipynb", full / f"{a}.ipynb")
+    shutil.copy(paths.NOTEBOOKS / f"{a}.ipynb", smoke / f"{a}.ipynb")
+    nb = json.loads((paths.NOTEBOOKS / f"{b}.ipynb").read_text())
+    nb["cells"].append({"cell_type": "code", "execution_count": 1, "metadata": {},
+                        "source": "x", "outputs": [
+                            {"output_type": "display_data", "metadata": {}, "data": {
+                                "application/vnd.jupyter.widget-view+json": {
+                                    "model_id": "m", "version_major": 2, "version_minor": 0},
+                                "text/plain": "HBox()"}},
+                            {"output_type": "stream", "name": "stdout", "text": "kept\n"}]})
+    nb["metadata"]["widgets"] = {"state": {}}
+    (smoke / f"{b}.ipynb").write_text(json.dumps(nb))
+    lines = []
+    staged = site_mod.stage(tmp_path / "src", "full", [full, smoke], log=lines.append)
+    assert staged.notebooks[a] == "full" and staged.notebooks[b] == "smoke"
+    assert all(staged.notebooks[n] == "source" for n in NAMES[2:])
+    out_a = json.loads((tmp_path / "src" / "notebooks" / f"{a}.ipynb").read_text())
+    assert "smoke run" not in json.dumps(out_a) and "not been executed" not in \
+        json.dumps(out_a)
+    out_b = json.loads((tmp_path / "src" / "notebooks" / f"{b}.ipynb").read_text())
+    text = json.dumps(out_b)
+    assert "smoke run" in text and "widget-view" not in text and "kept" in text
+    assert "widgets" not in out_b["metadata"]
+    assert out_b["cells"][0]["source"].startswith("# ")      # the note is under the title
+    assert f"{len(NAMES) - 1} of {len(NAMES)} notebooks have no full run" in lines[0]
+    index = (tmp_path / "src" / "index.md").read_text()
+    assert "```{toctree}" in index and f"notebooks/{NAMES[-1]}" in index
+
+
+def test_plain_math_references_are_linked_once():
+    f = site_mod._link_math_refs
+    assert f("see docs/math.md section 7.", "../") == \
+        "see [docs/math.md section 7](../docs/math.md#s7)."
+    assert f("docs/math.md section 2.4 and docs/math.md, section 3", "") == \
+        ("[docs/math.md section 2.4](docs/math.md#s2) and "
+         "[docs/math.md section 3](docs/math.md#s3)")
+    already = "[docs/math.md](docs/math.md) and `lib/docs/math.md section 1`"
+    assert f(already, "") == already
+
+
+@pytest.mark.skipif(site_mod.find_chromium() is None,
+                    reason="headless Chromium not installed (apt-get install chromium)")
+def test_screenshots_in_headless_chromium(built, tmp_path):
+    out, _ = built
+    pages = [out / "index.html", out / "notebooks" / f"{SMOKE_NOTEBOOK}.html"]
+    shots = site_mod.screenshots(out, tmp_path / "shots", pages=pages, height=900,
+                                 log=lambda s: None)
+    assert [p.name for p in shots] == ["index.png", f"notebooks__{SMOKE_NOTEBOOK}.png"]
+    import matplotlib.image as mpimg
+    for p in shots:
+        img = mpimg.imread(p)
+        assert img.shape[:2] == (900, 1280)
+        assert img[..., :3].std() > 0.05          # text and pictures, not a blank page
+
+
+def test_command_line_check_reports_broken_links(tmp_path, capsys):
+    (tmp_path / "index.html").write_text('<a href="gone.html">x</a>')
+    assert site_mod.main(["check", "--site", str(tmp_path)]) == 1
+    assert "gone.html: no such file" in capsys.readouterr().out
+    (tmp_path / "gone.html").write_text("here")
+    assert site_mod.main(["check", "--site", str(tmp_path)]) == 0
+    assert site_mod.main(["screenshots", "--site", str(tmp_path / "nothing")]) == 1
+    assert "run `make site` first" in capsys.readouterr().err
