@@ -29,8 +29,6 @@ Helpers with logic of their own, each tested in ``tests/test_checks.py``:
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +39,8 @@ import scipy.sparse as sp
 from scipy.special import expit, log_expit, logsumexp
 
 from scalable_softmax import objectives as ob
+from scalable_softmax._atomic import atomic_open, atomic_path
+from scalable_softmax._atomic import file_mode as _file_mode  # noqa: F401 (tests)
 
 __all__ = [
     "CheckResult", "Problem", "SUMMARY_COLUMNS", "random_problem", "random_problems",
@@ -230,26 +230,9 @@ def to_markdown(df: pd.DataFrame, columns=None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _file_mode() -> int:
-    """``0o666`` minus the process umask (``mkstemp`` creates files with ``0o600``)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 def _atomic_write_text(path: Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "w") as fh:
+        fh.write(text)
 
 
 def write_table(df: pd.DataFrame, stem: str, folder, title: str | None = None,
@@ -301,18 +284,9 @@ def save_figure(fig, stem: str, folder, formats=("pdf", "png"), dpi=150) -> list
     out = []
     for fmt in formats:
         path = staged_path(Path(folder) / f"{stem}.{fmt}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
+        with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight",
                         metadata={"CreationDate": None} if fmt == "pdf" else None)
-            os.chmod(tmp, _file_mode())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
         out.append(path)
     return out
 

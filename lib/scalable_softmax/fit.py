@@ -33,8 +33,6 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +42,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scalable_softmax import __version__
+from scalable_softmax._atomic import atomic_open
 from scalable_softmax.methods import get_trainer_class
 
 __all__ = ["fit", "FitResult", "ORDERS", "default_eval_epochs", "FORMAT_NAME",
@@ -239,17 +238,8 @@ class FitResult:
             "K": self.n_classes, "D": self.n_features, "frames": frames,
         }
         arrays["meta"] = np.array(json.dumps(meta))
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez_compressed(fh, **arrays)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with atomic_open(path, "wb", fsync=True) as fh:
+            np.savez_compressed(fh, **arrays)
         return path
 
     @classmethod

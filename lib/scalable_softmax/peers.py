@@ -63,6 +63,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ._atomic import atomic_open
+
 __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_job",
            "run_jobs", "run_isolated", "time_to_quality", "available", "split_for_tuning",
            "torch_layouts", "classify_failure", "tune_rates", "choose_rates", "run_final",
@@ -743,16 +745,8 @@ def run_jobs(jobs, out_path=None):
 
 
 def _atomic_json(path, payload):
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, default=_json_default)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "w") as fh:
+        json.dump(payload, fh, default=_json_default)
 
 
 def _json_default(v):

@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from . import paths
+from ._atomic import atomic_open
 
 __all__ = ["ENV", "Stage", "staged_path", "recover", "stage_root"]
 
@@ -62,10 +63,6 @@ def _destination(stage: Path, staged: Path) -> Path:
     return Path(os.path.abspath(os.sep)) / rel
 
 
-def _file_mode() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
 
 
 def _move(src: Path, dst: Path) -> None:
@@ -80,16 +77,8 @@ def _move(src: Path, dst: Path) -> None:
 
         if exc.errno != errno.EXDEV:
             raise
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out, 1 << 20)
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(dst, "wb") as out, open(src, "rb") as inp:
+        shutil.copyfileobj(inp, out, 1 << 20)
     os.unlink(src)
 
 
@@ -165,12 +154,8 @@ class Stage:
             src, dst = Path(last[0]), Path(last[1])
             entries.append({"staged": str(src.relative_to(self.dir)),
                             "destination": str(Path(os.path.abspath(dst)))})
-        fd, tmp = tempfile.mkstemp(prefix=f".{_MANIFEST}.", suffix=".tmp", dir=self.dir)
-        with os.fdopen(fd, "w") as fh:
+        with atomic_open(self.dir / _MANIFEST, "w", fsync=True) as fh:   # the commit point
             json.dump(entries, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.dir / _MANIFEST)          # the commit point
         self.published = _apply(self.dir)
         self._remove()
         return self.published

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+
+from .._atomic import atomic_open
 
 __all__ = ["CODE_VERSION", "cache_key", "cache_path", "save", "load"]
 
@@ -49,22 +49,8 @@ def save(path, *, X: sp.csr_matrix, y: np.ndarray, arrays: dict, meta: dict) -> 
     }
     for k, v in arrays.items():
         payload["a_" + k] = v
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    um = os.umask(0)
-    os.umask(um)
-    os.chmod(tmp, 0o666 & ~um)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_open(path, "wb", fsync=True) as fh:
+        np.savez(fh, **payload)
 
 
 def _json_default(o):
