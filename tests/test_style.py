@@ -20,15 +20,9 @@ from scalable_softmax.instability import REPLAY_METHODS  # noqa: E402
 from scalable_softmax.methods import METHODS  # noqa: E402
 from scalable_softmax.protocols import PROTOCOL_METHODS  # noqa: E402
 
-#: notebooks drawn by other work (notebook 10 is being rewritten; 12 is new)
-NOT_YET_STYLED = {"10-ove-classification", "12"}
-
-
 def _notebooks():
     out = []
     for path in sorted(paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")):
-        if path.stem in NOT_YET_STYLED or path.stem[:2] in NOT_YET_STYLED:
-            continue
         nb = json.loads(path.read_text())
         code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
         out.append((path.stem, code))
