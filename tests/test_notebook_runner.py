@@ -252,3 +252,21 @@ def test_run_with_an_override_never_publishes(project):
     assert "epochs = 3" in injected and "seed = 0" in injected
     assert not (project / "build" / "executed" / "full" / "durations.yaml").exists()
     assert not (project / "tables").exists() and not (project / "figures").exists()
+
+
+def _setup_and_report(threads):
+    import numba
+
+    notebooks.worker_setup(threads)
+    from scalable_softmax import experiments
+
+    return numba.get_num_threads(), experiments._WATCHDOG["started"]
+
+
+def test_worker_setup_in_a_loky_worker():
+    """Notebook 10's data sets run in loky workers: each gets the asked numba threads
+    and the watchdog that ends it with the notebook's kernel."""
+    from joblib import Parallel, delayed
+
+    out = Parallel(n_jobs=2, backend="loky")(delayed(_setup_and_report)(1) for _ in range(2))
+    assert out == [(1, True), (1, True)]
