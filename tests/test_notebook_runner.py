@@ -97,6 +97,16 @@ def test_provenance_lists_durations_and_notebook_02_time_breakdown(project):
     text = out.read_text()
     assert "Where notebook 02's time goes" in text and "| U-max | 1.5 |" in text
     assert "# title" not in text
+    (executed / "durations.yaml").write_text("02-dataset-run: 812.5\n12-peers: 100.0\n")
+    text = notebooks.write_provenance("full", out=out).read_text()
+    assert "| total | 912.5 |" in text and "without 12-peers) | 812.5 |" in text
+    assert "the extensions (`make reproduce-extra`) | 100.0 |" in text
+
+
+def test_provenance_extensions_are_the_makefiles():
+    makefile = (paths.ROOT / "Makefile").read_text()
+    names = next(line for line in makefile.splitlines() if line.startswith("EXTRA_NAMES"))
+    assert set(names.split(":=")[1].split()) == set(notebooks.EXTENSIONS)
 
 
 def test_every_full_profile_is_the_notebooks_parameters_cell():

@@ -567,6 +567,10 @@ def _record_duration(name: str, profile: str, seconds: float) -> None:
             tmp.unlink()
 
 
+#: notebooks run by ``make reproduce-extra`` only (the Makefile's EXTRA_NAMES)
+EXTENSIONS = ("11-tuned-rates", "12-peers")
+
+
 def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
     """Write ``PROVENANCE.md`` beside the tables: the commit, date, machine, the
     duration of every notebook's last ``profile`` run (from ``durations.yaml``) and, when
@@ -609,8 +613,15 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
         "|---|---|",
         *[f"| {name} | {secs} |" for name, secs in sorted(durations.items())],
         f"| total | {round(sum(durations.values()), 1)} |",
-        "",
     ]
+    ext = {k: v for k, v in durations.items() if k in EXTENSIONS}
+    if ext:
+        core = sum(v for k, v in durations.items() if k not in EXTENSIONS)
+        lines += [f"| of which `make reproduce` (without {', '.join(sorted(ext))}) | "
+                  f"{round(core, 1)} |",
+                  f"| of which the extensions (`make reproduce-extra`) | "
+                  f"{round(sum(ext.values()), 1)} |"]
+    lines.append("")
     breakdown = (out or paths.TABLES / "PROVENANCE.md").parent / "02-dataset-run-time.md"
     if breakdown.exists():
         body = breakdown.read_text().split("\n", 1)[1].strip()   # without its title
