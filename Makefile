@@ -54,7 +54,7 @@ $(DATA_STAMP): FORCE | data
 table1: data  ## print the paper's Table 1 beside ours
 	$(BIN)/python -m scalable_softmax.data table1
 
-# extensions beyond the papers, run by `make reproduce-extra` (outside the 45-minute budget)
+# extensions beyond the papers, run by `make reproduce-extra` (outside the 50-minute budget of `make reproduce`)
 EXTRA_NAMES := 11-tuned-rates 12-peers
 NOTEBOOK_NAMES := $(filter-out $(EXTRA_NAMES),$(basename $(notdir $(wildcard notebooks/[0-9][0-9]-*.ipynb))))
 EXECUTED := $(patsubst %,build/executed/full/%.ipynb,$(NOTEBOOK_NAMES))
