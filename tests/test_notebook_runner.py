@@ -267,8 +267,9 @@ def test_run_with_an_override_never_publishes(project):
 def _setup_and_report(threads):
     import numba
 
-    notebooks.worker_setup(threads)
     from scalable_softmax import experiments
+
+    experiments.worker_setup(threads)
 
     return numba.get_num_threads(), experiments._WATCHDOG["started"]
 

@@ -799,14 +799,22 @@ def _watch_parent(interval: float = 0.2) -> None:
     _WATCHDOG["started"] = True
 
 
-def _remote_train(index: int, spec: RunSpec, threads: int | None, watch: bool):
-    """One run in a worker: ``(index, history, final, data fingerprint)``."""
+def worker_setup(threads: int | None, watch: bool = True) -> None:
+    """First call in a worker process (the sweeps here, notebook 10's data sets): with
+    ``watch`` it exits at once when the process that started it is gone (so an
+    interrupted run leaves no worker behind), and its numba kernels use ``threads``
+    threads (capped by ``NUMBA_NUM_THREADS``; None: unchanged)."""
     if watch:
         _watch_parent()
     if threads is not None:
         import numba
 
-        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+        numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+
+
+def _remote_train(index: int, spec: RunSpec, threads: int | None, watch: bool):
+    """One run in a worker: ``(index, history, final, data fingerprint)``."""
+    worker_setup(threads, watch)
     history, final = _train(spec)
     return index, history, final, data_fingerprint(spec.dataset)
 

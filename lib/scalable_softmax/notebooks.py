@@ -424,19 +424,6 @@ def profile_outputs(name: str, namespace: dict, announce: bool = True) -> Output
     return out
 
 
-def worker_setup(threads: int) -> None:
-    """First call of a notebook's function run in a worker process (joblib's loky
-    backend): the worker exits at once when the process that started it is gone (so an
-    interrupted notebook leaves none behind, as the sweeps of ``experiments.run_all``),
-    and its numba kernels use ``threads`` threads (capped by ``NUMBA_NUM_THREADS``)."""
-    import numba
-
-    from .experiments import _watch_parent
-
-    _watch_parent()
-    numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
-
-
 def _shown(path: Path) -> str:
     try:
         rel = path.resolve().relative_to(paths.ROOT.resolve())
