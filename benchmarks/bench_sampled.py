@@ -775,7 +775,8 @@ def to_markdown(res):
          f"Run {res['started']} .. {res['finished']}; load average at start "
          f"{res['load_start']}, at end {res['load_end']} ({res['machine']['cpu_count']} shared "
          f"cores, numba {res['machine']['numba_threads']} threads, layer "
-         f"{res['threading_layer']}). {res['repeats']} timed epochs per variant, interleaved; "
+         f"{res['threading_layer']}). {max(res['repeats'], 5)} timed epochs per variant in the "
+         f"headline comparison, {res['repeats']} elsewhere, interleaved; "
          "rates in M datapoints/s (datapoint-updates/s): best, median (wall clock) and best "
          "by process time (serial variants only). Peak RSS "
          f"{res['peak_rss_GB']:.1f} GB.", "",
