@@ -85,7 +85,7 @@ $(PEERS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[peers]'
 	touch $@
 
-reproduce-extra: reproduce $(EXTRA_EXECUTED)  ## also the extensions (notebook 11: Table 3 at our tuned rates, ~15 min; 12: peers, ~15 min)
+reproduce-extra: reproduce $(EXTRA_EXECUTED)  ## also the extensions (notebook 11: Table 3 at our tuned rates, ~9 min; 12: peers, ~13 min)
 	$(BIN)/python -m scalable_softmax.notebooks provenance --profile full
 
 # without the data (offline, no mirror) the tests that need them are reported as
