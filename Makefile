@@ -64,7 +64,7 @@ LIB_SOURCES := $(shell find lib -name '*.py' -not -path '*/__pycache__/*')
 # one executed notebook per source notebook; reruns only when the notebook, its
 # settings, the library or the data changed
 build/executed/full/%.ipynb: notebooks/%.ipynb params/%.yaml $(LIB_SOURCES) $(DATA_STAMP) | $(STAMP)
-	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m scalable_softmax.notebooks run $* --profile full
+	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m scalable_softmax.repro.runner run $* --profile full
 
 # notebook 06 assembles Table 3 from notebook 02's runs (read back from build/runs)
 build/executed/full/06-paper-tables.ipynb: build/executed/full/02-dataset-run.ipynb
@@ -76,7 +76,7 @@ tables/data-table1.md: $(LIB_SOURCES) $(DATA_STAMP) | $(STAMP)
 	$(BIN)/python -m scalable_softmax.data table1 --write tables/data-table1
 
 reproduce: data tables/data-table1.md $(EXECUTED)  ## regenerate every table and figure
-	$(BIN)/python -m scalable_softmax.notebooks provenance --profile full
+	$(BIN)/python -m scalable_softmax.repro.runner provenance --profile full
 
 # notebook 12 compares with scikit-learn and PyTorch: the optional `peers` extra
 build/executed/full/12-peers.ipynb: $(PEERS_STAMP)
@@ -86,7 +86,7 @@ $(PEERS_STAMP): $(STAMP)
 	touch $@
 
 reproduce-extra: reproduce $(EXTRA_EXECUTED)  ## also the extensions (notebook 11: Table 3 at our tuned rates, ~9 min; 12: peers, ~13 min)
-	$(BIN)/python -m scalable_softmax.notebooks provenance --profile full
+	$(BIN)/python -m scalable_softmax.repro.runner provenance --profile full
 
 # without the data (offline, no mirror) the tests that need them are reported as
 # skipped, with the reason; under CI (CI=true) missing data is an error
@@ -96,7 +96,7 @@ test: $(STAMP)  ## run the unit tests and every notebook's smoke run (nbval)
 	  echo "warning: the data could not be fetched (above): the tests that need them will be reported as skipped"; }
 	rm -rf build/prepared/smoke
 	@if ls notebooks/[0-9][0-9]-*.ipynb >/dev/null 2>&1; then \
-	  $(BIN)/python -m scalable_softmax.notebooks prepare all --profile smoke >/dev/null; fi
+	  $(BIN)/python -m scalable_softmax.repro.runner prepare all --profile smoke >/dev/null; fi
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
 	  --nbval-lax --nbval-current-env tests $$(test -d build/prepared/smoke && echo build/prepared/smoke)
 
@@ -120,14 +120,14 @@ lab: $(STAMP)  ## open the notebooks in JupyterLab (prints the URL to open; Ctrl
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 site: $(STAMP)  ## static HTML site in build/site from the executed notebooks, README, docs/math.md
-	$(BIN)/python -m scalable_softmax.site build
+	$(BIN)/python -m scalable_softmax.repro.site build
 
 site-check: site  ## open the site in headless Chromium; screenshots in build/site-screenshots/
 	@command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then echo "installing Debian's chromium package"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "error: headless Chromium is missing: sudo apt-get install chromium"; exit 1; fi; }
-	$(BIN)/python -m scalable_softmax.site screenshots
+	$(BIN)/python -m scalable_softmax.repro.site screenshots
 
 clean:  ## remove executed notebooks and caches (keeps data, figures, tables)
 	rm -rf build .pytest_cache

@@ -1,4 +1,4 @@
-"""Tests of scalable_softmax.checks: the helpers against hand values and independent
+"""Tests of scalable_softmax.repro.derivations: the helpers against hand values and independent
 computations, and every check on tiny instances (the notebook 00-derivation-checks
 runs them at full size)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax import checks as C
+from scalable_softmax.repro import derivations as C
 from scalable_softmax import objectives as ob
 
 

@@ -1,11 +1,11 @@
-"""Cached training runs (scalable_softmax.experiments)."""
+"""Cached training runs (scalable_softmax.repro.runs)."""
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from scalable_softmax import experiments as ex
+from scalable_softmax.repro import runs as ex
 from scalable_softmax.fit import fit
 
 

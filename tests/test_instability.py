@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from scalable_softmax import objectives
-from scalable_softmax.instability import replay
+from scalable_softmax.repro.instability import replay
 
 
 def _problem(seed=0, N=40, D=6, K=5):

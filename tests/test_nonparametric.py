@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy.special import softmax
 
-from scalable_softmax import nonparametric as npm
+from scalable_softmax.repro import nonparametric as npm
 
 
 def test_kernel_matches_reference():

@@ -10,8 +10,9 @@ import nbformat
 import pytest
 import yaml
 
-from scalable_softmax import notebooks, paths
-from scalable_softmax.reporting import Findings, finding
+from scalable_softmax import paths
+from scalable_softmax.repro import runner as notebooks
+from scalable_softmax.repro.reporting import Findings, finding
 
 FULL = "full:\n  epochs: 50\n  seed: 0\n"
 
@@ -267,7 +268,7 @@ def test_run_with_an_override_never_publishes(project):
 def _setup_and_report(threads):
     import numba
 
-    from scalable_softmax import experiments
+    from scalable_softmax.repro import runs as experiments
 
     experiments.worker_setup(threads)
 

@@ -1,4 +1,4 @@
-"""scalable_softmax.peers: checkpoints, the rate rule, time to quality, the runners (ours,
+"""scalable_softmax.repro.peers: checkpoints, the rate rule, time to quality, the runners (ours,
 scikit-learn, PyTorch) against the library's evaluator, and the child process's
 memory and wall-clock limits. The sklearn and torch tests need the optional `peers`
 extra and are skipped without it."""
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax import peers as P
+from scalable_softmax.repro import peers as P
 from scalable_softmax.evaluate import evaluate
 
 

@@ -1,12 +1,13 @@
 """Named protocols (scalable_softmax.protocols), RunSpec.protocol and the authors' recorded
-runs (scalable_softmax.authors)."""
+runs (scalable_softmax.repro.paper)."""
 import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax import authors, protocols
-from scalable_softmax import experiments as ex
+from scalable_softmax import protocols
+from scalable_softmax.repro import paper as authors
+from scalable_softmax.repro import runs as ex
 from scalable_softmax.fit import fit
 from scalable_softmax.protocols import PROTOCOL_METHODS, fit_kwargs
 

@@ -1,4 +1,4 @@
-"""scalable_softmax.runtime: synthetic data, epoch seconds, slopes, row targets and the
+"""scalable_softmax.repro.timing: synthetic data, epoch seconds, slopes, row targets and the
 timing wrapper around fit (structure only: no assertion depends on the machine's speed)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax import runtime as rt
+from scalable_softmax.repro import timing as rt
 
 
 # ---------------------------------------------------------------------------

@@ -1,13 +1,13 @@
-"""The paper's study driver (scalable_softmax.study) and the run summaries
-(scalable_softmax.reporting)."""
+"""The paper's study driver (scalable_softmax.repro.main_study) and the run summaries
+(scalable_softmax.repro.reporting)."""
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from scalable_softmax import reporting as rp
-from scalable_softmax import study
+from scalable_softmax.repro import reporting as rp
+from scalable_softmax.repro import main_study as study
 
 
 def _runs():

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from scalable_softmax import paths, progress, style  # noqa: E402
-from scalable_softmax.instability import REPLAY_METHODS  # noqa: E402
+from scalable_softmax.repro.instability import REPLAY_METHODS  # noqa: E402
 from scalable_softmax.methods import METHODS  # noqa: E402
 from scalable_softmax.protocols import PROTOCOL_METHODS  # noqa: E402
 
@@ -53,7 +53,7 @@ def test_every_notebook_draws_with_the_style_and_decides_its_outputs_by_profile(
     notebooks = _notebooks()
     assert len(notebooks) >= 10
     for name, code in notebooks:
-        assert "style.use()" in code, f"{name}: call scalable_softmax.style.use()"
+        assert "style.use()" in code, f"{name}: call scalable_softmax.repro.style.use()"
         assert f'notebooks.profile_outputs("{name}", globals())' in code, name
         assert "paths.TABLES" not in code and "paths.FIGURES" not in code, \
             f"{name}: write under out.tables / out.figures (profile_outputs), never paths.TABLES"
@@ -160,7 +160,7 @@ def test_no_warning_in_an_executed_notebook_with_progress_bars(tmp_path):
         "sys.modules['ipywidgets'] = None   # as in a kernel without ipywidgets\n"
         "import numpy as np, scipy.sparse as sp\n"
         "from matplotlib.figure import Figure\n"
-        "from scalable_softmax import style\n"
+        "from scalable_softmax.repro import style\n"
         "from scalable_softmax.fit import fit\n"
         "from scalable_softmax.progress import tqdm\n"
         "style.use()\n"

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from scalable_softmax import __version__
+from scalable_softmax._version import __version__
 from scalable_softmax._atomic import atomic_open
 from scalable_softmax.methods import get_trainer_class
 
@@ -152,7 +152,7 @@ class FitResult:
             model's weights are not finite (a diverged run).
         """
         self._check_usable()
-        Xc = _as_csr(X, "X")
+        Xc = as_csr(X, "X")
         n, D = Xc.shape
         if D != self.n_features:
             raise ValueError(f"X has {D} features (columns) but this model was trained on "
@@ -373,7 +373,7 @@ def _is_real(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
-def _as_csr(X, name):
+def as_csr(X, name):
     """Canonical float64 CSR (sorted, no duplicates) of a sparse or array-like ``X``."""
     if sp.issparse(X):
         if X.ndim != 2:
@@ -469,7 +469,7 @@ def _validate(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, see
     if eval_rows is not None and not (_is_int(eval_rows) and eval_rows >= 1):
         raise ValueError(f"eval_rows must be None or an integer >= 1; got {eval_rows!r}")
 
-    X = _as_csr(X, "X")
+    X = as_csr(X, "X")
     N, D = X.shape
     y = _as_labels(y, N, "y")
     if K is None:
@@ -492,7 +492,7 @@ def _validate(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, see
                 raise ValueError(f"eval_sets keys must be non-empty strings; got {name!r}")
             if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
                 raise ValueError(f"eval_sets[{name!r}] must be an (X, y) pair")
-            Xe = _as_csr(pair[0], f"eval_sets[{name!r}] X")
+            Xe = as_csr(pair[0], f"eval_sets[{name!r}] X")
             if Xe.shape[1] != D:
                 raise ValueError(f"eval_sets[{name!r}] X has {Xe.shape[1]} columns but the "
                                  f"training X has D = {D}")
@@ -603,7 +603,7 @@ def _all_finite(A, chunk_rows=1024):
                for r in range(0, A.shape[0], chunk_rows))
 
 
-def _make_order(rng, N, order):
+def make_order(rng, N, order):
     if order == "shuffle":
         return rng.permutation(N).astype(np.int64)
     if order == "uniform":
@@ -776,7 +776,7 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
                 break
             lr_e = math.nan if lr is None else lr * lr_decay ** (e - 1)
             t0 = time.perf_counter()
-            idx = _make_order(rng, N, order)
+            idx = make_order(rng, N, order)
             kseed = int(rng.integers(0, 2 ** 63 - 1))
             rep = trainer.run_epoch(idx, lr_e, kseed)
             seconds += time.perf_counter() - t0

@@ -130,7 +130,9 @@ from scalable_softmax._kernels import prefetch_r as _prefetch_r
 from scalable_softmax._kernels import prefetch_w as _prefetch_w2
 from scalable_softmax._kernels import sigmoid as _sigmoid
 from scalable_softmax.methods.base import EpochReport, Trainer
-from scalable_softmax.methods.sgd import _rand_below, _seed_state
+from scalable_softmax.methods.common import rand_below as _rand_below
+from scalable_softmax.methods.common import seed_state as _seed_state
+from scalable_softmax.methods.common import touched_zeros as _touched_zeros
 
 __all__ = [
     "OVETrainer", "NCETrainer", "ISTrainer", "KIND_OVE", "KIND_NCE", "KIND_IS",
@@ -287,41 +289,6 @@ def _coefs(kind, logr, c_nce, s, sr, nc, g, gr):
         for j in range(nc):
             g[gr, j] /= z
         g[gr, 0] -= 1.0
-
-
-@numba.njit(**JIT)
-def _dot(indices, data, p0, p1, row):
-    """``sum_p data[p] * row[indices[p]]`` with four partial sums (shorter
-    dependency chains; every kernel uses this one summation order: exact softmax SGD
-    calls this function, the sampled kernels :func:`_dot1`, :func:`_dot2`, :func:`_dot3`)."""
-    a0 = 0.0
-    a1 = 0.0
-    a2 = 0.0
-    a3 = 0.0
-    p = p0
-    while p + 4 <= p1:
-        a0 += data[p] * row[indices[p]]
-        a1 += data[p + 1] * row[indices[p + 1]]
-        a2 += data[p + 2] * row[indices[p + 2]]
-        a3 += data[p + 3] * row[indices[p + 3]]
-        p += 4
-    while p < p1:
-        a0 += data[p] * row[indices[p]]
-        p += 1
-    return (a0 + a1) + (a2 + a3)
-
-
-@numba.njit(**JIT)
-def _axpy_check(indices, data, p0, p1, row, a):
-    """``row[indices[p]] -= a * data[p]``; returns 1 if a written value is not finite."""
-    bad = 0
-    for p in range(p0, p1):
-        f = indices[p]
-        v = row[f] - a * data[p]
-        row[f] = v
-        if not abs(v) < np.inf:
-            bad = 1
-    return bad
 
 
 @numba.njit(**IJIT)
@@ -1176,13 +1143,6 @@ def reference_step(X, y, W, rows, cls, ncls, lr, kind, weight, c_nce, weighted=T
 # ---------------------------------------------------------------------------
 # trainers
 # ---------------------------------------------------------------------------
-
-def _touched_zeros(K, D):
-    """A ``K x D`` float64 zero array whose every page has been written."""
-    W = np.empty((K, D), dtype=np.float64)
-    W.fill(0.0)
-    return W
-
 
 #: options whose value is one of a fixed set of strings
 _CHOICES = {"reduction": _REDUCTIONS}

@@ -89,6 +89,8 @@ from scalable_softmax._kernels import prefetch_r as _prefetch_r
 from scalable_softmax._kernels import prefetch_w as _prefetch_w
 from scalable_softmax._kernels import softplus as _softplus
 from scalable_softmax.methods.base import EpochReport, Trainer
+from scalable_softmax.methods.common import rand_below as _rand_below
+from scalable_softmax.methods.common import seed_state as _seed_state
 
 __all__ = ["VanillaTrainer", "UmaxTrainer", "RamanTrainer"]
 
@@ -113,42 +115,11 @@ _SCALE_HI = 1e100
 # max |V| (guard) stays below this
 _GUARD = 1e300
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_TWO_M53 = 2.0 ** -53
 
 
 # ---------------------------------------------------------------------------
 # low-level helpers
 # ---------------------------------------------------------------------------
-
-@numba.njit(**JIT)
-def _rng_next(state):
-    """One splitmix64 step: ``(new_state, 64 random bits)``."""
-    state = state + _GOLDEN
-    z = state
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return state, z ^ (z >> np.uint64(31))
-
-
-@numba.njit(**JIT)
-def _rand_below(state, n):
-    """``(new_state, r)`` with ``r`` uniform on ``0..n-1`` (``n >= 1``)."""
-    state, z = _rng_next(state)
-    r = np.int64((z >> np.uint64(11)) * _TWO_M53 * n)
-    if r >= n:
-        r = n - 1
-    return state, r
-
-
-@numba.njit(**JIT)
-def _seed_state(seed):
-    state = np.uint64(seed)
-    state, z = _rng_next(state)
-    return z
-
 
 @numba.njit(**JIT)
 def _draw_m1(state, yi, K):

@@ -2,7 +2,7 @@
 rates, several seeds, with the step-down rule for diverging runs.
 
 Notebook 02 runs it and draws the learning curves; notebook 06 calls it with the same
-settings and gets every run back from the run cache (:mod:`scalable_softmax.experiments`)
+settings and gets every run back from the run cache (:mod:`scalable_softmax.repro.runs`)
 to assemble Table 3.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from . import experiments as ex
-from . import reporting as rp
+from scalable_softmax.repro import runs as ex
+from scalable_softmax.repro import reporting as rp
 
 __all__ = ["resolve_datasets", "run_paper_methods", "choose_used", "SAMPLED_METHODS"]
 

@@ -5,9 +5,9 @@ with two profiles: ``full`` (reproduces the paper: every parameter, equal to the
 defaults of the notebook's ``parameters`` cell) and ``smoke`` (changes to ``full`` for
 tiny data or epochs, for ``make test``)::
 
-    python -m scalable_softmax.notebooks run 00-derivation-checks --profile full
-    python -m scalable_softmax.notebooks prepare 00-derivation-checks --profile smoke
-    python -m scalable_softmax.notebooks run 09-ove-toy-2d -p n_per_class 20 -p seed 3
+    python -m scalable_softmax.repro.runner run 00-derivation-checks --profile full
+    python -m scalable_softmax.repro.runner prepare 00-derivation-checks --profile smoke
+    python -m scalable_softmax.repro.runner run 09-ove-toy-2d -p n_per_class 20 -p seed 3
 
 ``run`` executes with ``-k python3``, an execution timeout and logged output into
 ``build/executed/<profile>/``; ``prepare`` only injects the parameters (for nbval,
@@ -25,7 +25,7 @@ called in every notebook's set-up cell), from its parameters:
 * anything else (a ``-p`` override, or a parameters cell edited in Jupyter):
   ``build/explore/<notebook>/<hash of the parameters>/``, with a ``params.yaml`` saying
   what was run. The committed outputs are never touched, and the notebook's findings
-  are reported instead of asserted (:class:`scalable_softmax.reporting.Findings`).
+  are reported instead of asserted (:class:`scalable_softmax.repro.reporting.Findings`).
 
 The ``full`` profile in ``params/<name>.yaml`` lists every parameter with the value of
 the notebook's ``parameters`` cell; the runner refuses to run when the two disagree.
@@ -45,7 +45,7 @@ from pathlib import Path
 
 import yaml
 
-from . import paths
+from scalable_softmax import paths
 
 KERNEL = "python3"
 DEFAULT_TIMEOUT = 3600  # seconds per cell
@@ -343,7 +343,7 @@ class Outputs:
     @property
     def findings(self):
         if not hasattr(self, "_findings"):
-            from .reporting import Findings
+            from scalable_softmax.repro.reporting import Findings
             self._findings = Findings(self.profile)
         return self._findings
 
@@ -365,7 +365,7 @@ class Outputs:
         if not p.exists():
             raise FileNotFoundError(
                 f"{p}: not found; it is written by notebook {producer}. Run it first: "
-                f"python -m scalable_softmax.notebooks run {producer} --profile {base}"
+                f"python -m scalable_softmax.repro.runner run {producer} --profile {base}"
                 + (" (or make reproduce)" if base == "full" else ""))
         return p
 
@@ -375,7 +375,7 @@ def _run_producer(name: str, profile: str) -> None:
     notebook unless it fails)."""
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-m", "scalable_softmax.notebooks", "run", name,
+    proc = subprocess.run([sys.executable, "-m", "scalable_softmax.repro.runner", "run", name,
                            "--profile", profile], capture_output=True, text=True,
                           cwd=paths.ROOT)
     if proc.returncode != 0:
@@ -475,16 +475,15 @@ def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT
 
     The run's tables and figures are staged and published together with the executed
     copy when the notebook has run to its end, or not at all
-    (:mod:`scalable_softmax.publish`); the stages of killed runs are finished first.
+    (:mod:`scalable_softmax.repro.outputs`); the stages of killed runs are finished first.
     ``SIGTERM`` and ``SIGHUP`` stop the run like ``Ctrl-C``: nothing is published and
     no temporary file is left. On an error the executed copy is kept as
     ``<out>.failed.ipynb``.
     """
     import papermill as pm
 
-    from . import publish
-    from .signals import terminate_raises
-
+    from scalable_softmax.repro import outputs as publish
+    
     check_full_profile(name)
     params = effective_params(name, profile, overrides)
     check_params(name, params)
@@ -622,7 +621,7 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scalable_softmax.notebooks",
+    parser = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.runner",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=["run", "prepare", "check", "provenance"])
     parser.add_argument("names", nargs="*", default=["all"],
@@ -673,3 +672,38 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# ---------------------------------------------------------------------------
+# SIGTERM and SIGHUP as exceptions, so that finally blocks run
+# ---------------------------------------------------------------------------
+import contextlib  # noqa: E402
+import signal  # noqa: E402
+import threading  # noqa: E402
+
+
+def _handler(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def terminate_raises():
+    """While inside, ``SIGTERM`` and ``SIGHUP`` raise ``SystemExit(128 + signum)``.
+
+    Only in the main thread (elsewhere Python cannot set handlers), and only for a
+    signal whose handler is the default one: a handler someone else installed is left
+    alone. The previous handlers are restored on the way out.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
+            old[sig] = signal.signal(sig, _handler)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

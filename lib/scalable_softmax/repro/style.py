@@ -19,7 +19,7 @@ width of a README (about 1,000 pixels):
 
 Usage in a notebook::
 
-    from scalable_softmax import style
+    from scalable_softmax.repro import style
     style.use()
     fig, axes = style.panel_grid(len(datasets), ncols=3)
     for ax, d in zip(axes, datasets):
@@ -102,7 +102,7 @@ def _key(method: str) -> str:
     if low in _ALIASES:
         return _ALIASES[low]
     raise KeyError(f"style: no style for method {method!r}; add it to "
-                   f"scalable_softmax.style.METHODS (known: {', '.join(METHODS)})")
+                   f"scalable_softmax.repro.style.METHODS (known: {', '.join(METHODS)})")
 
 
 def label(method: str) -> str:
@@ -333,5 +333,5 @@ def _close(fig) -> None:
 
 def save(fig, stem: str, folder, formats=("pdf", "png")) -> list:
     """Write ``folder/stem.pdf`` and ``.png`` (150 dpi) atomically; returns the paths."""
-    from .checks import save_figure
+    from scalable_softmax.repro.outputs import save_figure
     return save_figure(fig, stem, folder, formats=formats, dpi=SAVE_DPI)

@@ -70,7 +70,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import paths
+from scalable_softmax import paths
 
 __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories_frame",
            "CODE_VERSION", "default_cache_dir", "PAPER_METHODS", "PAPER_DATASETS",
@@ -78,38 +78,8 @@ __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories
            "data_fingerprint", "run_modules", "RunCacheWarning", "PREPROCESSING",
            "dask_scheduler"]
 
-#: the six methods of the paper's experiments, in its column order
-PAPER_METHODS = ("ove", "nce", "is", "vanilla", "umax", "implicit")
-#: the paper's seven data sets (our loader names of the real data; the four
-#: XMLRepository sets fall back to their ``-surrogate``, see :func:`dataset_for`)
-PAPER_DATASETS = ("mnist", "bibtex", "delicious", "eurlex", "amazoncat", "wiki10",
-                  "wikismall")
-
-#: the paper's Table 2 (tuned initial learning rates), docs/math.md section 10
-PAPER_TABLE2 = {
-    "mnist":     dict(ove=1e1, nce=1e1, **{"is": 1e1}, vanilla=1e-2, umax=1e1, implicit=1e-1),
-    "bibtex":    dict(ove=1e2, nce=1e2, **{"is": 1e2}, vanilla=1e-2, umax=1e-1, implicit=1e1),
-    "delicious": dict(ove=1e1, nce=1e3, **{"is": 1e3}, vanilla=1e-3, umax=1e-2, implicit=1e-2),
-    "eurlex":    dict(ove=1e-1, nce=1e2, **{"is": 1e2}, vanilla=1e-3, umax=1e-1, implicit=1e1),
-    "amazoncat": dict(ove=1e1, nce=1e3, **{"is": 1e3}, vanilla=1e-5, umax=1e-2, implicit=1e-3),
-    "wiki10":    dict(ove=1e-2, nce=1e3, **{"is": 1e2}, vanilla=1e-4, umax=1e-2, implicit=1e0),
-    "wikismall": dict(ove=1e3, nce=1e3, **{"is": 1e3}, vanilla=1e-4, umax=1e-3, implicit=1e-3),
-}
-#: the paper's Table 3 (train log-loss after 50 epochs / Implicit SGD's), docs/math.md
-#: section 10; its OVE, NCE and IS columns used the defective metric (section 1)
-PAPER_TABLE3 = {
-    "mnist":     dict(ove=5.73, nce=6.05, **{"is": 5.74}, vanilla=1.43, umax=1.56, implicit=1.00),
-    "bibtex":    dict(ove=29.03, nce=28.52, **{"is": 32.71}, vanilla=15.18, umax=9.77,
-                      implicit=1.00),
-    "delicious": dict(ove=1.90, nce=1.91, **{"is": 1.89}, vanilla=1.25, umax=1.11, implicit=1.00),
-    "eurlex":    dict(ove=6.47, nce=6.39, **{"is": 6.38}, vanilla=3.59, umax=2.11, implicit=1.00),
-    "amazoncat": dict(ove=2.12, nce=2.15, **{"is": 2.12}, vanilla=1.47, umax=0.98, implicit=1.00),
-    "wiki10":    dict(ove=7.04, nce=7.13, **{"is": 6.97}, vanilla=5.99, umax=2.39, implicit=1.00),
-    "wikismall": dict(ove=1.02, nce=1.36, **{"is": 1.35}, vanilla=1.15, umax=1.03, implicit=1.00),
-}
-#: the paper's "Average" row of Table 3
-PAPER_TABLE3_AVERAGE = dict(ove=7.62, nce=7.64, **{"is": 8.17}, vanilla=4.29, umax=2.71,
-                            implicit=1.00)
+from scalable_softmax.repro.paper import (PAPER_DATASETS, PAPER_METHODS, PAPER_TABLE2,  # noqa: E402,F401
+                                         PAPER_TABLE3, PAPER_TABLE3_AVERAGE)
 
 #: the preprocessing of every run's data (``load_dataset``'s defaults, made explicit:
 #: part of every cache key)
@@ -117,7 +87,7 @@ PREPROCESSING = {"max_features": 10_000, "max_points": 100_000, "normalize": Tru
 #: numerical libraries whose version is part of :data:`CODE_VERSION`
 _LIBRARIES = ("numpy", "scipy", "numba", "llvmlite")
 _PKG = __name__.split(".")[0]
-_ROOT = Path(__file__).resolve().parent
+_ROOT = Path(__file__).resolve().parents[1]  # the package (scalable_softmax/)
 
 
 def _module_path(name: str) -> Path | None:
@@ -214,7 +184,7 @@ def _file_sha(path: Path, data_dir: Path) -> str:
     or user-pinned checksum: :class:`~scalable_softmax.data.ChecksumError` naming the
     file otherwise) once per process and again whenever the file's size, mtime, ctime
     or inode changes."""
-    from .data import registry
+    from scalable_softmax.data import registry
 
     st = path.stat()
     memo = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -239,9 +209,9 @@ def data_fingerprint(dataset: str) -> dict:
     MissingDataError, ChecksumError
         As :func:`scalable_softmax.data.load_dataset` would.
     """
-    from .data import SURROGATE_DATASETS, registry
-    from .data import cache as data_cache
-    from .data import core, surrogate
+    from scalable_softmax.data import SURROGATE_DATASETS, registry
+    from scalable_softmax.data import cache as data_cache
+    from scalable_softmax.data import core, surrogate
 
     if dataset in SURROGATE_DATASETS:
         return {"generator": f"surrogate:{surrogate.PROFILE_SIZE}:{data_cache.CODE_VERSION}",
@@ -261,7 +231,7 @@ def dataset_for(paper_name: str, prefer_real: bool = True) -> str:
     """Our loader name for one of the paper's data sets: the real files when they are in
     the data directory, else the synthetic ``-surrogate`` (for the four XMLRepository
     sets, which cannot be shipped)."""
-    from .data import SURROGATE_DATASETS, MissingDataError, load_dataset
+    from scalable_softmax.data import SURROGATE_DATASETS, MissingDataError, load_dataset
 
     if paper_name not in PAPER_DATASETS:
         raise ValueError(f"unknown paper data set {paper_name!r}; choose one of "
@@ -349,7 +319,7 @@ class RunSpec:
         if isinstance(kw.get("data_options"), dict):
             kw["data_options"] = tuple(sorted(kw["data_options"].items()))
         if kw.get("protocol") is not None:
-            from .protocols import fit_kwargs
+            from scalable_softmax.protocols import fit_kwargs
 
             pk = fit_kwargs(kw["protocol"], method)
             for nm in ("lr_decay", "u_init"):
@@ -367,7 +337,7 @@ class RunSpec:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the bad field (before any work is done)."""
-        from .methods import METHODS, get_trainer_class
+        from scalable_softmax.methods import METHODS, get_trainer_class
 
         if self.method not in METHODS:
             raise ValueError(f"RunSpec.method: unknown method {self.method!r}; choose one "
@@ -389,7 +359,7 @@ class RunSpec:
         if self.subset not in ("random", "head"):
             raise ValueError(f"RunSpec.subset must be 'random' or 'head'; got {self.subset!r}")
         if self.protocol is not None:
-            from .protocols import fit_kwargs
+            from scalable_softmax.protocols import fit_kwargs
 
             try:
                 fit_kwargs(self.protocol, self.method)
@@ -426,7 +396,7 @@ def key_inputs(spec: RunSpec) -> dict:
     arguments and :data:`CODE_VERSION`."""
     fit_args = None
     if spec.protocol is not None:
-        from .protocols import fit_kwargs
+        from scalable_softmax.protocols import fit_kwargs
 
         fit_args = fit_kwargs(spec.protocol, spec.method)
     return {"spec": spec.as_dict(), "code": CODE_VERSION,
@@ -475,7 +445,7 @@ def load_split(dataset: str, split: str, train_fraction: float = 1.0, subset_see
 @functools.lru_cache(maxsize=16)
 def _load_split(dataset, fingerprint, split, train_fraction, subset_seed, subset,
                 data_options):
-    from .data import load_dataset
+    from scalable_softmax.data import load_dataset
 
     ds = load_dataset(dataset, split, **PREPROCESSING, **dict(data_options))
     X, y = ds.X, ds.y
@@ -494,7 +464,7 @@ load_split.cache_clear = _load_split.cache_clear
 
 def _evaluate_set(X, y, W, cap, seed):
     """Final metrics of one set; None when the scores or the log-loss are not finite."""
-    from .evaluate import NonFiniteScoreError, evaluate
+    from scalable_softmax.evaluate import NonFiniteScoreError, evaluate
 
     sub = cap if (cap is not None and cap < X.shape[0]) else None
     try:
@@ -508,7 +478,7 @@ def _evaluate_set(X, y, W, cap, seed):
 
 
 def _train(spec: RunSpec) -> tuple[pd.DataFrame, dict]:
-    from .fit import fit
+    from scalable_softmax.fit import fit
 
     t0 = time.perf_counter()
     X, y, K, synthetic = load_split(spec.dataset, "train", spec.train_fraction,
@@ -516,7 +486,7 @@ def _train(spec: RunSpec) -> tuple[pd.DataFrame, dict]:
     t_loaded = time.perf_counter()
     opts = {}
     if spec.protocol is not None:
-        from .protocols import fit_kwargs
+        from scalable_softmax.protocols import fit_kwargs
 
         opts = fit_kwargs(spec.protocol, spec.method)
         opts.pop("lr_decay", None)
@@ -906,7 +876,7 @@ def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
         todo.append(i)
     from tqdm import tqdm
 
-    from .signals import terminate_raises
+    from scalable_softmax.repro.runner import terminate_raises
 
     if scheduler is not None and todo:
         engine = _dask(todo, specs, scheduler)
@@ -961,3 +931,41 @@ def histories_frame(results, evaluated_only: bool = True) -> pd.DataFrame:
                      protocol=r.spec.protocol)
         parts.append(h)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def compile_kernels(methods=("ove", "nce", "is", "vanilla", "umax", "implicit"),
+                    protocols=(None,), progress: bool = True) -> float:
+    """Compile (or load from numba's cache) the kernels of ``methods`` by fitting each
+    once, under each protocol of ``protocols`` (None: ``fit``'s defaults), on a tiny
+    random problem for one epoch with an evaluation; returns the seconds taken.
+    An entry of ``methods`` may be ``(method, options)`` with extra ``fit`` keyword
+    arguments (e.g. ``("raman", {"variant": "umax"})``). A progress bar counts the
+    fits; one line reports the total time."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    N, D, K = 48, 8, 8
+    X = sp.random(N, D, density=0.5, format="csr", random_state=0) + sp.eye(N, D, format="csr")
+    y = np.arange(N) % K
+    methods = [(m, {}) if isinstance(m, str) else (m[0], dict(m[1])) for m in methods]
+    jobs = [(m, opts, p) for p in protocols for m, opts in methods]
+    start = time.perf_counter()
+    bar = tqdm(total=len(jobs), desc="numba kernels (compiled once, then cached)",
+               disable=not progress, mininterval=0.5, leave=True)
+    try:
+        for m, opts, p in jobs:
+            kw = fit_kwargs(p, m) if p else {}
+            kw.update(opts)
+            lr = kw.pop("lr", 0.01)
+            bar.set_postfix_str(f"{m}{' / ' + p if p else ''}", refresh=False)
+            fit(X, y, m, lr, K=K, epochs=1, seed=int(rng.integers(1000)), eval_epochs=[1],
+                progress=False, **kw)
+            bar.update(1)
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - start
+    if progress:
+        print(f"numba kernels of {len(methods)} method(s) ready in {seconds:.1f} s "
+              f"(cache: {os.environ.get('NUMBA_CACHE_DIR', 'numba default')})")
+    return seconds

@@ -1,9 +1,9 @@
 """Publish all of a notebook run's outputs together, or none of them.
 
-``python -m scalable_softmax.notebooks run NAME`` executes a notebook inside a
+``python -m scalable_softmax.repro.runner run NAME`` executes a notebook inside a
 :class:`Stage`: a private folder ``build/tmp/<NAME>.<pid>.<random>/`` whose path is
 given to the kernel in the environment variable :data:`ENV`. While it is set,
-:func:`scalable_softmax.checks.write_table` and :func:`~scalable_softmax.checks.save_figure`
+:func:`scalable_softmax.repro.outputs.write_table` and :func:`~scalable_softmax.repro.outputs.save_figure`
 write into the stage (mirroring the destination's absolute path under ``files/``)
 instead of ``tables/`` and ``figures/``, and return the staged paths (so a notebook can
 read back what it wrote). When the notebook has run to its end, :meth:`Stage.commit`
@@ -31,10 +31,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import paths
-from ._atomic import atomic_open
+from scalable_softmax import paths
+import math
 
-__all__ = ["ENV", "Stage", "staged_path", "recover", "stage_root"]
+import numpy as np
+import pandas as pd
+
+from scalable_softmax._atomic import atomic_open, atomic_path
+
+__all__ = ["ENV", "Stage", "staged_path", "recover", "stage_root", "format_number",
+           "to_markdown", "write_text", "write_table", "save_figure"]
 
 #: environment variable holding the folder of the stage in use (unset: no staging)
 ENV = "SOFTMAX_STAGE_DIR"
@@ -201,3 +207,94 @@ def recover(root: Path | None = None) -> list[str]:
             if fh is not None:
                 fh.close()
     return done
+
+
+# ---------------------------------------------------------------------------
+# tables and figures
+# ---------------------------------------------------------------------------
+
+def format_number(v) -> str:
+    """A float as a table shows it: 4 significant digits, scientific outside [1e-3, 1e4)."""
+    v = float(v)
+    if not math.isfinite(v):
+        return str(v)
+    if v == 0.0:
+        return "0"
+    if 1e-3 <= abs(v) < 1e4:
+        return f"{v:.4g}"
+    return f"{v:.3e}"
+
+
+def to_markdown(df: pd.DataFrame, columns=None) -> str:
+    """A GitHub-flavoured markdown table of ``df`` (``|`` in cells escaped)."""
+    cols = list(columns) if columns is not None else list(df.columns)
+
+    def cell(v):
+        if isinstance(v, (bool, np.bool_)):
+            return "yes" if v else "**no**"
+        if isinstance(v, float):
+            return format_number(v)
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for _, r in df[cols].iterrows():
+        lines.append("| " + " | ".join(cell(r[c]) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file, then a rename)."""
+    with atomic_open(path, "w") as fh:
+        fh.write(text)
+
+
+def write_table(df: pd.DataFrame, stem: str, folder, title: str | None = None,
+                md_columns=None, preamble: str = "") -> tuple[Path, Path]:
+    """Write ``folder/stem.csv`` (all columns) and ``folder/stem.md`` atomically.
+
+    Inside a notebook run (``python -m scalable_softmax.repro.runner run``) the files go to
+    the run's stage and are published with the run's other outputs when it ends
+    (:mod:`scalable_softmax.repro.outputs`); the returned paths are the staged ones.
+
+    Parameters
+    ----------
+    df : the table
+    stem : file name without extension
+    folder : str or Path (e.g. :data:`scalable_softmax.paths.TABLES`)
+    title : optional heading of the markdown file
+    md_columns : columns shown in the markdown table (default: all)
+    preamble : optional paragraph between the heading and the table (provenance)
+
+    Returns
+    -------
+    (csv_path, md_path)
+    """
+    folder = Path(folder)
+    csv = staged_path(folder / f"{stem}.csv")
+    md = staged_path(folder / f"{stem}.md")
+    write_text(csv, df.to_csv(index=False))
+    head = (f"# {title}\n\n" if title else "") + (f"{preamble.strip()}\n\n" if preamble else "")
+    notes = ""
+    if "note" in df.columns:
+        noted = df[df["note"].astype(str) != ""]
+        if len(noted):
+            notes = "\nNotes:\n\n" + "".join(f"- **{r['check']}**: {r['note']}\n"
+                                             for _, r in noted.iterrows())
+    write_text(md, head + to_markdown(df, md_columns) + notes)
+    return csv, md
+
+
+def save_figure(fig, stem: str, folder, formats=("pdf", "png"), dpi=150) -> list[Path]:
+    """Save ``fig`` as ``folder/stem.<fmt>`` for each format, atomically.
+
+    Inside a notebook run (``python -m scalable_softmax.repro.runner run``) the files go to
+    the run's stage and are published with the run's other outputs when it ends
+    (:mod:`scalable_softmax.repro.outputs`); the returned paths are the staged ones."""
+    out = []
+    for fmt in formats:
+        path = staged_path(Path(folder) / f"{stem}.{fmt}")
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight",
+                        metadata={"CreationDate": None} if fmt == "pdf" else None)
+        out.append(path)
+    return out

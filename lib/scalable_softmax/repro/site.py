@@ -1,6 +1,6 @@
 """The project's static HTML site: the README, the math notes and the executed notebooks.
 
-``make site`` runs ``python -m scalable_softmax.site build``:
+``make site`` runs ``python -m scalable_softmax.repro.site build``:
 
 1. **stage** into ``build/site-src`` (mirroring the repository's layout, so the relative
    links of the README and the notes work unchanged): ``README.md`` as the front page
@@ -17,7 +17,7 @@
 3. **check** every internal link, anchor and image of the HTML (:func:`check_links`);
    the build fails if one is broken.
 
-``python -m scalable_softmax.site screenshots`` (``make site-check``) opens pages in
+``python -m scalable_softmax.repro.site screenshots`` (``make site-check``) opens pages in
 headless Chromium and saves PNG screenshots under ``build/site-screenshots/``.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import paths
+from scalable_softmax import paths
 
 __all__ = ["stage", "build", "check_links", "screenshots", "LinkProblem", "SITE",
            "SITE_SRC", "SCREENSHOTS"]
@@ -394,7 +394,7 @@ def _blank(png: Path) -> bool:
 # ---------------------------------------------------------------------------
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scalable_softmax.site",
+    ap = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.site",
                                  description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="stage, build and check the site")

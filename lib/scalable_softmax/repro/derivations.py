@@ -24,7 +24,6 @@ Helpers with logic of their own, each tested in ``tests/test_checks.py``:
   bracket of the root in ``u`` and the cost of bisecting it;
 * :func:`implicit_step_sweep` -- step sizes of the implicit and vanilla steps against
   ``delta - u`` (Proposition 2 and the figure);
-* :func:`to_markdown`, :func:`write_table`, :func:`save_figure` -- atomic outputs.
 """
 from __future__ import annotations
 
@@ -39,13 +38,11 @@ import scipy.sparse as sp
 from scipy.special import expit, log_expit, logsumexp
 
 from scalable_softmax import objectives as ob
-from scalable_softmax._atomic import atomic_open, atomic_path
-from scalable_softmax._atomic import file_mode as _file_mode  # noqa: F401 (tests)
+from scalable_softmax.repro.outputs import format_number as _fmt
 
 __all__ = [
     "CheckResult", "Problem", "SUMMARY_COLUMNS", "random_problem", "random_problems",
     "summary_table",
-    "to_markdown", "write_table", "save_figure",
     # helpers
     "ridge_mle", "double_sum_hessian", "f_hat", "f_hat_grad", "direct_implicit_step",
     "appendix_f1_bracket", "bisection_evaluations", "prop2_bound", "implicit_step_sweep",
@@ -111,17 +108,6 @@ class CheckResult:
                 f"paper {self.paper}, ours {_fmt(self.value)} over {self.instances} "
                 f"instances -> {'holds' if self.holds else 'DOES NOT HOLD'}"
                 + (f"\n  note: {self.note}" if self.note else ""))
-
-
-def _fmt(v) -> str:
-    v = float(v)
-    if not math.isfinite(v):
-        return str(v)
-    if v == 0.0:
-        return "0"
-    if 1e-3 <= abs(v) < 1e4:
-        return f"{v:.4g}"
-    return f"{v:.3e}"
 
 
 @dataclass
@@ -211,84 +197,6 @@ def summary_table(results) -> pd.DataFrame:
     """One row per check: ``check, source, claim, quantity, paper, ours, holds,
     instances`` plus ``value`` (ours as a float) and ``note``."""
     return pd.DataFrame([r.row() for r in results])
-
-
-def to_markdown(df: pd.DataFrame, columns=None) -> str:
-    """A GitHub-flavoured markdown table of ``df`` (``|`` in cells escaped)."""
-    cols = list(columns) if columns is not None else list(df.columns)
-
-    def cell(v):
-        if isinstance(v, (bool, np.bool_)):
-            return "yes" if v else "**no**"
-        if isinstance(v, float):
-            return _fmt(v)
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for _, r in df[cols].iterrows():
-        lines.append("| " + " | ".join(cell(r[c]) for c in cols) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    with atomic_open(path, "w") as fh:
-        fh.write(text)
-
-
-def write_table(df: pd.DataFrame, stem: str, folder, title: str | None = None,
-                md_columns=None, preamble: str = "") -> tuple[Path, Path]:
-    """Write ``folder/stem.csv`` (all columns) and ``folder/stem.md`` atomically.
-
-    Inside a notebook run (``python -m scalable_softmax.notebooks run``) the files go to
-    the run's stage and are published with the run's other outputs when it ends
-    (:mod:`scalable_softmax.publish`); the returned paths are the staged ones.
-
-    Parameters
-    ----------
-    df : the table
-    stem : file name without extension
-    folder : str or Path (e.g. :data:`scalable_softmax.paths.TABLES`)
-    title : optional heading of the markdown file
-    md_columns : columns shown in the markdown table (default: all)
-    preamble : optional paragraph between the heading and the table (provenance)
-
-    Returns
-    -------
-    (csv_path, md_path)
-    """
-    from .publish import staged_path
-
-    folder = Path(folder)
-    csv = staged_path(folder / f"{stem}.csv")
-    md = staged_path(folder / f"{stem}.md")
-    _atomic_write_text(csv, df.to_csv(index=False))
-    head = (f"# {title}\n\n" if title else "") + (f"{preamble.strip()}\n\n" if preamble else "")
-    notes = ""
-    if "note" in df.columns:
-        noted = df[df["note"].astype(str) != ""]
-        if len(noted):
-            notes = "\nNotes:\n\n" + "".join(f"- **{r['check']}**: {r['note']}\n"
-                                             for _, r in noted.iterrows())
-    _atomic_write_text(md, head + to_markdown(df, md_columns) + notes)
-    return csv, md
-
-
-def save_figure(fig, stem: str, folder, formats=("pdf", "png"), dpi=150) -> list[Path]:
-    """Save ``fig`` as ``folder/stem.<fmt>`` for each format, atomically.
-
-    Inside a notebook run (``python -m scalable_softmax.notebooks run``) the files go to
-    the run's stage and are published with the run's other outputs when it ends
-    (:mod:`scalable_softmax.publish`); the returned paths are the staged ones."""
-    from .publish import staged_path
-
-    out = []
-    for fmt in formats:
-        path = staged_path(Path(folder) / f"{stem}.{fmt}")
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight",
-                        metadata={"CreationDate": None} if fmt == "pdf" else None)
-        out.append(path)
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -1333,7 +1241,7 @@ def plot_implicit_step(sweep: pd.DataFrame, K=None, etas=None, z_min_linear=-100
     Right: linear scale, implicit steps only, with Appendix F.2's bound (dotted,
     :func:`prop2_bound` / ``(2||x||)``). Both panels start at ``z_min_linear`` (below
     it both steps are negligible). Drawn in the collection's style
-    (:mod:`scalable_softmax.style`; call ``style.use()`` first), one legend below.
+    (:mod:`scalable_softmax.repro.style`; call ``style.use()`` first), one legend below.
 
     Parameters
     ----------
@@ -1348,7 +1256,7 @@ def plot_implicit_step(sweep: pd.DataFrame, K=None, etas=None, z_min_linear=-100
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    from . import style
+    from scalable_softmax.repro import style
     K = int(sweep.K.iloc[0]) if K is None else int(K)
     df = sweep[sweep.K == K]
     if etas is not None:

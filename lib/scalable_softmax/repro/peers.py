@@ -38,7 +38,7 @@ Methods (:data:`METHODS`), every one with 2 threads where it can use them:
   schedule as ours, ``lr * 0.9**(epoch - 1)``, at most ``max_epochs`` epochs.
 
 Isolation and memory: :func:`run_isolated` runs jobs in a child process (``python -m
-scalable_softmax.peers child ...``) with ``RLIMIT_AS`` set to ``memory_cap_gb`` (an
+scalable_softmax.repro.peers child ...``) with ``RLIMIT_AS`` set to ``memory_cap_gb`` (an
 allocation beyond it fails at once with ``MemoryError``, reported with its message),
 the thread variables set to ``threads``, and a hard wall-clock limit (the child is
 killed, its points so far kept). The peak memory is the child's maximum resident set
@@ -63,7 +63,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._atomic import atomic_open
+from scalable_softmax._atomic import atomic_open
 
 __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_job",
            "run_jobs", "run_isolated", "time_to_quality", "available", "split_for_tuning",
@@ -221,7 +221,7 @@ class _Recorder:
 
     def record(self, W, **info):
         """Evaluate ``W`` (K x D; None: a diverged point, log-loss inf) on every set."""
-        from .evaluate import evaluate
+        from scalable_softmax.evaluate import evaluate
 
         running = self._t is not None
         self.stop()
@@ -270,7 +270,7 @@ def _load(data):
         Xt = sp.csr_matrix((z["t_data"], z["t_indices"], z["t_indptr"]),
                            shape=tuple(z["t_shape"]))
         return X, z["y"].astype(np.int64), Xt, z["t_y"].astype(np.int64), int(z["K"])
-    from .data import load_dataset
+    from scalable_softmax.data import load_dataset
 
     tr, te = load_dataset(data, "train"), load_dataset(data, "test")
     return tr.X, tr.y, te.X, te.y, int(tr.K)
@@ -305,17 +305,17 @@ _PROBLEM_CACHE: dict = {}
 
 
 def _make_problem(job: Job):
-    from .fit import _as_csr
+    from scalable_softmax.fit import as_csr
 
     X, y, Xt, yt, K = _load(job.data)
-    X = _as_csr(X, "X")
+    X = as_csr(X, "X")
     if job.split == "tune":
         fit_rows, out_rows = split_for_tuning(X.shape[0], job.holdout, job.seed)
         sets = {"val": _subsample(X[out_rows], y[out_rows], job.eval_rows, job.seed)}
         X, y = X[fit_rows], y[fit_rows]
     else:
         sets = {"train": _subsample(X, y, job.eval_rows, job.seed),
-                "test": _subsample(_as_csr(Xt, "Xt"), yt, job.eval_rows, job.seed)}
+                "test": _subsample(as_csr(Xt, "Xt"), yt, job.eval_rows, job.seed)}
     return X, np.asarray(y, dtype=np.int64), K, sets
 
 
@@ -324,9 +324,9 @@ def _make_problem(job: Job):
 # ---------------------------------------------------------------------------
 
 def _run_ours(job, X, y, K, rec):
-    from .fit import _make_order
-    from .methods import get_trainer_class
-    from .protocols import fit_kwargs
+    from scalable_softmax.fit import make_order
+    from scalable_softmax.methods import get_trainer_class
+    from scalable_softmax.protocols import fit_kwargs
 
     kw = fit_kwargs(_OUR_PROTOCOL, job.method)
     order, u_init, decay = kw.pop("order"), kw.pop("u_init"), kw.pop("lr_decay")
@@ -343,7 +343,7 @@ def _run_ours(job, X, y, K, rec):
     status, reason = "completed", f"{job.max_epochs} epochs"
     for e in range(1, job.max_epochs + 1):
         rec.start()
-        idx = _make_order(rng, N, order)
+        idx = make_order(rng, N, order)
         rep = tr.run_epoch(idx, job.lr * decay ** (e - 1), int(rng.integers(0, 2 ** 63 - 1)))
         rec.stop()
         if rep.diverged_at is not None and rep.diverged_at >= 0 or \
@@ -368,7 +368,7 @@ class _CapReached(Exception):
 def _run_exact(job, X, y, K, rec):
     import scipy.optimize
 
-    from .methods.full import ExactTrainer
+    from scalable_softmax.methods.full import ExactTrainer
 
     opts = dict(gtol=1e-8, memory=10)
     opts.update(job.options)
@@ -791,11 +791,11 @@ def run_isolated(jobs, *, memory_cap_gb: float = 8.0, wall_seconds: float = 600.
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                 "NUMBA_NUM_THREADS"):
         env[var] = str(threads)
-    lib = str(Path(__file__).resolve().parents[1])
+    lib = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = lib + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "scalable_softmax.peers", "child",
+        proc = subprocess.Popen([sys.executable, "-m", "scalable_softmax.repro.peers", "child",
                                  jobs_path, str(out_path)], stdout=log,
                                 stderr=subprocess.STDOUT, env=env)
         killed = False
@@ -1057,8 +1057,8 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 3 and argv[0] == "child":
         return _child(argv[1], argv[2])
-    print("usage: python -m scalable_softmax.peers child JOBS.json OUT.json "
-          "(used by scalable_softmax.peers.run_isolated)", file=sys.stderr)
+    print("usage: python -m scalable_softmax.repro.peers child JOBS.json OUT.json "
+          "(used by scalable_softmax.repro.peers.run_isolated)", file=sys.stderr)
     return 2
 
 

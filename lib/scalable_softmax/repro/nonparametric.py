@@ -118,7 +118,7 @@ def ove_sgd(y, K, batch=100, samples=10, lr0=None, decay=0.9, iterations=200_000
     if target is not None:
         errors.append(np.abs(softmax(f) - target).sum())
     done, epoch = 0, 0
-    from .progress import tqdm
+    from scalable_softmax.progress import tqdm
     bar = tqdm(total=iterations, desc="doubly stochastic OVE", unit="it", unit_scale=True,
                disable=not progress, leave=False)
     while done < iterations:

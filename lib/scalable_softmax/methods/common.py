@@ -1,0 +1,89 @@
+"""Helpers shared by the kernels of several methods: the splitmix64 random stream,
+sparse-row dot products and updates, and pre-touched weight arrays.
+
+They live here, not in one method's module, so that every method imports them by their
+public names (``sgd``, ``sampled`` and ``full`` all use them).
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from scalable_softmax._jit import JIT
+
+__all__ = ["rand_below", "seed_state", "dot", "axpy_check", "touched_zeros"]
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_TWO_M53 = 2.0 ** -53
+
+
+@numba.njit(**JIT)
+def _rng_next(state):
+    """One splitmix64 step: ``(new_state, 64 random bits)``."""
+    state = state + _GOLDEN
+    z = state
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return state, z ^ (z >> np.uint64(31))
+
+
+@numba.njit(**JIT)
+def rand_below(state, n):
+    """``(new_state, r)`` with ``r`` uniform on ``0..n-1`` (``n >= 1``)."""
+    state, z = _rng_next(state)
+    r = np.int64((z >> np.uint64(11)) * _TWO_M53 * n)
+    if r >= n:
+        r = n - 1
+    return state, r
+
+
+@numba.njit(**JIT)
+def seed_state(seed):
+    """The generator state of an integer seed (one splitmix64 step from it)."""
+    state = np.uint64(seed)
+    state, z = _rng_next(state)
+    return z
+
+
+@numba.njit(**JIT)
+def dot(indices, data, p0, p1, row):
+    """``sum_p data[p] * row[indices[p]]`` with four partial sums (shorter
+    dependency chains; every kernel uses this one summation order: exact softmax SGD
+    calls this function, the sampled kernels of :mod:`.sampled` :func:`_dot1`, :func:`_dot2`, :func:`_dot3`)."""
+    a0 = 0.0
+    a1 = 0.0
+    a2 = 0.0
+    a3 = 0.0
+    p = p0
+    while p + 4 <= p1:
+        a0 += data[p] * row[indices[p]]
+        a1 += data[p + 1] * row[indices[p + 1]]
+        a2 += data[p + 2] * row[indices[p + 2]]
+        a3 += data[p + 3] * row[indices[p + 3]]
+        p += 4
+    while p < p1:
+        a0 += data[p] * row[indices[p]]
+        p += 1
+    return (a0 + a1) + (a2 + a3)
+
+
+@numba.njit(**JIT)
+def axpy_check(indices, data, p0, p1, row, a):
+    """``row[indices[p]] -= a * data[p]``; returns 1 if a written value is not finite."""
+    bad = 0
+    for p in range(p0, p1):
+        f = indices[p]
+        v = row[f] - a * data[p]
+        row[f] = v
+        if not abs(v) < np.inf:
+            bad = 1
+    return bad
+
+
+def touched_zeros(K, D):
+    """A ``K x D`` float64 zero array whose every page has been written."""
+    W = np.empty((K, D), dtype=np.float64)
+    W.fill(0.0)
+    return W
