@@ -2,6 +2,7 @@
 divergence handling and convergence of vanilla SGD and U-max to the ridge optimum."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -11,7 +12,8 @@ import scipy.optimize as so
 import scipy.sparse as sp
 
 from scalable_softmax import objectives as ob
-from scalable_softmax.fit import FitResult, default_eval_epochs, fit
+from scalable_softmax.fit import (DivergenceWarning, FitResult, assemble_history,
+                                  default_eval_epochs, fit, run_epochs)
 from scalable_softmax.methods import METHODS
 
 
@@ -193,8 +195,10 @@ def test_vanilla_diverges_and_returns_normally_umax_does_not():
     rng = np.random.default_rng(3)
     X = rng.standard_normal((60, 6)) * 3.0
     y = rng.integers(0, 10, 60)
-    res = fit(X, y, "vanilla", lr=10.0, epochs=5, progress=False, K=10)
+    with pytest.warns(DivergenceWarning, match=r"diverged at epoch 1, step \d+.*smaller lr"):
+        res = fit(X, y, "vanilla", lr=10.0, epochs=5, progress=False, K=10)
     assert res.diverged and res.diverged_at[0] == 1 and res.diverged_at[1] >= 0
+    assert res.diverged_reason == "a training step produced a non-finite value"
     h = res.history
     assert h.diverged.iloc[-1] and not h.diverged.iloc[:-1].any()
     assert h.train_log_loss.iloc[-1] == math.inf and math.isnan(h.train_error.iloc[-1])
@@ -249,3 +253,108 @@ def test_fit_timings_split_the_call():
     assert t["eval"] > 0            # four evaluations were made
     no_eval = fit(X, y, "umax", lr=0.1, epochs=2, progress=False, eval_epochs=[])
     assert no_eval.timings["eval"] == 0.0
+
+
+# ---------------------------------------------------------------------------
+# divergence is reported, and the driver's parts
+# ---------------------------------------------------------------------------
+
+def _diverging():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((300, 5)), rng.integers(0, 4, 300)
+
+
+def test_divergence_warns_names_the_epoch_and_what_to_do(tmp_path):
+    X, y = _diverging()
+    with pytest.warns(DivergenceWarning) as rec:
+        res = fit(X, y, "vanilla", lr=100, epochs=5, progress=False)
+    assert len(rec) == 1 and issubclass(DivergenceWarning, UserWarning)
+    msg = str(rec[0].message)
+    assert f"epoch {res.diverged_at[0]}" in msg and "lr=100" in msg
+    assert "non-finite" in msg and "smaller lr" in msg
+    assert res.diverged and res.diverged_reason
+    # stored and read back; a file written before the reason was recorded loads as None
+    back = FitResult.load(res.save(tmp_path / "div.npz"))
+    assert back.diverged_at == res.diverged_at
+    assert back.diverged_reason == res.diverged_reason
+    import json
+    with np.load(tmp_path / "div.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["meta"][()]))
+    del meta["diverged_reason"]
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez_compressed(tmp_path / "old.npz", **arrays)
+    old = FitResult.load(tmp_path / "old.npz")
+    assert old.diverged and old.diverged_reason is None
+
+
+def test_divergence_found_by_an_evaluation_names_the_set(monkeypatch):
+    """Finite weights whose log-loss is not finite: the reason names the set."""
+    import scalable_softmax.evaluate as ev_mod
+
+    X, y = _diverging()
+    real = ev_mod.evaluate
+
+    def inf_on_epoch_2(Xe, ye, W, **kw):
+        out = real(Xe, ye, W, **kw)
+        calls.append(1)
+        if len(calls) == 3:                    # epochs 0, 1, then 2
+            return dataclasses.replace(out, log_loss=math.inf)
+        return out
+
+    calls = []
+    monkeypatch.setattr(ev_mod, "evaluate", inf_on_epoch_2)
+    with pytest.warns(DivergenceWarning, match="epoch 2: the log-loss on the 'train' set"):
+        res = fit(X, y, "umax", lr=0.1, epochs=4, progress=False, eval_epochs=[0, 1, 2, 4])
+    assert res.diverged_at == (2, -1) and len(res.history) == 3
+
+
+def test_a_run_that_does_not_diverge_does_not_warn():
+    X, y = _diverging()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DivergenceWarning)
+        res = fit(X, y, "umax", lr=0.1, epochs=3, progress=False)
+    assert not res.diverged and res.diverged_reason is None
+
+
+def test_run_epochs_and_assemble_history_give_fits_history():
+    """The epoch loop and the history assembly, called on their own, give ``fit``'s
+    history and weights bit for bit."""
+    from scalable_softmax.fit import _Monitor
+    from scalable_softmax.methods import get_trainer_class
+
+    X, y, K = _learnable(N=120, D=5, K=4, seed=4, dense=False)
+    res = fit(X, y, "umax", lr=0.2, epochs=4, seed=7, progress=False, K=K,
+              eval_epochs=[0, 2, 4])
+    Xc = sp.csr_matrix(X, dtype=np.float64)
+    trainer = get_trainer_class("umax")(Xc, y, K, mu=0.0, batch_size=None, n_sampled=None)
+    trainer.init_params("zero")
+    trainer.warmup()
+    sets = {"train": (Xc, y)}
+    rows, extras, diverged_at, reason = run_epochs(
+        trainer, _Monitor(sets, None, 7), n_rows=120, epochs=4, lr=0.2, lr_decay=0.9,
+        order="shuffle", seed=7, eval_epochs=[0, 2, 4])
+    assert diverged_at is None and reason is None and len(extras) == 4
+    h = assemble_history(rows, sets)
+    pd.testing.assert_frame_equal(h.drop(columns="seconds"),
+                                  res.history.drop(columns="seconds"), check_exact=True)
+    np.testing.assert_array_equal(trainer.weights(), res.W)
+    assert list(h.columns[:6]) == ["epoch", "steps", "seconds", "lr", "evaluated",
+                                   "diverged"]
+    assert h.epoch.dtype == np.int64 and h.diverged.dtype == bool
+
+
+def test_assemble_history_marks_a_diverged_row():
+    from scalable_softmax.fit import diverged_metrics, empty_metrics
+
+    rows = [dict(epoch=0, steps=0, seconds=0.0, lr=math.nan, evaluated=False,
+                 diverged=False, **empty_metrics(["a", "b"])),
+            dict(epoch=1, steps=3, seconds=0.1, lr=0.5, evaluated=False, diverged=True,
+                 **diverged_metrics(["a", "b"]))]
+    h = assemble_history(rows, ["a", "b"])
+    assert list(h.columns[6:]) == ["a_log_loss", "a_error", "a_defective",
+                                   "b_log_loss", "b_error", "b_defective"]
+    assert h.a_log_loss.iloc[1] == math.inf and math.isnan(h.b_error.iloc[1])
+    assert h.diverged.tolist() == [False, True] and h.steps.dtype == np.int64

@@ -18,8 +18,13 @@ Divergence: when a trainer reports a non-finite step, or ``u`` (checked every ep
 or ``W`` (checked at evaluation epochs and at the end) holds a non-finite value, or an
 evaluation gives a non-finite score or log-loss (finite but huge weights), the run
 stops, the last history row gets ``diverged = True`` and ``log_loss = inf``
-(error and defective ``NaN``) for every set, ``FitResult.diverged_at`` records where,
-and ``fit`` returns normally so that a sweep goes on.
+(error and defective ``NaN``) for every set, ``FitResult.diverged_at`` records where
+and ``FitResult.diverged_reason`` on what, and ``fit`` issues a
+:class:`DivergenceWarning` and returns normally so that a sweep goes on.
+
+The driver's parts: ``_prepare`` (validation, the intercept column, the trainer),
+:func:`run_epochs` (the epoch loop, with the monitoring evaluations of ``_Monitor``)
+and :func:`assemble_history` (the history table).
 
 Using a trained model: :meth:`FitResult.predict`, :meth:`FitResult.predict_proba` and
 :meth:`FitResult.decision_function` score new data; :meth:`FitResult.save` and
@@ -34,6 +39,7 @@ import json
 import math
 import numbers
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,8 +51,8 @@ from scalable_softmax._version import __version__
 from scalable_softmax._atomic import atomic_open
 from scalable_softmax.methods import get_trainer_class
 
-__all__ = ["fit", "FitResult", "ORDERS", "default_eval_epochs", "FORMAT_NAME",
-           "FORMAT_VERSION"]
+__all__ = ["fit", "FitResult", "DivergenceWarning", "ORDERS", "default_eval_epochs",
+           "run_epochs", "assemble_history", "FORMAT_NAME", "FORMAT_VERSION"]
 
 #: what :meth:`FitResult.save` writes in its JSON record (checked by :meth:`FitResult.load`)
 FORMAT_NAME = "scalable_softmax.FitResult"
@@ -76,6 +82,9 @@ class FitResult:
     diverged_at : None, or ``(epoch, step)``: the (1-based) epoch and the 0-based step
         within it where training stopped on a non-finite value (``step = -1`` when
         the non-finite value was found by the end-of-epoch checks).
+    diverged_reason : None, or a sentence saying what was not finite (e.g. "a non-finite
+        update at step 3", "the log-loss on the 'train' set is inf"); None in files saved
+        before it was recorded.
     method : str
     params : dict, the call's arguments (arrays replaced by their shapes), with ``K``,
         ``N``, ``D`` and the resolved ``eval_epochs``.
@@ -104,6 +113,7 @@ class FitResult:
     timings: dict = field(default_factory=dict)
     intercept: np.ndarray | None = None
     library_version: str = __version__
+    diverged_reason: str | None = None
 
     @property
     def diverged(self) -> bool:
@@ -199,8 +209,8 @@ class FitResult:
         The archive holds ``W``, ``u`` and ``intercept`` (when present), the numeric
         columns of ``history`` and ``extra`` as arrays, and ``meta``: a JSON record with
         the format name and version, the library version that trained and the one that
-        saved the model, the method, ``params``, ``diverged_at`` and any non-numeric
-        ``extra`` columns. Read it back with :meth:`FitResult.load`; no pickling is
+        saved the model, the method, ``params``, ``diverged_at``, ``diverged_reason``
+        and any non-numeric ``extra`` columns. Read it back with :meth:`FitResult.load`; no pickling is
         involved, so loading a file cannot run code.
 
         Returns
@@ -235,6 +245,7 @@ class FitResult:
             "library_version": self.library_version, "saved_by_version": __version__,
             "method": self.method, "params": _jsonable(self.params),
             "diverged_at": None if self.diverged_at is None else list(self.diverged_at),
+            "diverged_reason": self.diverged_reason,
             "K": self.n_classes, "D": self.n_features, "frames": frames,
         }
         arrays["meta"] = np.array(json.dumps(meta))
@@ -330,7 +341,8 @@ class FitResult:
                        diverged_at=None if div is None else tuple(int(v) for v in div),
                        method=str(meta["method"]), params=dict(meta["params"]),
                        extra=frames["extra"], intercept=intercept,
-                       library_version=str(meta["library_version"]))
+                       library_version=str(meta["library_version"]),
+                       diverged_reason=meta.get("diverged_reason"))
         except (KeyError, TypeError) as exc:
             raise bad(f"the record lacks or garbles {exc}") from None
 
@@ -593,6 +605,11 @@ def _warm_start(trainer, W0):
 # the driver
 # ---------------------------------------------------------------------------
 
+class DivergenceWarning(UserWarning):
+    """:func:`fit` stopped a run on a non-finite (or overflowing) value; the result is
+    returned (``FitResult.diverged`` is True) so that a sweep goes on."""
+
+
 def _all_finite(A, chunk_rows=1024):
     """``np.isfinite(A).all()`` without a full-size temporary."""
     if A is None:
@@ -604,6 +621,7 @@ def _all_finite(A, chunk_rows=1024):
 
 
 def make_order(rng, N, order):
+    """The datapoint order of one epoch (:data:`ORDERS`), drawn from ``rng``."""
     if order == "shuffle":
         return rng.permutation(N).astype(np.int64)
     if order == "uniform":
@@ -611,61 +629,263 @@ def make_order(rng, N, order):
     return np.arange(N, dtype=np.int64)
 
 
+def metric_columns(set_names) -> list[str]:
+    """``<set>_log_loss``, ``<set>_error``, ``<set>_defective`` for every set."""
+    return [f"{name}_{mt}" for name in set_names for mt in _METRICS]
+
+
+def empty_metrics(set_names) -> dict:
+    """The metrics of an epoch that was not evaluated: NaN everywhere."""
+    return {c: math.nan for c in metric_columns(set_names)}
+
+
+def diverged_metrics(set_names) -> dict:
+    """The metrics of the epoch where a run diverged: log-loss inf, error and defective
+    NaN for every set."""
+    return {c: (math.inf if c.endswith("_log_loss") else math.nan)
+            for c in metric_columns(set_names)}
+
+
+class _Monitor:
+    """The monitoring evaluations of a run: the evaluation sets, the subsample size and
+    seed, and the seconds spent (``seconds``)."""
+
+    def __init__(self, sets, eval_rows, seed):
+        self.sets, self.eval_rows, self.seed = sets, eval_rows, seed
+        self.seconds = 0.0
+        self.reason = None
+
+    def evaluate(self, W):
+        """The metrics row of weights ``W``, or None when the run has diverged: ``W`` is
+        not finite, or a score or a log-loss is not finite (finite but huge weights);
+        :attr:`reason` then says which."""
+        from scalable_softmax.evaluate import NonFiniteScoreError, evaluate
+
+        if not _all_finite(W):
+            self.reason = "the weights W hold a non-finite value"
+            return None
+        t_eval = time.perf_counter()
+        row = {}
+        for name, (Xe, ye) in self.sets.items():
+            rows = self.eval_rows
+            sub = rows if (rows is not None and rows < Xe.shape[0]) else None
+            try:
+                res = evaluate(Xe, ye, W, subsample=sub, seed=self.seed)
+            except NonFiniteScoreError:
+                self.reason = f"the scores on the {name!r} set overflow (huge weights)"
+                return None
+            if not math.isfinite(res.log_loss):
+                self.reason = f"the log-loss on the {name!r} set is {res.log_loss}"
+                return None
+            row[f"{name}_log_loss"] = float(res.log_loss)
+            row[f"{name}_error"] = float(res.error)
+            row[f"{name}_defective"] = float(res.defective)
+        self.seconds += time.perf_counter() - t_eval
+        return row
+
+
+def _epoch_divergence(rep, trainer):
+    """``(step, reason)`` when epoch report ``rep`` or the trainer's ``u`` shows a
+    non-finite value (``step = -1``: found after the epoch), else ``(None, None)``."""
+    if rep.diverged_at is not None and rep.diverged_at >= 0:
+        return int(rep.diverged_at), "a training step produced a non-finite value"
+    if not _all_finite(trainer.u):
+        return -1, "u holds a non-finite value"
+    return None, None
+
+
+def run_epochs(trainer, monitor, *, n_rows, epochs, lr, lr_decay, order, seed, eval_epochs,
+               progress=False, desc="fit", on_epoch=None):
+    """Train ``trainer`` for up to ``epochs`` epochs and monitor it.
+
+    One ``numpy.random.default_rng(seed)`` draws, epoch after epoch, the data order
+    (``order``) and then the kernel seed; epoch ``e`` runs at ``lr * lr_decay**(e-1)``
+    (NaN when ``lr`` is None). ``monitor`` (a :class:`_Monitor`) evaluates the epochs of
+    ``eval_epochs`` (0 = the initial point); ``W`` is also checked at the last epoch.
+    The loop stops at the first divergence. ``n_rows``: the datapoints ``N``.
+    ``on_epoch``: None or a callable ``on_epoch(e)`` called after each epoch (it may
+    raise to stop training, e.g. a cancelled sweep's run).
+
+    Returns
+    -------
+    ``(rows, extras, diverged_at, reason)``: one history row per completed epoch
+    (epoch 0 first), one dict of the method's counters per epoch run, ``(epoch, step)``
+    or None, and a sentence saying what was not finite (or None).
+    """
+    names = list(monitor.sets)
+    ev = set(eval_epochs)
+    rows, extras = [], []
+    steps, seconds, diverged_at, reason = 0, 0.0, None, None
+    row0 = dict(epoch=0, steps=0, seconds=0.0, lr=math.nan, evaluated=False, diverged=False)
+    m0 = monitor.evaluate(trainer.weights()) if 0 in ev else empty_metrics(names)
+    if m0 is None:               # cannot happen with a sane init_params
+        row0.update(diverged_metrics(names), diverged=True)
+        diverged_at, reason = (0, -1), monitor.reason
+    else:
+        row0.update(m0, evaluated=0 in ev)
+    rows.append(row0)
+    rng = np.random.default_rng(seed)
+
+    from scalable_softmax.progress import tqdm
+    bar = tqdm(total=epochs, desc=desc, disable=not progress, leave=False,
+               mininterval=1.0, dynamic_ncols=True)
+    try:
+        for e in range(1, epochs + 1):
+            if diverged_at is not None:
+                break
+            lr_e = math.nan if lr is None else lr * lr_decay ** (e - 1)
+            t0 = time.perf_counter()
+            idx = make_order(rng, n_rows, order)
+            kseed = int(rng.integers(0, 2 ** 63 - 1))
+            rep = trainer.run_epoch(idx, lr_e, kseed)
+            seconds += time.perf_counter() - t0
+            steps += int(rep.steps)
+            extras.append({"epoch": e, **(rep.extra or {})})
+            row = dict(epoch=e, steps=steps, seconds=seconds, lr=lr_e, evaluated=False,
+                       diverged=False)
+            bad_step, why = _epoch_divergence(rep, trainer)
+            metrics = None
+            if bad_step is None and e in ev:
+                metrics = monitor.evaluate(trainer.weights())
+                if metrics is None:
+                    bad_step, why = -1, monitor.reason
+            elif bad_step is None and e == epochs and not _all_finite(trainer.weights()):
+                bad_step, why = -1, "the weights W hold a non-finite value"
+            if bad_step is not None:
+                diverged_at, reason = (e, bad_step), why
+                row.update(diverged_metrics(names), diverged=True)
+            elif metrics is not None:
+                row.update(metrics, evaluated=True)
+            else:
+                row.update(empty_metrics(names))
+            rows.append(row)
+            bar.update(1)
+            if on_epoch is not None:
+                on_epoch(e)
+            if metrics is not None:
+                first = names[0]
+                bar.set_postfix({f"{first} log-loss": f"{metrics[f'{first}_log_loss']:.4g}"},
+                                refresh=False)
+    finally:
+        bar.close()
+    return rows, extras, diverged_at, reason
+
+
+def assemble_history(rows, set_names) -> pd.DataFrame:
+    """The history DataFrame of :class:`FitResult` from the rows of :func:`run_epochs`:
+    columns ``epoch``, ``steps``, ``seconds``, ``lr``, ``evaluated``, ``diverged`` and
+    the metrics of every set, in that order, with integer and boolean dtypes."""
+    history = pd.DataFrame(rows)
+    cols = ["epoch", "steps", "seconds", "lr", "evaluated", "diverged"] + \
+        metric_columns(set_names)
+    history = history[cols]
+    history["epoch"] = history["epoch"].astype(np.int64)
+    history["steps"] = history["steps"].astype(np.int64)
+    history["evaluated"] = history["evaluated"].astype(bool)
+    history["diverged"] = history["diverged"].astype(bool)
+    return history
+
+
+def assemble_extra(extras) -> pd.DataFrame:
+    """The ``extra`` DataFrame of :class:`FitResult`: one row per epoch run."""
+    return pd.DataFrame(extras) if extras else pd.DataFrame({"epoch": []})
+
+
+def warn_divergence(method, lr, diverged_at, reason, stacklevel=3):
+    """Issue a :class:`DivergenceWarning` saying where run ``method`` at rate ``lr``
+    stopped, on what, and what to do."""
+    epoch, step = diverged_at
+    where = f"epoch {epoch}" + (f", step {step}" if step >= 0 else "")
+    rate = "" if lr is None else f" lr={lr!r}"
+    warnings.warn(
+        f"fit({method!r},{rate}) diverged at {where}: {reason or 'a non-finite value'}; "
+        "the run stopped there (FitResult.diverged is True). Use a smaller lr, scale the "
+        "features, or method 'implicit' (stable at any rate)",
+        DivergenceWarning, stacklevel=stacklevel)
+
+
+def _prepare(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed, order,
+             eval_epochs, eval_sets, eval_rows, progress, u_init, K, fit_intercept,
+             intercept_scaling, init_W, init_intercept, method_options):
+    """Validate every argument, add the intercept column, build and initialise the
+    trainer. Returns ``(trainer, lr, sets, eval_epochs, params)``."""
+    exact_u = isinstance(u_init, str) and u_init == "exact"
+    _validate_model_options(fit_intercept, intercept_scaling, init_intercept)
+    cls, lr, X, y, K, sets, ev = _validate(
+        X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed, order,
+        eval_epochs, eval_sets, eval_rows, progress, "zero" if exact_u else u_init, K)
+    N, D = X.shape
+    W_start = _initial_weights(init_W, init_intercept, K, D, fit_intercept,
+                               float(intercept_scaling))
+    if fit_intercept:
+        X_orig, X = X, _with_intercept_column(X, float(intercept_scaling))
+        sets = {name: (X if Xe is X_orig else
+                       _with_intercept_column(Xe, float(intercept_scaling)), ye)
+                for name, (Xe, ye) in sets.items()}
+    trainer = cls(X, y, K, mu=float(mu), batch_size=batch_size, n_sampled=n_sampled,
+                  **method_options)                       # unknown options raise here
+    params = dict(method=method, lr=lr, epochs=epochs, lr_decay=float(lr_decay),
+                  mu=float(mu), batch_size=batch_size, n_sampled=n_sampled, seed=seed,
+                  order=order, eval_epochs=list(ev), eval_sets=list(sets),
+                  eval_rows=eval_rows, u_init=u_init, K=K, N=N, D=D,
+                  options=dict(method_options))
+    if fit_intercept:
+        params.update(fit_intercept=True, intercept_scaling=float(intercept_scaling))
+    if W_start is not None:
+        params["warm_start"] = True
+    trainer.init_params("zero" if exact_u else u_init)
+    if W_start is not None:
+        _warm_start(trainer, W_start)
+    if exact_u and trainer.has_u and method in _EXACT_U:
+        trainer.u[:] = _exact_u(X, y, trainer.weights(), raman=(method == "raman"))
+    trainer.warmup()
+    return trainer, lr, sets, ev, params
+
+
 def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
         n_sampled=None, seed=0, order="shuffle", eval_epochs=None, eval_sets=None,
         eval_rows=None, progress=True, u_init="zero", K=None, fit_intercept=False,
-        intercept_scaling=1.0, init_W=None, init_intercept=None, **method_options):
+        intercept_scaling=1.0, init_W=None, init_intercept=None, on_epoch=None,
+        **method_options):
     """Train a softmax model with one of the registered optimisers.
 
     Parameters
     ----------
-    X : scipy.sparse matrix or 2-D array (N, D), finite values. Converted once to
-        canonical float64 CSR (no dense ``N x D`` copy of sparse data is made).
-    y : 1-D integer labels (N,) in ``0..K-1``.
+    X : scipy.sparse matrix or 2-D array (N, D), finite values (converted once to
+        canonical float64 CSR). y : integer labels (N,) in ``0..K-1``.
     method : str, a key of :data:`scalable_softmax.methods.METHODS` (``"vanilla"``,
         ``"umax"``, ``"raman"``, ``"implicit"``, ...).
-    lr : float > 0, initial learning rate in the per-datapoint units of docs/math.md
-        section 2 (the paper's Table 2 values apply as published). The full-batch
-        methods (``exact``, ``bouchard``, ``ove-exact``: L-BFGS) have no learning rate
-        and need ``lr=None`` (a number raises ``ValueError``); their history's ``lr``
-        is NaN and ``params["lr"]`` None.
-    epochs : int >= 1.
-    lr_decay : float in (0, 1]; epoch ``e = 1, 2, ...`` runs at ``lr * lr_decay**(e-1)``.
-    mu : float >= 0, ridge parameter.
-    batch_size, n_sampled : datapoints per step ``n`` and classes per datapoint ``m``
-        (None: the method's default).
-    seed : int >= 0; the same seed gives bit-identical results.
+    lr : float > 0, the initial learning rate in the per-datapoint units of
+        docs/math.md section 2 (the paper's Table 2 values apply as published); None
+        for the full-batch methods (``exact``, ``bouchard``, ``ove-exact``).
+    epochs : int >= 1. lr_decay : float in (0, 1]; epoch ``e`` runs at
+        ``lr * lr_decay**(e-1)``. mu : float >= 0, ridge parameter.
+    batch_size, n_sampled : datapoints per step and classes per datapoint (None: the
+        method's default). seed : int >= 0; the same seed gives bit-identical results.
     order : ``"shuffle"`` (a fresh permutation each epoch), ``"uniform"`` (N draws with
         replacement) or ``"file"`` (``0..N-1``).
-    eval_epochs : iterable of epochs in ``0..epochs`` at which to evaluate (0 = the
-        initial point); default :func:`default_eval_epochs` (epoch 0 and 10 evenly
-        spaced epochs); ``[]`` evaluates nothing.
-    eval_sets : dict name -> (X, y); default ``{"train": (X, y)}``.
-    eval_rows : int, evaluate on a fixed subsample of this many rows of each set
-        (seeded by ``seed``; the whole set when it has no more rows); default all rows.
-    progress : bool, show a progress bar over epochs (:func:`scalable_softmax.progress.tqdm`,
-        cleared at the end).
-    u_init : ``"zero"``, ``"logK"`` or ``"exact"``, initial ``u`` of the double-sum
-        methods; ``"exact"``: the optimum ``u_i*(W)`` of the initial weights (for
-        ``raman``, ``ubar_i* = log sum_k exp(s_ik)``), the natural start of a warm start
-        (at ``W = 0`` it equals ``"logK"``).
+    eval_epochs : epochs in ``0..epochs`` to evaluate (0 = the initial point); default
+        :func:`default_eval_epochs`; ``[]`` evaluates nothing.
+    eval_sets : dict name -> (X, y), default ``{"train": (X, y)}``; eval_rows : int,
+        evaluate a fixed subsample (seeded by ``seed``) of this many rows of each set.
+    progress : bool, show a progress bar over epochs (cleared at the end).
+    on_epoch : None or a callable ``on_epoch(e)`` called after each epoch ``e``; an
+        exception it raises stops training (a cancelled sweep's run stops this way).
+    u_init : ``"zero"``, ``"logK"`` or ``"exact"`` (the optimum ``u_i*(W)`` of the
+        initial weights: the natural start of a warm start), for the double-sum methods.
     K : int >= 2, number of classes (default ``max(y) + 1``).
-    fit_intercept : bool, learn a per-class intercept ``b_k`` (scores ``x . w_k + b_k``):
-        a constant feature of value ``intercept_scaling`` is appended to every row
-        (of ``X`` and of the evaluation sets) and its weight column becomes
-        ``FitResult.intercept`` (times ``intercept_scaling``). The ridge ``mu`` then
-        shrinks the intercepts too; a larger ``intercept_scaling`` weakens that and
-        takes larger steps on the intercepts.
-    intercept_scaling : float > 0 (used with ``fit_intercept=True``).
-    init_W : None or array (K, D), start from these weights instead of 0 (a warm start,
-        e.g. ``previous.W``); ``init_intercept`` (K,) likewise for the intercepts
-        (default 0; only with ``fit_intercept=True``).
+    fit_intercept, intercept_scaling : learn a per-class intercept ``b_k`` through a
+        constant feature of value ``intercept_scaling`` (> 0) appended to every row; the
+        ridge ``mu`` shrinks it too (less so for a larger ``intercept_scaling``).
+    init_W, init_intercept : start from these weights (K, D) and intercepts (K,)
+        instead of 0 (a warm start, e.g. ``previous.W``).
     **method_options : passed to the trainer (e.g. ``delta0`` for ``umax``); unknown
         options raise ``ValueError``.
 
     Returns
     -------
-    FitResult
+    FitResult. A run that diverges (see the module's notes) stops, issues a
+    :class:`DivergenceWarning` and returns with ``FitResult.diverged`` True.
 
     Raises
     ------
@@ -682,153 +902,27 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     ['epoch', 'steps', 'seconds', 'lr']
     """
     t_call = time.perf_counter()
-    exact_u = isinstance(u_init, str) and u_init == "exact"
-    _validate_model_options(fit_intercept, intercept_scaling, init_intercept)
-    cls, lr, X, y, K, sets, ev = _validate(
+    trainer, lr, sets, ev, params = _prepare(
         X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed, order,
-        eval_epochs, eval_sets, eval_rows, progress, "zero" if exact_u else u_init, K)
-    N, D = X.shape
-    W_start = _initial_weights(init_W, init_intercept, K, D, fit_intercept,
-                               float(intercept_scaling))
+        eval_epochs, eval_sets, eval_rows, progress, u_init, K, fit_intercept,
+        intercept_scaling, init_W, init_intercept, method_options)
+    setup = time.perf_counter() - t_call
+    monitor = _Monitor(sets, eval_rows, seed)
+    rows, extras, diverged_at, reason = run_epochs(
+        trainer, monitor, n_rows=params["N"], epochs=epochs, lr=lr, lr_decay=lr_decay,
+        order=order, seed=seed, eval_epochs=ev, progress=progress, desc=f"fit {method}",
+        on_epoch=on_epoch)
+    if diverged_at is not None:
+        warn_divergence(method, lr, diverged_at, reason)
+    W_final, intercept = trainer.weights(), None
     if fit_intercept:
-        X_orig, X = X, _with_intercept_column(X, float(intercept_scaling))
-        sets = {name: (X if Xe is X_orig else
-                       _with_intercept_column(Xe, float(intercept_scaling)), ye)
-                for name, (Xe, ye) in sets.items()}
-    trainer = cls(X, y, K, mu=float(mu), batch_size=batch_size, n_sampled=n_sampled,
-                  **method_options)                       # unknown options raise here
-    evaluate = None
-    if ev:
-        from scalable_softmax.evaluate import NonFiniteScoreError, evaluate
-
-    params = dict(method=method, lr=lr, epochs=epochs, lr_decay=float(lr_decay),
-                  mu=float(mu), batch_size=batch_size, n_sampled=n_sampled, seed=seed,
-                  order=order, eval_epochs=list(ev), eval_sets=list(sets),
-                  eval_rows=eval_rows, u_init=u_init, K=K, N=N, D=D,
-                  options=dict(method_options))
-    if fit_intercept:
-        params.update(fit_intercept=True, intercept_scaling=float(intercept_scaling))
-    if W_start is not None:
-        params["warm_start"] = True
-
-    trainer.init_params("zero" if exact_u else u_init)
-    if W_start is not None:
-        _warm_start(trainer, W_start)
-    if exact_u and trainer.has_u and method in _EXACT_U:
-        trainer.u[:] = _exact_u(X, y, trainer.weights(), raman=(method == "raman"))
-    trainer.warmup()
-    timings = dict(setup=time.perf_counter() - t_call, train=0.0, eval=0.0)
-
-    def evaluate_all():
-        """The metrics row, or None when the run has diverged: ``W`` is not finite, or
-        a score or a log-loss is not finite (finite but huge weights)."""
-        W = trainer.weights()
-        if not _all_finite(W):
-            return None
-        t_eval = time.perf_counter()
-        row = {}
-        for name, (Xe, ye) in sets.items():
-            sub = eval_rows if (eval_rows is not None and eval_rows < Xe.shape[0]) else None
-            try:
-                res = evaluate(Xe, ye, W, subsample=sub, seed=seed)
-            except NonFiniteScoreError:
-                return None
-            if not math.isfinite(res.log_loss):
-                return None
-            row[f"{name}_log_loss"] = float(res.log_loss)
-            row[f"{name}_error"] = float(res.error)
-            row[f"{name}_defective"] = float(res.defective)
-        timings["eval"] += time.perf_counter() - t_eval
-        return row
-
-    def diverged_metrics():
-        row = {}
-        for name in sets:
-            row[f"{name}_log_loss"] = math.inf
-            row[f"{name}_error"] = math.nan
-            row[f"{name}_defective"] = math.nan
-        return row
-
-    def empty_metrics():
-        return {f"{name}_{mt}": math.nan for name in sets for mt in _METRICS}
-
-    rng = np.random.default_rng(seed)
-    rows, extras = [], []
-    steps = 0
-    seconds = 0.0
-    diverged_at = None
-
-    row0 = dict(epoch=0, steps=0, seconds=0.0, lr=math.nan, evaluated=False, diverged=False)
-    m0 = evaluate_all() if 0 in ev else empty_metrics()
-    if m0 is None:               # cannot happen with a sane init_params
-        row0.update(diverged_metrics(), diverged=True)
-        diverged_at = (0, -1)
-    else:
-        row0.update(m0, evaluated=0 in ev)
-    rows.append(row0)
-
-    from scalable_softmax.progress import tqdm
-    bar = tqdm(total=epochs, desc=f"fit {method}", disable=not progress, leave=False,
-               mininterval=1.0, dynamic_ncols=True)
-    try:
-        for e in range(1, epochs + 1):
-            if diverged_at is not None:
-                break
-            lr_e = math.nan if lr is None else lr * lr_decay ** (e - 1)
-            t0 = time.perf_counter()
-            idx = make_order(rng, N, order)
-            kseed = int(rng.integers(0, 2 ** 63 - 1))
-            rep = trainer.run_epoch(idx, lr_e, kseed)
-            seconds += time.perf_counter() - t0
-            steps += int(rep.steps)
-            extras.append({"epoch": e, **(rep.extra or {})})
-            row = dict(epoch=e, steps=steps, seconds=seconds, lr=lr_e, evaluated=False,
-                       diverged=False)
-            bad_step = None
-            if rep.diverged_at is not None and rep.diverged_at >= 0:
-                bad_step = int(rep.diverged_at)
-            elif not _all_finite(trainer.u):
-                bad_step = -1
-            metrics = None
-            if bad_step is None and (e in ev or e == epochs):
-                if e in ev:
-                    metrics = evaluate_all()
-                    if metrics is None:
-                        bad_step = -1
-                elif not _all_finite(trainer.weights()):
-                    bad_step = -1
-            if bad_step is not None:
-                diverged_at = (e, bad_step)
-                row.update(diverged_metrics(), diverged=True)
-            elif metrics is not None:
-                row.update(metrics, evaluated=True)
-            else:
-                row.update(empty_metrics())
-            rows.append(row)
-            bar.update(1)
-            if metrics is not None:
-                first = next(iter(sets))
-                bar.set_postfix({f"{first} log-loss": f"{metrics[f'{first}_log_loss']:.4g}"},
-                                refresh=False)
-    finally:
-        bar.close()
-
-    history = pd.DataFrame(rows)
-    cols = ["epoch", "steps", "seconds", "lr", "evaluated", "diverged"] + \
-        [f"{name}_{mt}" for name in sets for mt in _METRICS]
-    history = history[cols]
-    history["epoch"] = history["epoch"].astype(np.int64)
-    history["steps"] = history["steps"].astype(np.int64)
-    history["evaluated"] = history["evaluated"].astype(bool)
-    history["diverged"] = history["diverged"].astype(bool)
-    extra = pd.DataFrame(extras) if extras else pd.DataFrame({"epoch": []})
-    W_final = trainer.weights()
-    intercept = None
-    if fit_intercept:
+        D = params["D"]
         intercept = W_final[:, D] * float(intercept_scaling)
         W_final = np.ascontiguousarray(W_final[:, :D])
-    timings["train"] = seconds
-    timings["total"] = time.perf_counter() - t_call
-    return FitResult(W=W_final, u=trainer.u if trainer.has_u else None,
-                     history=history, diverged_at=diverged_at, method=method,
-                     params=params, extra=extra, intercept=intercept, timings=timings)
+    history = assemble_history(rows, sets)
+    timings = dict(setup=setup, train=float(history.seconds.iloc[-1]), eval=monitor.seconds,
+                   total=time.perf_counter() - t_call)
+    return FitResult(W=W_final, u=trainer.u if trainer.has_u else None, history=history,
+                     diverged_at=diverged_at, method=method, params=params,
+                     extra=assemble_extra(extras), intercept=intercept, timings=timings,
+                     diverged_reason=reason)
