@@ -1,0 +1,179 @@
+"""`make verify`: a rerun's tables against the committed record, with stated tolerances."""
+import shutil
+
+import pandas as pd
+import pytest
+
+from scalable_softmax import paths
+from scalable_softmax.repro import verify
+
+@pytest.fixture(scope="module")
+def tolerances():
+    return verify.Tolerances.load()
+
+
+@pytest.fixture(scope="module")
+def committed():
+    """The committed CSV files' text, from git HEAD."""
+    return {name: verify.subprocess.run(["git", "show", f"HEAD:tables/{name}"], cwd=paths.ROOT,
+                                        capture_output=True, text=True, check=True).stdout
+            for name in verify.Record("HEAD").names()}
+
+
+def _copy_record(out, committed):
+    """The committed CSV files, byte for byte, into ``out``."""
+    out.mkdir()
+    for name, text in committed.items():
+        (out / name).write_text(text)
+    return out
+
+
+@pytest.fixture()
+def rerun(tmp_path, committed):
+    """A copy of the committed tables, as a rerun that changed nothing."""
+    return _copy_record(tmp_path / "tables", committed)
+
+
+@pytest.fixture()
+def record_dir(tmp_path, committed):
+    """The record as a folder."""
+    return _copy_record(tmp_path / "record", committed)
+
+
+def _edit(folder, name, column, row, fn):
+    frame = verify.read_csv_text((folder / name).read_text())
+    frame.loc[row, column] = fn(frame.loc[row, column])
+    frame.to_csv(folder / name, index=False)
+
+
+def _run(folder, record="HEAD", capsys=None):
+    status = verify.main(["--tables", str(folder), "--record", str(record)])
+    return status, capsys.readouterr().out if capsys else ""
+
+
+def test_committed_tables_are_identical_to_head(record_dir, capsys):
+    """The record's own CSV files against HEAD: every table identical."""
+    status, out = _run(record_dir, capsys=capsys)
+    assert status == 0, out
+    lines = [line for line in out.splitlines() if line.endswith(".csv: identical")]
+    assert len(lines) == len(verify.Record("HEAD").names()) > 0
+
+
+def test_one_percent_change_fails_and_names_table_column_row(rerun, capsys):
+    _edit(rerun, "09-ove-toy-2d.csv", "train_nll", 2, lambda v: v * 1.01)
+    status, out = _run(rerun, capsys=capsys)
+    assert status == 1
+    line = next(line for line in out.splitlines() if line.startswith("09-ove-toy-2d.csv"))
+    assert "OUT of tolerance" in line and "train_nll" in line and "method=Bouchard" in line
+
+
+def test_one_percent_change_by_position_names_the_row(rerun, capsys):
+    _edit(rerun, "06-paper-tables-table3.csv", "authors_code_exact", 1, lambda v: v * 1.01)
+    status, out = _run(rerun, capsys=capsys)
+    assert status == 1
+    line = next(line for line in out.splitlines() if line.startswith("06-paper-tables-table3"))
+    assert "OUT of tolerance" in line and "authors_code_exact" in line and "row 2" in line
+
+
+def test_change_within_tolerance_passes(rerun, capsys):
+    # 00's residuals are judged by `holds` against thresholds; the value may move by rounding
+    frame = verify.read_csv_text((rerun / "00-derivation-checks.csv").read_text())
+    row = frame.index[frame.check == "F-7"][0]
+    _edit(rerun, "00-derivation-checks.csv", "value", row, lambda v: v + 2e-9)
+    status, out = _run(rerun, capsys=capsys)
+    assert status == 0, out
+    line = next(line for line in out.splitlines() if line.startswith("00-derivation-checks"))
+    assert "within tolerance" in line and "value" in line and "check=F-7" in line
+
+
+def test_changed_label_fails(rerun, capsys):
+    _edit(rerun, "03-learning-rate-tuning-table2.csv", "ove", 0, lambda v: v + " changed")
+    status, out = _run(rerun, capsys=capsys)
+    assert status == 1
+    line = next(line for line in out.splitlines() if line.startswith("03-learning-rate-tuning-table2"))
+    assert "OUT of tolerance" in line and "column ove" in line
+
+
+def test_changed_flag_fails(rerun, capsys):
+    frame = verify.read_csv_text((rerun / "00-derivation-checks.csv").read_text())
+    row = frame.index[frame.check == "F-7"][0]
+    _edit(rerun, "00-derivation-checks.csv", "holds", row, lambda v: not v)
+    status, out = _run(rerun, capsys=capsys)
+    assert status == 1 and "column holds, check=F-7" in out
+
+
+def test_timing_column_change_is_ignored(rerun, capsys):
+    _edit(rerun, "01-instability-demo.csv", "seconds", 0, lambda v: v * 10 + 1)
+    status, out = _run(rerun, capsys=capsys)
+    assert status == 0, out
+    assert "01-instability-demo.csv: identical" in out
+
+
+def test_iteration_counts_are_reported_not_failed(rerun, capsys):
+    _edit(rerun, "09-ove-toy-2d.csv", "iterations", 2, lambda v: v - 21)
+    status, out = _run(rerun, capsys=capsys)
+    assert status == 0, out
+    line = next(line for line in out.splitlines() if line.startswith("09-ove-toy-2d.csv"))
+    assert "reported only" in line and "iterations" in line
+
+
+def test_missing_table_fails(rerun, capsys):
+    (rerun / "08-ove-nonparametric.csv").unlink()
+    status, out = _run(rerun, capsys=capsys)
+    assert status == 1
+    assert "08-ove-nonparametric.csv: OUT of tolerance: missing" in out
+
+
+def test_missing_row_and_column_fail(rerun, capsys):
+    frame = verify.read_csv_text((rerun / "05-formulation-comparison.csv").read_text())
+    frame.iloc[:-1].drop(columns=["status"]).to_csv(rerun / "05-formulation-comparison.csv",
+                                                     index=False)
+    status, out = _run(rerun, capsys=capsys)
+    assert status == 1
+    line = next(line for line in out.splitlines() if line.startswith("05-formulation"))
+    assert "columns missing from the rerun: ['status']" in line and "rows against" in line
+
+
+def test_keyed_curve_rows_are_reported(rerun, capsys):
+    frame = verify.read_csv_text((rerun / "10-ove-classification-paths.csv").read_text())
+    frame.iloc[:-3].to_csv(rerun / "10-ove-classification-paths.csv", index=False)
+    status, out = _run(rerun, capsys=capsys)
+    assert status == 0, out
+    assert "3 record rows missing from the rerun" in out
+
+
+def test_record_folder_and_new_table(rerun, record_dir, capsys):
+    shutil.copy(rerun / "09-ove-toy-2d.csv", rerun / "99-extra.csv")
+    status, out = _run(rerun, record=record_dir, capsys=capsys)
+    assert status == 0, out
+    assert "99-extra.csv: new" in out
+
+
+def test_every_declaration_states_its_reason(tmp_path):
+    bad = tmp_path / "tolerances.yaml"
+    bad.write_text("default: {rel: 1.0e-9, reason: strict}\n"
+                   "tables:\n  t:\n    columns:\n      x: {rel: 0.1}\n")
+    with pytest.raises(ValueError, match="tables.t.columns.x.*reason"):
+        verify.Tolerances.load(bad)
+    bad.write_text("default: {rel: 1.0e-9, reason: strict}\n"
+                   "tables:\n  t:\n    columns:\n      x: {ignore: ''}\n")
+    with pytest.raises(ValueError, match="needs its reason"):
+        verify.Tolerances.load(bad)
+
+
+def test_bad_record_is_a_clear_error(rerun, capsys):
+    status = verify.main(["--tables", str(rerun), "--record", "no-such-revision-or-folder"])
+    assert status == 2
+    assert "neither a folder nor a git revision" in capsys.readouterr().err
+
+
+def test_compare_rules_on_a_small_table(tolerances):
+    spec_rule = tolerances.rule(tolerances.spec("10-ove-classification"), "iterations")
+    assert spec_rule.kind == "report" and spec_rule.reason
+    assert tolerances.rule(tolerances.spec("anything"), "train_seconds").kind == "ignore"
+    new = pd.DataFrame({"a": ["x", "y"], "v": [1.0, 2.0 * (1 + 5e-10)]})
+    rec = pd.DataFrame({"a": ["x", "y"], "v": [1.0, 2.0]})
+    result = verify.compare_tables("t.csv", new, rec, tolerances)
+    assert result.status == "within"
+    result = verify.compare_tables("t.csv", new.assign(v=[1.0, 2.02]), rec, tolerances)
+    assert result.status == "OUT" and "column v, row 2 (a=y): 2.02 vs record 2.0" in result.line()
