@@ -62,9 +62,10 @@ EXTRA_EXECUTED := $(patsubst %,build/executed/full/%.ipynb,$(EXTRA_NAMES))
 LIB_SOURCES := $(shell find lib -name '*.py' -not -path '*/__pycache__/*')
 
 # one executed notebook per source notebook; reruns only when the notebook, its
-# settings, the library or the data changed
+# settings, the library or the data changed. --publish (here and nowhere else) writes the
+# record: tables/, figures/ and the committed executed copy notebooks/executed/$*.ipynb
 build/executed/full/%.ipynb: notebooks/%.ipynb params/%.yaml $(LIB_SOURCES) $(DATA_STAMP) | $(STAMP)
-	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m scalable_softmax.repro.runner run $* --profile full
+	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m scalable_softmax.repro.runner run $* --profile full --publish
 
 # notebook 06 assembles Table 3 from notebook 02's runs (read back from build/runs)
 build/executed/full/06-paper-tables.ipynb: build/executed/full/02-dataset-run.ipynb

@@ -58,7 +58,7 @@ def test_misspelt_parameter_fails(project):
 
 def test_unknown_profile_and_missing_notebook_are_errors(project):
     (project / "params" / "99-demo.yaml").write_text("quick:\n  epochs: 2\n")
-    with pytest.raises(ValueError, match="unknown profile"):
+    with pytest.raises(ValueError, match="unknown section"):
         notebooks.load_params("99-demo", "smoke")
     with pytest.raises(FileNotFoundError, match="99-demo"):
         notebooks.notebook_path("98-missing")
@@ -119,7 +119,7 @@ def test_every_full_profile_is_the_notebooks_parameters_cell():
             == "full", path.stem
         smoke = notebooks.effective_params(path.stem, "smoke")
         assert notebooks.profile_of(path.stem, smoke) == "smoke", path.stem
-        if "notebooks.profile_outputs(" in path.read_text():
+        if "runner.profile_outputs(" in path.read_text():
             assert "output_root" not in notebooks.load_params(path.stem, "smoke"), \
                 f"{path.stem}: the smoke profile's outputs go to build/smoke by themselves"
         else:       # a notebook that chooses its folders itself must send smoke runs away
@@ -156,8 +156,9 @@ def test_overrides_are_checked_against_the_parameters_cell(project, capsys):
     # the command line: a clear error, exit status 2, the parameter named
     assert notebooks.main(["check", "99-demo", "-p", "epoch", "3"]) == 2
     assert "'epoch'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        notebooks.main(["run", "99-demo", "98-other", "-p", "epochs", "3"])  # one notebook
+    _write_notebook(project / "notebooks", "98-other")
+    assert notebooks.main(["run", "99-demo", "98-other", "-p", "epochs", "3"]) == 2  # one
+    assert "one notebook" in capsys.readouterr().err
     assert notebooks.main(["check", "99-demo", "-p", "epochs", "3"]) == 0
 
 
@@ -182,7 +183,10 @@ def test_where_a_run_writes(project):
     assert notebooks.profile_of("99-demo", {**full, "epochs": 50.0}) == "full"   # 50 == 50.0
     assert notebooks.profile_of("99-demo", smoke) == "smoke"
     assert notebooks.profile_of("99-demo", mine) is None
-    assert notebooks.output_root_for("99-demo", full) == project
+    # the full profile writes the record only in the publish step (make reproduce)
+    assert notebooks.output_root_for("99-demo", full) == \
+        project / "build" / "explore" / "99-demo" / "full"
+    assert notebooks.output_root_for("99-demo", full, publish=True) == project
     assert notebooks.output_root_for("99-demo", smoke) == project / "build" / "smoke"
     explore = notebooks.output_root_for("99-demo", mine)
     assert explore.parent == project / "build" / "explore" / "99-demo"
@@ -190,24 +194,41 @@ def test_where_a_run_writes(project):
     # the same parameters, the same folder; other values, another one
     assert notebooks.output_root_for("99-demo", dict(mine)) == explore
     assert notebooks.output_root_for("99-demo", {**mine, "seed": 8}) != explore
-    # an explicit output_root is honoured, but only the full profile may publish
+    # an explicit output_root is honoured, but only the publish step writes the record
     assert notebooks.output_root_for("99-demo", {**mine, "output_root": "build/mine"}) == \
         (project / "build" / "mine").resolve()
-    with pytest.raises(notebooks.NotebookParameterError, match="only the committed full"):
+    with pytest.raises(notebooks.NotebookParameterError, match="only make reproduce"):
         notebooks.output_root_for("99-demo", {**mine, "output_root": "."})
+    with pytest.raises(notebooks.NotebookParameterError, match="only make reproduce"):
+        notebooks.output_root_for("99-demo", {**full, "output_root": "."})
     with pytest.raises(notebooks.NotebookParameterError, match="inside the repository"):
         notebooks.output_root_for("99-demo", {**mine, "output_root": "/tmp/elsewhere"})
     # the executed copy of an exploring run sits beside its outputs, never in build/executed
     assert notebooks.executed_path("99-demo", "full", {"seed": 7}) == explore / "99-demo.ipynb"
     assert notebooks.executed_path("99-demo", "smoke") == \
         project / "build" / "executed" / "smoke" / "99-demo.ipynb"
+    assert notebooks.executed_path("99-demo", "full") == \
+        project / "build" / "explore" / "99-demo" / "full" / "99-demo.ipynb"
+    assert notebooks.executed_path("99-demo", "full", publish=True) == \
+        project / "build" / "executed" / "full" / "99-demo.ipynb"
 
 
 def test_profile_outputs_inside_a_notebook(project, capsys, monkeypatch):
     (project / "params" / "99-demo.yaml").write_text(FULL + "smoke:\n  epochs: 2\n")
+    # Run All in JupyterLab of the full profile: under build/explore, never tables/
     out = notebooks.profile_outputs("99-demo", {"epochs": 50, "seed": 0, "output_root": ""})
-    assert out.profile == "full" and out.tables == project / "tables"
-    assert out.figures.is_dir() and "profile: full" in capsys.readouterr().out
+    assert out.profile == "full"
+    assert out.tables == project / "build" / "explore" / "99-demo" / "full" / "tables"
+    said = capsys.readouterr().out
+    assert out.figures.is_dir() and "profile: full" in said and "only make reproduce" in said
+    assert len(said.strip().splitlines()) == 1 and not (project / "tables").exists()
+    # the publish step (the runner's --publish sets the variable and a stage)
+    monkeypatch.setenv(notebooks.PUBLISH_ENV, "1")
+    monkeypatch.setenv("SOFTMAX_STAGE_DIR", str(project / "build" / "tmp" / "x"))
+    out = notebooks.profile_outputs("99-demo", {"epochs": 50, "seed": 0, "output_root": ""})
+    assert out.tables == project / "tables" and "publishing" in capsys.readouterr().out
+    monkeypatch.delenv(notebooks.PUBLISH_ENV)
+    monkeypatch.delenv("SOFTMAX_STAGE_DIR")
     out = notebooks.profile_outputs("99-demo", {"epochs": 2, "seed": 5, "output_root": ""})
     assert out.exploring and out.root.parent == project / "build" / "explore" / "99-demo"
     assert out.tables.is_dir() and out.figures.is_dir()
@@ -282,3 +303,111 @@ def test_worker_setup_in_a_loky_worker():
 
     out = Parallel(n_jobs=2, backend="loky")(delayed(_setup_and_report)(1) for _ in range(2))
     assert out == [(1, True), (1, True)]
+
+
+def test_full_run_without_publish_leaves_the_record_alone(project):
+    (project / "params" / "99-demo.yaml").write_text(FULL + "smoke:\n  epochs: 2\n")
+    out = notebooks.run("99-demo", "full", timeout=120)
+    assert out == project / "build" / "explore" / "99-demo" / "full" / "99-demo.ipynb"
+    assert not (project / "tables").exists() and not (project / "figures").exists()
+    assert not (project / "notebooks" / "executed").exists()
+    assert not (project / "build" / "executed" / "full" / "durations.yaml").exists()
+
+
+def test_publish_writes_a_stable_executed_copy(project):
+    (project / "params" / "99-demo.yaml").write_text(FULL + "smoke:\n  epochs: 2\n")
+    with pytest.raises(notebooks.NotebookParameterError, match="--publish"):
+        notebooks.run("99-demo", "smoke", publish=True)
+    log = notebooks.run("99-demo", "full", timeout=120, publish=True)
+    assert log == project / "build" / "executed" / "full" / "99-demo.ipynb"
+    record = project / "notebooks" / "executed" / "99-demo.ipynb"
+    first = record.read_text()
+    nb = json.loads(first)
+    assert nb["metadata"]["papermill"]["output_path"] == "notebooks/executed/99-demo.ipynb"
+    assert "start_time" not in nb["metadata"]["papermill"] and "widgets" not in nb["metadata"]
+    counts = [c["execution_count"] for c in nb["cells"] if c["cell_type"] == "code"]
+    assert counts == list(range(1, len(counts) + 1))
+    assert all("execution" not in c["metadata"] and "papermill" not in c["metadata"]
+               for c in nb["cells"])
+    assert "durations.yaml" in {p.name for p in log.parent.iterdir()}
+    # the same result, the same file
+    notebooks.run("99-demo", "full", timeout=120, publish=True)
+    assert record.read_text() == first
+    # the Makefile's sources are notebooks/NN-*.ipynb only: executed copies are not sources
+    assert notebooks.known_notebooks() == ["99-demo"]
+
+
+def test_the_runner_needs_a_known_name(project, capsys):
+    (project / "params" / "99-demo.yaml").write_text(FULL)
+    assert notebooks.main(["run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "name a notebook or 'all'" in err and "99-demo" in err
+    assert notebooks.main(["run", "98-nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: no notebook '98-nope'; the notebooks are: 99-demo (or all)"
+    assert notebooks.main(["run", "99-demo", "--publish", "--profile", "smoke"]) == 2
+    assert notebooks.main(["run", "99-demo", "--publish", "-p", "seed", "1"]) == 2
+
+
+ALLOWED = """allowed:
+  epochs: {type: int, min: 1}
+  seed: {type: int, min: 0}
+  datasets: {type: list, min_length: 1, each: {one_of: [bibtex, mnist]}}
+"""
+
+
+@pytest.mark.parametrize("override, said", [
+    ({"epochs": -1}, "parameter epochs = -1: 99-demo allows an integer >= 1"),
+    ({"epochs": 2.5}, "parameter epochs = 2.5: 99-demo allows an integer >= 1"),
+    ({"datasets": ["bibtx"]}, "parameter datasets = ['bibtx'] ('bibtx' is not allowed): "
+                              "99-demo allows a list with at least 1 item(s) each item "
+                              "one of bibtex, mnist"),
+    ({"datasets": []}, "parameter datasets = []"),
+])
+def test_values_are_checked_before_any_work(project, capsys, override, said):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("epochs = 50\nseed = 0\ndatasets = ['bibtex']",
+                                          metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("raise RuntimeError('must not run')")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, project / "notebooks" / "99-demo.ipynb")
+    (project / "params" / "99-demo.yaml").write_text(
+        FULL + "  datasets: [bibtex]\nsmoke:\n  epochs: 2\n" + ALLOWED)
+    notebooks.check_full_profile("99-demo")
+    with pytest.raises(notebooks.NotebookParameterError) as err:
+        notebooks.run("99-demo", "smoke", overrides=override)
+    assert str(err.value).startswith(said) and "\n" not in str(err.value)
+    args = [a for k, v in override.items() for a in ("-p", k, json.dumps(v))]
+    assert notebooks.main(["run", "99-demo", "--profile", "smoke", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err
+    assert not list(project.rglob("*.failed.ipynb")) and not (project / "build" / "explore").exists()
+
+
+def test_a_committed_profile_must_follow_the_allowed_values(project):
+    (project / "params" / "99-demo.yaml").write_text(
+        FULL + "smoke:\n  epochs: 0\nallowed:\n  epochs: {type: int, min: 1}\n")
+    with pytest.raises(notebooks.NotebookParameterError, match="epochs = 0"):
+        notebooks.check_full_profile("99-demo")
+    (project / "params" / "99-demo.yaml").write_text(
+        FULL + "allowed:\n  epochs: {type: integer}\n")
+    with pytest.raises(ValueError, match="type 'integer' is not one of"):
+        notebooks.load_allowed("99-demo")
+
+
+def test_every_params_file_says_what_its_values_may_be():
+    """Each notebook's params file has an allowed: section; its profiles follow it."""
+    for path in sorted(paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")):
+        assert notebooks.load_allowed(path.stem), f"params/{path.stem}.yaml: no allowed: section"
+        notebooks.check_full_profile(path.stem)
+
+
+def test_staged_paths_print_as_their_destination(tmp_path, monkeypatch):
+    from scalable_softmax.repro import outputs
+
+    monkeypatch.setenv(outputs.ENV, str(tmp_path / "stage"))
+    dest = tmp_path / "repo" / "tables" / "t.csv"
+    staged = outputs.staged_path(dest)
+    assert str(staged).startswith(str(tmp_path / "stage"))
+    assert str(staged.relative_to(tmp_path / "repo")) == "tables/t.csv"

@@ -39,7 +39,7 @@ import pandas as pd
 
 from scalable_softmax._atomic import atomic_open, atomic_path
 
-__all__ = ["ENV", "Stage", "staged_path", "recover", "stage_root", "format_number",
+__all__ = ["ENV", "Stage", "StagedPath", "staged_path", "recover", "stage_root", "format_number",
            "to_markdown", "write_text", "write_table", "save_figure"]
 
 #: environment variable holding the folder of the stage in use (unset: no staging)
@@ -53,15 +53,36 @@ def stage_root() -> Path:
     return paths.BUILD / "tmp"
 
 
+class StagedPath(type(Path())):
+    """A file's place in a stage that remembers its destination: it opens, reads and
+    stats the staged file, while :meth:`relative_to` (what a notebook prints: ``wrote
+    tables/...``) answers for the destination, so no stage folder shows in a notebook."""
+
+    destination: Path | None = None
+
+    def relative_to(self, *other, **kwargs):
+        """The destination's path relative to ``other`` (the staged one's if the
+        destination is not below ``other``)."""
+        if self.destination is not None:
+            try:
+                return Path(self.destination).relative_to(*other, **kwargs)
+            except ValueError:
+                pass
+        return Path(self).relative_to(*other, **kwargs)
+
+
 def staged_path(path) -> Path:
     """Where a file meant for ``path`` is written now: ``path`` itself, or, inside a
-    notebook run (:data:`ENV` set), its place in the stage."""
+    notebook run (:data:`ENV` set), its place in the stage (a :class:`StagedPath`,
+    whose ``relative_to`` gives the destination's relative path)."""
     path = Path(path)
     stage = os.environ.get(ENV)
     if not stage:
         return path
     absolute = Path(os.path.abspath(path))
-    return Path(stage) / "files" / absolute.relative_to(absolute.anchor)
+    staged = StagedPath(Path(stage) / "files" / absolute.relative_to(absolute.anchor))
+    staged.destination = absolute
+    return staged
 
 
 def _destination(stage: Path, staged: Path) -> Path:

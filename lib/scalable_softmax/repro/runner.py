@@ -5,6 +5,7 @@ with two profiles: ``full`` (reproduces the paper: every parameter, equal to the
 defaults of the notebook's ``parameters`` cell) and ``smoke`` (changes to ``full`` for
 tiny data or epochs, for ``make test``)::
 
+    python -m scalable_softmax.repro.runner run 00-derivation-checks --profile smoke
     python -m scalable_softmax.repro.runner run 00-derivation-checks --profile full
     python -m scalable_softmax.repro.runner prepare 00-derivation-checks --profile smoke
     python -m scalable_softmax.repro.runner run 09-ove-toy-2d -p n_per_class 20 -p seed 3
@@ -17,10 +18,14 @@ of the chosen profile (the value is read as YAML, as papermill's ``-y``: ``-p ep
 cell does not define is an error, never silently ignored.
 
 **Where a run writes** is decided by the notebook itself (:func:`profile_outputs`,
-called in every notebook's set-up cell), from its parameters:
+called in every notebook's set-up cell), from its parameters and the publish step:
 
-* equal to the committed ``full`` profile: the repository's ``tables/`` and
-  ``figures/`` (only ``make reproduce`` runs this);
+* the committed ``full`` profile run by ``run NAME --profile full --publish`` (what
+  ``make reproduce`` does, and nothing else): the repository's record, ``tables/``,
+  ``figures/`` and the executed copy ``notebooks/executed/NAME.ipynb``;
+* the committed ``full`` profile from any other launcher (Run All in JupyterLab,
+  nbconvert, papermill, this runner without ``--publish``):
+  ``build/explore/<notebook>/full/``; the record is never touched;
 * equal to the committed ``smoke`` profile: ``build/smoke/tables`` and ``.../figures``;
 * anything else (a ``-p`` override, or a parameters cell edited in Jupyter):
   ``build/explore/<notebook>/<hash of the parameters>/``, with a ``params.yaml`` saying
@@ -55,6 +60,30 @@ DEFAULT_TIMEOUT = 3600  # seconds per cell
 OUTPUT_ROOT = "output_root"
 #: where runs with parameters of no committed profile write (under build/)
 EXPLORE = "explore"
+#: environment variable set (to "1") by ``run --publish`` for the notebook's kernel:
+#: only then does the full profile write the repository's record
+PUBLISH_ENV = "SCALABLE_SOFTMAX_PUBLISH"
+#: the committed executed notebooks (``make reproduce``), beside their sources
+EXECUTED_DIR = "executed"
+
+
+def publishing() -> bool:
+    """True inside a notebook run by ``run NAME --profile full --publish`` (the publish
+    step of ``make reproduce``): :data:`PUBLISH_ENV` is "1" and the run's outputs are
+    staged (:mod:`scalable_softmax.repro.outputs`)."""
+    from scalable_softmax.repro.outputs import ENV as STAGE_ENV
+
+    return os.environ.get(PUBLISH_ENV) == "1" and bool(os.environ.get(STAGE_ENV))
+
+
+def published_notebook(name: str) -> Path:
+    """The committed executed copy of notebook ``name``: ``notebooks/executed/NAME.ipynb``."""
+    return paths.NOTEBOOKS / EXECUTED_DIR / f"{name}.ipynb"
+
+
+def known_notebooks() -> list[str]:
+    """The names (NN-slug) of the collection's notebooks, sorted."""
+    return sorted(p.stem for p in paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
 
 
 class NotebookParameterError(ValueError):
@@ -85,11 +114,17 @@ def parse_value(text: str):
         raise NotebookParameterError(f"cannot read {text!r} as YAML: {exc}") from None
 
 
+class UnknownNotebookError(NotebookParameterError, FileNotFoundError):
+    """A notebook name that is not one of the collection's."""
+
+
 def notebook_path(name: str) -> Path:
+    """``notebooks/NAME.ipynb``; :class:`UnknownNotebookError` (one line naming the
+    valid names) when there is no such notebook."""
     path = paths.NOTEBOOKS / f"{name}.ipynb"
-    if not path.exists():
-        known = sorted(p.stem for p in paths.NOTEBOOKS.glob("*.ipynb"))
-        raise FileNotFoundError(f"no notebook {path}; known notebooks: {', '.join(known)}")
+    if not re.fullmatch(r"[0-9][0-9]-[A-Za-z0-9_.-]+", name or "") or not path.exists():
+        raise UnknownNotebookError(f"no notebook {name!r}; the notebooks are: "
+                                   f"{', '.join(known_notebooks())} (or all)")
     return path
 
 
@@ -106,10 +141,137 @@ def load_params(name: str, profile: str) -> dict:
             raise ValueError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(settings, dict):
         raise ValueError(f"{path}: expected a mapping of profiles (full:, smoke:)")
-    unknown = set(settings) - {"full", "smoke"}
+    unknown = set(settings) - {"full", "smoke", ALLOWED}
     if unknown:
-        raise ValueError(f"{path}: unknown profile(s) {sorted(unknown)}; use 'full' and 'smoke'")
+        raise ValueError(f"{path}: unknown section(s) {sorted(unknown)}; use the profiles "
+                         f"'full' and 'smoke' and the parameters' '{ALLOWED}' values")
     return dict(settings.get(profile) or {})
+
+
+#: the section of ``params/NAME.yaml`` saying which values each parameter may take
+ALLOWED = "allowed"
+_TYPES = {"int": (int,), "float": (int, float), "number": (int, float), "bool": (bool,),
+          "str": (str,), "list": (list, tuple), "mapping": (dict,)}
+_RULES = {"type", "min", "above", "max", "one_of", "each", "min_length", "keys", "values", "nullable"}
+
+
+def load_allowed(name: str) -> dict:
+    """The ``allowed:`` section of ``params/<name>.yaml``: for each parameter a rule,
+    a mapping of
+
+    * ``type``: int, float (an int is accepted), number, bool, str, list or mapping;
+    * ``min`` / ``max``: bounds of a number (inclusive); ``above``: a lower bound the
+      number must exceed;
+    * ``one_of``: the values it may take;
+    * ``each``: a rule every item of a list must follow;
+    * ``min_length``: the fewest items of a list;
+    * ``keys`` / ``values``: rules for the keys and values of a mapping;
+    * ``nullable: true``: None (YAML ``null``) is also allowed.
+    """
+    path = paths.PARAMS / f"{name}.yaml"
+    if not path.exists():
+        return {}
+    settings = yaml.load(path.read_text(), Loader=_Loader) or {}
+    rules = settings.get(ALLOWED) or {}
+    if not isinstance(rules, dict):
+        raise ValueError(f"{path}: '{ALLOWED}' must map parameter names to rules")
+    for key, rule in rules.items():
+        _check_rule(path, key, rule)
+    return rules
+
+
+def _check_rule(path, key, rule):
+    if not isinstance(rule, dict) or set(rule) - _RULES:
+        raise ValueError(f"{path}: {ALLOWED}.{key} must be a mapping of "
+                         f"{', '.join(sorted(_RULES))}; got {rule!r}")
+    if "type" in rule and rule["type"] not in _TYPES:
+        raise ValueError(f"{path}: {ALLOWED}.{key}.type {rule['type']!r} is not one of "
+                         f"{', '.join(_TYPES)}")
+    for sub in ("each", "keys", "values"):
+        if sub in rule:
+            _check_rule(path, f"{key}.{sub}", rule[sub])
+
+
+def _describe(rule: dict) -> str:
+    """What ``rule`` allows, in words."""
+    parts = []
+    if "type" in rule:
+        parts.append({"int": "an integer", "float": "a number", "number": "a number",
+                      "bool": "true or false", "str": "a string", "list": "a list",
+                      "mapping": "a mapping"}[rule["type"]])
+    if "min" in rule and "max" in rule:
+        parts.append(f"from {rule['min']} to {rule['max']}")
+    elif "min" in rule:
+        parts.append(f">= {rule['min']}")
+    if "above" in rule:
+        parts.append(f"> {rule['above']}")
+    if "max" in rule and "min" not in rule:
+        parts.append(f"<= {rule['max']}")
+    if "one_of" in rule:
+        parts.append("one of " + ", ".join(map(str, rule["one_of"])))
+    if "min_length" in rule:
+        parts.append(f"with at least {rule['min_length']} item(s)")
+    if "each" in rule:
+        parts.append("each item " + _describe(rule["each"]))
+    if "keys" in rule:
+        parts.append("keys " + _describe(rule["keys"]))
+    if "values" in rule:
+        parts.append("values " + _describe(rule["values"]))
+    if rule.get("nullable"):
+        parts.append("or null")
+    return " ".join(parts) or "anything"
+
+
+def _violation(value, rule: dict):
+    """None if ``value`` follows ``rule``, else the offending (part of the) value."""
+    if value is None and rule.get("nullable"):
+        return None
+    kind = rule.get("type")
+    if kind is not None:
+        ok = isinstance(value, _TYPES[kind]) and not (kind != "bool" and isinstance(value, bool))
+        if not ok:
+            return value
+    if "min" in rule or "max" in rule or "above" in rule:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return value
+        if ("min" in rule and value < rule["min"]) or ("max" in rule and value > rule["max"]) \
+                or ("above" in rule and not value > rule["above"]):
+            return value
+    if "one_of" in rule and not any(_same(value, v) for v in rule["one_of"]):
+        return value
+    if "min_length" in rule or "each" in rule:
+        if not isinstance(value, (list, tuple)):
+            return value
+        if len(value) < rule.get("min_length", 0):
+            return value
+        for item in value if "each" in rule else ():
+            if _violation(item, rule["each"]) is not None:
+                return item
+    if "keys" in rule or "values" in rule:
+        if not isinstance(value, dict):
+            return value
+        for k, v in value.items():
+            if "keys" in rule and _violation(k, rule["keys"]) is not None:
+                return k
+            if "values" in rule and _violation(v, rule["values"]) is not None:
+                return v
+    return None
+
+
+def check_values(name: str, params: dict) -> None:
+    """Raise :class:`NotebookParameterError` (one line: the parameter, its value and
+    what is allowed) if a value of ``params`` breaks a rule of the ``allowed:`` section
+    of ``params/<name>.yaml`` (:func:`load_allowed`). Runs before any work."""
+    for key, rule in load_allowed(name).items():
+        if key not in params:
+            continue
+        bad = _violation(params[key], rule)
+        if bad is not None:
+            shown = (f"{params[key]!r} ({bad!r} is not allowed)"
+                     if not _same(bad, params[key]) else f"{params[key]!r}")
+            raise NotebookParameterError(
+                f"parameter {key} = {shown}: {name} allows {_describe(rule)} "
+                f"(params/{name}.yaml, section {ALLOWED})")
 
 
 def check_params(name: str, params: dict) -> None:
@@ -166,6 +328,8 @@ def check_full_profile(name: str) -> None:
             + (f"; missing: {missing}" if missing else "")
             + (f"; different: {'; '.join(differ)}" if differ else "")
             + ". Update one of the two (the full profile is what make reproduce publishes).")
+    check_values(name, full)
+    check_values(name, {**full, **load_params(name, "smoke")})
 
 
 def effective_params(name: str, profile: str, overrides: dict | None = None) -> dict:
@@ -279,7 +443,8 @@ def _differences(name: str, params: dict) -> tuple[str, dict]:
 
 
 def profile_root(profile: str) -> Path:
-    """The output root of a committed profile: the repository (full) or build/smoke."""
+    """Where the outputs of a committed profile are read by other notebooks: the
+    repository's record (full) or build/smoke."""
     if profile == "full":
         return paths.ROOT
     if profile == "smoke":
@@ -287,25 +452,32 @@ def profile_root(profile: str) -> Path:
     raise ValueError(f"unknown profile {profile!r}; use 'full' or 'smoke'")
 
 
-def output_root_for(name: str, params: dict) -> Path:
+def output_root_for(name: str, params: dict, publish: bool | None = None) -> Path:
     """Where a run of notebook ``name`` with ``params`` writes its tables/ and figures/:
-    the repository for the committed full profile, build/smoke for the smoke profile,
-    ``build/explore/<name>/<params_hash>`` otherwise; an explicit ``output_root``
-    parameter (a folder relative to the repository) wins, but only the full profile
-    may write into the repository's own tables/ and figures/."""
+    the repository for the committed full profile when publishing (``publish``; None:
+    :func:`publishing`), ``build/explore/<name>/full`` for the full profile otherwise,
+    build/smoke for the smoke profile, ``build/explore/<name>/<params_hash>`` for any
+    other parameters; an explicit ``output_root`` parameter (a folder relative to the
+    repository) wins, but only the publish step writes the repository's own tables/ and
+    figures/."""
     explicit = params.get(OUTPUT_ROOT) or ""
     profile = profile_of(name, params)
+    if publish is None:
+        publish = publishing()
     if explicit:
         root = (paths.ROOT / explicit).resolve()
         if not root.is_relative_to(paths.ROOT.resolve()):
             raise NotebookParameterError(
                 f"output_root = {explicit!r}: must be a folder inside the repository "
                 f"({paths.ROOT}), e.g. build/mine")
-        if root == paths.ROOT.resolve() and profile != "full":
+        if root == paths.ROOT.resolve() and not (profile == "full" and publish):
             raise NotebookParameterError(
-                f"output_root = {explicit!r} is the repository itself: only the committed "
-                "full profile writes tables/ and figures/; leave output_root empty")
+                f"output_root = {explicit!r} is the repository itself: only make reproduce "
+                "(runner run NAME --profile full --publish) writes tables/ and figures/; "
+                "leave output_root empty")
         return root
+    if profile == "full":
+        return paths.ROOT if publish else paths.BUILD / EXPLORE / name / "full"
     if profile is not None:
         return profile_root(profile)
     return paths.BUILD / EXPLORE / name / params_hash(params)
@@ -410,9 +582,12 @@ def profile_outputs(name: str, namespace: dict, announce: bool = True) -> Output
         os.replace(tmp, root / "params.yaml")
     if announce:
         where = _shown(root)
-        if profile == "full":
-            print(f"profile: full (the committed settings) -> writes {where}tables/ and "
-                  f"{where}figures/; findings are asserted")
+        if profile == "full" and root == paths.ROOT:
+            print(f"profile: full (the committed settings), publishing -> writes {where}tables/ "
+                  f"and {where}figures/; findings are asserted")
+        elif profile == "full":
+            print(f"profile: full (the committed settings) -> writes under {where} (not "
+                  "tables/ or figures/: only make reproduce publishes); findings are asserted")
         elif profile == "smoke":
             print(f"profile: smoke -> writes under {where}; findings are asserted")
         else:
@@ -446,6 +621,7 @@ def prepare(name: str, profile: str, out: Path | None = None,
     check_full_profile(name)
     params = effective_params(name, profile, overrides)
     check_params(name, params)
+    check_values(name, params)
     out = out or paths.BUILD / "prepared" / profile / f"{name}.ipynb"
     tmp = _atomic_output(out)
     try:
@@ -458,20 +634,32 @@ def prepare(name: str, profile: str, out: Path | None = None,
     return out
 
 
-def executed_path(name: str, profile: str, overrides: dict | None = None) -> Path:
-    """Where :func:`run` keeps the executed notebook: ``build/executed/<profile>/`` for a
-    committed profile, beside the outputs of an exploring run otherwise."""
+def executed_path(name: str, profile: str, overrides: dict | None = None,
+                  publish: bool = False) -> Path:
+    """Where :func:`run` keeps the executed notebook: ``build/executed/<profile>/`` for
+    the smoke profile and for the published full profile (the log copy; the committed
+    copy is :func:`published_notebook`), beside the outputs of any other run."""
     params = effective_params(name, profile, overrides)
-    if profile_of(name, params) is None:
-        return output_root_for(name, params) / f"{name}.ipynb"
+    kind = profile_of(name, params)
+    if kind is None or (kind == "full" and not publish):
+        return output_root_for(name, params, publish=False) / f"{name}.ipynb"
     return paths.BUILD / "executed" / profile / f"{name}.ipynb"
 
 
+#: arguments of every kernel the runner starts: its own log (start-up notes such as
+#: "Kernel is running over TCP without encryption", "KeyboardInterrupt caught in
+#: kernel" at shut-down) stays out of the run's output; cell errors still show
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+
+
 def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT_TIMEOUT,
-        overrides: dict | None = None) -> Path:
+        overrides: dict | None = None, publish: bool = False) -> Path:
     """Execute the notebook with ``profile``'s parameters and ``overrides``; returns the
     executed copy. The notebook decides where its tables and figures go
-    (:func:`profile_outputs`): a run with overrides never writes the committed ones.
+    (:func:`profile_outputs`): only ``publish`` (the full profile, no overrides: the
+    publish step of ``make reproduce``) writes the record, ``tables/``, ``figures/``
+    and the committed executed copy :func:`published_notebook` (volatile metadata
+    stripped, :func:`strip_volatile`); every other run writes under ``build/``.
 
     The run's tables and figures are staged and published together with the executed
     copy when the notebook has run to its end, or not at all
@@ -482,26 +670,38 @@ def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT
     """
     import papermill as pm
 
-    from scalable_softmax.repro import outputs as publish
-    
+    from scalable_softmax.repro import outputs as publish_mod
+
     check_full_profile(name)
     params = effective_params(name, profile, overrides)
     check_params(name, params)
-    committed = profile_of(name, params) is not None
-    out = out or executed_path(name, profile, overrides)
+    kind = profile_of(name, params)
+    if publish and kind != "full":
+        raise NotebookParameterError(
+            f"--publish: only the committed full profile of {name} is published "
+            f"(this run is {'the ' + kind + ' profile' if kind else 'changed by -p'}); "
+            "drop --publish")
+    check_values(name, params)
+    committed = kind == "smoke" or publish
+    out = out or executed_path(name, profile, overrides, publish=publish)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for line in publish.recover():
+    for line in publish_mod.recover():
         print(line, file=sys.stderr)
     start = time.perf_counter()
-    env_before = os.environ.get(_PROGRESS_ENV)
+    env_before = {k: os.environ.get(k) for k in (_PROGRESS_ENV, PUBLISH_ENV)}
     os.environ[_PROGRESS_ENV] = "text"      # the kernel shows text progress bars
+    if publish:
+        os.environ[PUBLISH_ENV] = "1"       # the kernel writes the record
+    else:
+        os.environ.pop(PUBLISH_ENV, None)
     try:
-        with terminate_raises(), publish.Stage(name) as stage:
+        with terminate_raises(), publish_mod.Stage(name) as stage:
             tmp = stage.dir / f"{name}.executed.ipynb"
             try:
                 pm.execute_notebook(str(notebook_path(name)), str(tmp), parameters=params,
                                     kernel_name=KERNEL, log_output=True, progress_bar=False,
-                                    execution_timeout=timeout, cwd=str(paths.NOTEBOOKS))
+                                    execution_timeout=timeout, cwd=str(paths.NOTEBOOKS),
+                                    extra_arguments=KERNEL_ARGUMENTS)
             except BaseException:
                 failed = out.with_name(out.stem + ".failed.ipynb")
                 if tmp.exists():
@@ -510,14 +710,74 @@ def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT
                           "figure of this run was published", file=sys.stderr)
                 raise
             _set_output_path(tmp, out)
+            if publish:
+                record = stage.path_for(published_notebook(name))
+                write_stripped(tmp, record, name)
             stage.commit(last=(tmp, out))
     finally:
-        if env_before is None:
-            os.environ.pop(_PROGRESS_ENV, None)
-        else:
-            os.environ[_PROGRESS_ENV] = env_before
+        for k, v in env_before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     if committed:
         _record_duration(name, profile, time.perf_counter() - start)
+    return out
+
+
+#: cell and notebook metadata that change from run to run with the same results
+_VOLATILE_PAPERMILL = ("start_time", "end_time", "duration", "exception")
+#: output types that carry per-session ids (widget models)
+_VOLATILE_MIME = ("application/vnd.jupyter.widget-view+json",)
+
+
+def strip_volatile(nb: dict, name: str) -> dict:
+    """``nb`` (an executed notebook as JSON) without what changes between runs of the
+    same results: timestamps and durations (papermill's and the cells' ``execution``
+    records), widget state and widget outputs, the run's absolute paths; execution
+    counts renumbered 1, 2, ... in cell order; the injected-parameters cell given a
+    fixed id. Returns ``nb`` (changed in place)."""
+    meta = nb.setdefault("metadata", {})
+    meta.pop("widgets", None)
+    pm_meta = meta.get("papermill")
+    if isinstance(pm_meta, dict):
+        for key in _VOLATILE_PAPERMILL:
+            pm_meta.pop(key, None)
+        pm_meta["input_path"] = f"notebooks/{name}.ipynb"
+        pm_meta["output_path"] = f"notebooks/{EXECUTED_DIR}/{name}.ipynb"
+    count = 0
+    for cell in nb.get("cells", []):
+        cmeta = cell.get("metadata", {})
+        cmeta.pop("execution", None)
+        cmeta.pop("papermill", None)
+        if "injected-parameters" in cmeta.get("tags", []):
+            cell["id"] = "injected-parameters"
+        if cell.get("cell_type") != "code":
+            continue
+        if cell.get("execution_count") is not None:
+            count += 1
+            cell["execution_count"] = count
+        kept = []
+        for output in cell.get("outputs", []):
+            if "execution_count" in output:
+                output["execution_count"] = cell.get("execution_count")
+            data = output.get("data")
+            if isinstance(data, dict):
+                for mime in _VOLATILE_MIME:
+                    data.pop(mime, None)
+                if not data:
+                    continue
+            kept.append(output)
+        cell["outputs"] = kept
+    return nb
+
+
+def write_stripped(executed: Path, out: Path, name: str) -> Path:
+    """Write ``executed`` to ``out`` with :func:`strip_volatile` applied (the committed
+    executed copy, ``notebooks/executed/NAME.ipynb``)."""
+    nb = strip_volatile(json.loads(Path(executed).read_text()), name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
     return out
 
 
@@ -620,60 +880,6 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.runner",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["run", "prepare", "check", "provenance"])
-    parser.add_argument("names", nargs="*", default=["all"],
-                        help="notebook names (NN-slug) or 'all'")
-    parser.add_argument("--profile", default="full", choices=["full", "smoke"],
-                        help="the committed profile of params/NAME.yaml to start from")
-    parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
-                        metavar=("NAME", "VALUE"),
-                        help="override one parameter (VALUE read as YAML, e.g. "
-                             "-p epochs 3 -p datasets '[bibtex]'); the outputs then go "
-                             "under build/explore/, never to tables/ or figures/")
-    parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT,
-                        help="execution timeout per cell, seconds")
-    args = parser.parse_args(argv)
-    if args.action == "provenance":
-        print(write_provenance(args.profile))
-        return 0
-    names = args.names
-    if names == ["all"]:
-        names = sorted(p.stem for p in paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
-    overrides = {}
-    for key, text in args.parameter:
-        if key in overrides:
-            parser.error(f"-p {key} given twice")
-        overrides[key] = parse_value(text)
-    if overrides and len(names) != 1:
-        parser.error("-p overrides apply to one notebook: name exactly one")
-    try:
-        for name in names:
-            if args.action == "check":
-                check_full_profile(name)
-                check_params(name, effective_params(name, args.profile, overrides))
-                print(f"{name}: parameters ok")
-            elif args.action == "prepare":
-                print(prepare(name, args.profile, overrides=overrides))
-            else:
-                params = effective_params(name, args.profile, overrides)
-                where = output_root_for(name, params)
-                kind = profile_of(name, params) or "exploring"
-                print(f"running {name} ({kind}; outputs under {_shown(where) or './'}) ...",
-                      flush=True)
-                print(run(name, args.profile, timeout=args.timeout, overrides=overrides))
-    except NotebookParameterError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 # ---------------------------------------------------------------------------
 # SIGTERM and SIGHUP as exceptions, so that finally blocks run
 # ---------------------------------------------------------------------------
@@ -707,3 +913,103 @@ def terminate_raises():
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+USAGE_EXAMPLES = """\
+profiles (params/NAME.yaml):
+  smoke   tiny data or few epochs, a minute or so per notebook (what make test runs);
+          writes under build/smoke/
+  full    the papers' settings (make reproduce: ~47 min for all); without --publish
+          writes under build/explore/NAME/full/
+
+examples:
+  python -m scalable_softmax.repro.runner run 09-ove-toy-2d --profile smoke
+  python -m scalable_softmax.repro.runner run 09-ove-toy-2d -p seed 3
+  python -m scalable_softmax.repro.runner run all --profile smoke
+
+Only make reproduce / make reproduce-extra pass --publish, which writes the record:
+tables/, figures/ and notebooks/executed/.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (``--help``); returns the exit status (2: a usage error)."""
+    parser = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.runner",
+                                     description=__doc__.splitlines()[0],
+                                     epilog=USAGE_EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["run", "prepare", "check", "provenance"])
+    parser.add_argument("names", nargs="*", default=[],
+                        help="notebook names (NN-slug), or 'all' for every notebook")
+    parser.add_argument("--profile", default="full", choices=["full", "smoke"],
+                        help="the committed profile of params/NAME.yaml to start from: "
+                             "smoke (tiny, minutes; under build/smoke/) or full (the "
+                             "papers' settings; under build/explore/NAME/full/ unless "
+                             "--publish)")
+    parser.add_argument("--publish", action="store_true",
+                        help="write the record (tables/, figures/, notebooks/executed/): "
+                             "the full profile only; used by make reproduce, not by hand")
+    parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
+                        metavar=("NAME", "VALUE"),
+                        help="override one parameter (VALUE read as YAML, e.g. "
+                             "-p epochs 3 -p datasets '[bibtex]'); the outputs then go "
+                             "under build/explore/, never to tables/ or figures/")
+    parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT,
+                        help="execution timeout per cell, seconds")
+    args = parser.parse_args(argv)
+    if args.action == "provenance":
+        print(write_provenance(args.profile))
+        return 0
+
+    def usage_error(message: str) -> int:
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+
+    names = args.names
+    if not names:
+        return usage_error(f"{args.action}: name a notebook or 'all' (the notebooks: "
+                           f"{', '.join(known_notebooks())})")
+    if "all" in names:
+        if names != ["all"]:
+            return usage_error("'all' stands alone: give notebook names or 'all'")
+        names = known_notebooks()
+    if args.publish and (args.action != "run" or args.profile != "full"):
+        return usage_error("--publish goes with 'run ... --profile full' only")
+    overrides = {}
+    try:
+        for name in names:
+            notebook_path(name)
+        for key, text in args.parameter:
+            if key in overrides:
+                return usage_error(f"-p {key} given twice")
+            overrides[key] = parse_value(text)
+        if overrides and len(names) != 1:
+            return usage_error("-p overrides apply to one notebook: name exactly one")
+        if overrides and args.publish:
+            return usage_error("--publish publishes the committed full profile: no -p")
+        for name in names:
+            if args.action == "check":
+                check_full_profile(name)
+                params = effective_params(name, args.profile, overrides)
+                check_params(name, params)
+                check_values(name, params)
+                print(f"{name}: parameters ok")
+            elif args.action == "prepare":
+                print(prepare(name, args.profile, overrides=overrides))
+            else:
+                params = effective_params(name, args.profile, overrides)
+                check_values(name, params)
+                where = output_root_for(name, params, publish=args.publish)
+                kind = profile_of(name, params) or "exploring"
+                label = f"{kind}, publishing the record" if args.publish else kind
+                print(f"running {name} ({label}); outputs under {_shown(where) or './'}",
+                      flush=True)
+                print(run(name, args.profile, timeout=args.timeout, overrides=overrides,
+                          publish=args.publish))
+    except (NotebookParameterError, ValueError) as exc:
+        return usage_error(str(exc))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
