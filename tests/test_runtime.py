@@ -165,3 +165,116 @@ def test_machine_info_keys():
     info = rt.machine_info()
     assert {"cpu_model", "cpus", "numba_threads", "load_average", "date"} <= set(info)
     assert len(info["load_average"]) == 3
+
+
+# ---------------------------------------------------------------------------
+# notebook 07's studies: rates, memory check, the two timing loops, tables, checks, figures
+# ---------------------------------------------------------------------------
+
+def test_start_rate_paper_reference_and_number():
+    assert rt.start_rate("bibtex", "umax") == 0.1                       # Table 2
+    assert rt.start_rate("wikismall-surrogate", "implicit") == \
+        rt.start_rate("wikismall", "implicit")                          # imitated set's rate
+    assert rt.start_rate("bibtex", "softmax-sgd", reference_lr=0.3) == 0.3
+    assert rt.start_rate("bibtex", "umax", learning_rate=0.5) == 0.5
+    with pytest.raises(ValueError, match="no rate for data set 'toy'"):
+        rt.start_rate("toy", "umax")
+
+
+def test_scan_weight_gb():
+    assert math.isclose(rt.scan_weight_gb([100, 100_000], 1000, 2.0), 0.8)
+    with pytest.raises(ValueError, match="max_weight_gb = 2.0"):
+        rt.scan_weight_gb([100_000], 10_000, 2.0)
+
+
+def test_time_reference_sizes_rows_by_pilot(small):
+    X, y = small
+    r = rt.time_reference(X, y, 6, lr=0.1, target_seconds=1e-9, pilot_rows=100, epochs=2)
+    assert r["method"] == "softmax-sgd" and r["rows"] == 100 and r["epochs"] == 2
+    r = rt.time_reference(X, y, 6, lr=0.1, target_seconds=1e6, pilot_rows=100, epochs=1)
+    assert r["rows"] == 400                                   # the whole set fits
+
+
+class _FakeData:
+    def __init__(self, X, y, K, synthetic):
+        self.X, self.y, self.K, self.synthetic = X, y, K, synthetic
+
+
+@pytest.fixture()
+def fake_datasets(monkeypatch, small):
+    X, y = small
+    sets = {"alpha": _FakeData(X, y, 6, False), "beta-surrogate": _FakeData(X[:300], y[:300], 6, True)}
+    import scalable_softmax.data as data
+    monkeypatch.setattr(data, "load_dataset", lambda name, split: sets[name])
+    return list(sets)
+
+
+def test_time_datasets_table_and_checks(fake_datasets, tmp_path):
+    runs, info = rt.time_datasets(fake_datasets, ["umax", "ove"], learning_rate=0.01,
+                                  reference_options=dict(lr=0.1, target_seconds=1e-9,
+                                                         pilot_rows=100),
+                                  epochs=2, progress=False)
+    assert len(runs) == 6 and list(runs.method[:3]) == ["umax", "ove", "softmax-sgd"]
+    assert info["beta-surrogate"]["dataset"] == "beta-surrogate (SYNTHETIC)"
+    assert info["alpha"]["N"] == 400 and info["beta-surrogate"]["nnz_per_row"] == 5
+    ref = runs[runs.method == "softmax-sgd"]
+    assert ref.extrapolated.all() and (ref.rows == 100).all()
+    assert not runs[runs.method != "softmax-sgd"].extrapolated.any()
+    np.testing.assert_allclose(runs.seconds_per_epoch_full, runs.seconds_per_datapoint * runs.N)
+    rt.check_runs(runs, epochs=2)
+    with pytest.raises(AssertionError):
+        rt.check_runs(runs, epochs=3)
+    table = rt.dataset_table(runs, info, fake_datasets, ["umax", "ove"])
+    assert list(table.dataset) == ["alpha", "beta-surrogate (SYNTHETIC)"]
+    assert {"umax_s_per_epoch", "ove_s_per_epoch", "softmax-sgd_s_per_epoch",
+            "softmax-sgd_extrapolated", "softmax-sgd_rows_timed",
+            "softmax-sgd_over_umax"} <= set(table)
+    um = runs[runs.method == "umax"].seconds_per_datapoint.to_numpy()
+    np.testing.assert_allclose(table["softmax-sgd_over_umax"],
+                               ref.seconds_per_datapoint.to_numpy() / um)
+    assert "softmax-sgd_over_umax" not in rt.dataset_table(runs, info, fake_datasets, ["ove"])
+    runs_table = runs[rt.RUNS_COLUMNS]
+    from scalable_softmax.repro import outputs
+    csv, md = outputs.write_table(runs_table, "t", tmp_path, title="t")
+    rt.check_written([(csv, runs_table), (md, runs_table)])
+    with pytest.raises(AssertionError):
+        rt.check_written([(csv, runs_table.iloc[:2])])
+    import matplotlib
+    matplotlib.use("Agg")
+    fig = rt.plot_datasets(runs, info, fake_datasets, ["umax", "ove"])
+    assert fig.axes[0].get_yscale() == "log"
+
+
+def test_scan_k_slopes_and_checks():
+    scan, slopes = rt.scan_k([10, 40], ["umax", "softmax-sgd"], n_rows=300, n_features=30,
+                             nnz_per_row=5, lr=0.01, epochs=2, progress=False,
+                             reference_options=dict(lr=0.1, target_seconds=1e-9,
+                                                    pilot_rows=100))
+    assert list(scan.columns[:1]) == ["data"] and len(scan) == 4
+    assert scan.data.iloc[0] == "SYNTHETIC D=30, 5 nnz/row, N=300"
+    assert set(rt.scan_columns("umax")) <= set(scan.columns)
+    np.testing.assert_allclose(scan[scan.method == "umax"].ratio_to_umax, 1.0)
+    assert (scan[scan.method == "softmax-sgd"].rows == 100).all()
+    assert scan[scan.method == "softmax-sgd"].extrapolated.all()
+    np.testing.assert_allclose(scan.W_GB, scan.K * 30 * 8 / 1e9)
+    for m in ("umax", "softmax-sgd"):
+        s = scan[scan.method == m].sort_values("K")
+        assert math.isclose(slopes[m]["all_K"], rt.loglog_slope(s.K, s.seconds_per_datapoint))
+        assert math.isclose(slopes[m]["two_largest_K"], slopes[m]["all_K"])   # two K only
+    rt.check_scan(scan, slopes, epochs=2)
+    bad = {m: dict(v, all_K=v["all_K"] + 1) for m, v in slopes.items()}
+    with pytest.raises(AssertionError):
+        rt.check_scan(scan, bad, epochs=2)
+    import matplotlib
+    matplotlib.use("Agg")
+    fig = rt.plot_k_scan(scan, slopes, n_features=30, nnz_per_row=5)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    assert any("slope 1" in line.get_label() for line in ax.get_lines())
+
+
+def test_machine_note():
+    note = rt.machine_note(dict(cpu_model="cpu X", cpus=2, numba="0.1", date="today",
+                                load_average=[1.234, 0.5, 0]))
+    assert note.startswith("Machine: cpu X, 2 cores (shared), numba 0.1, today")
+    assert "1.23, 0.50, 0.00" in note

@@ -29,7 +29,10 @@ import pandas as pd
 import scipy.sparse as sp
 
 __all__ = ["synthetic_sparse", "epoch_seconds", "time_fit", "rows_for_target",
-           "loglog_slope", "machine_info"]
+           "loglog_slope", "machine_info", "RUNS_COLUMNS", "SCAN_COLUMNS", "scan_columns",
+           "start_rate", "scan_weight_gb", "time_reference", "time_datasets",
+           "dataset_table", "machine_note", "scan_k", "check_runs", "check_scan",
+           "check_written", "plot_datasets", "plot_k_scan"]
 
 
 def _check_int(name, v, lo):
@@ -251,3 +254,344 @@ def machine_info():
                 scipy=scipy.__version__, numba=numba.__version__,
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 load_average=[round(v, 2) for v in os.getloadavg()])
+
+
+# ---------------------------------------------------------------------------
+# Notebook 07's two studies: seconds per epoch per data set, and the K scan
+# ---------------------------------------------------------------------------
+
+#: columns of the table of every timed run of part 1 (``07-runtime-and-scaling-runs``)
+RUNS_COLUMNS = ["dataset", "synthetic", "K", "N", "method", "lr_requested", "lr", "retries",
+                "diverged", "rows", "extrapolated", "epochs", "steps_per_epoch",
+                "seconds_per_epoch", "seconds_min", "seconds_max", "us_per_datapoint",
+                "seconds_per_epoch_full"]
+
+#: columns of the K scan's table (``07-runtime-and-scaling-k``) after the ratio and slopes
+#: (the ratio column is named after the scan's first method: ``ratio_to_<method>``)
+SCAN_COLUMNS = ["data", "method", "K", "W_GB", "rows", "extrapolated", "epochs",
+                "steps_per_epoch", "seconds_per_epoch", "seconds_per_step",
+                "us_per_datapoint", "ratio_to_{first}", "slope_all_K", "slope_two_largest_K"]
+
+
+def scan_columns(first_method):
+    """:data:`SCAN_COLUMNS` with the ratio column of a scan whose first method is
+    ``first_method``."""
+    return [c.format(first=first_method) for c in SCAN_COLUMNS]
+
+
+def start_rate(dataset, method, learning_rate="paper", reference="softmax-sgd",
+               reference_lr=0.1):
+    """The initial learning rate of a timed run.
+
+    ``reference`` (the O(KD) exact method, which the paper does not run) takes
+    ``reference_lr``; otherwise ``learning_rate == "paper"`` gives the paper's Table 2
+    rate of ``dataset`` (a ``-surrogate`` takes the rate of the set it imitates), and a
+    number is that rate for every run.
+    """
+    if method == reference:
+        return reference_lr
+    if learning_rate == "paper":
+        from scalable_softmax.repro.paper import PAPER_TABLE2
+        base = dataset.removesuffix("-surrogate")
+        if base not in PAPER_TABLE2 or method not in PAPER_TABLE2[base]:
+            raise ValueError(f"the paper's Table 2 has no rate for data set {dataset!r} and "
+                             f"method {method!r}: pass learning_rate as a number")
+        return PAPER_TABLE2[base][method]
+    return float(learning_rate)
+
+
+def scan_weight_gb(Ks, n_features, max_weight_gb):
+    """Gigabytes of the largest float64 ``K x D`` weight matrix of a K scan, refused when
+    it exceeds ``max_weight_gb`` (the machine is shared)."""
+    big_w = max(Ks) * n_features * 8 / 1e9
+    if big_w > max_weight_gb:
+        raise ValueError(f"the scan's largest W (K = {max(Ks)}, D = {n_features}) needs "
+                         f"{big_w:.1f} GB > max_weight_gb = {max_weight_gb}: lower scan_D or "
+                         "the largest K, or raise max_weight_gb")
+    return big_w
+
+
+def time_reference(X, y, K, *, method="softmax-sgd", lr=0.1, target_seconds=1.0,
+                   pilot_rows=100, epochs=3, seed=0, lr_decay=0.9):
+    """Time the O(KD) reference method on a row subset sized by a one-epoch pilot.
+
+    The pilot runs one epoch on ``pilot_rows`` rows; the timed run then uses the first
+    :func:`rows_for_target` rows (whole minibatches of 100, all rows if they fit) whose
+    epoch should take about ``target_seconds``. Returns :func:`time_fit`'s dict.
+    """
+    pilot = time_fit(X, y, method, lr, K=K, epochs=1, rows=pilot_rows, seed=seed,
+                     lr_decay=lr_decay)
+    rows = rows_for_target(pilot["seconds_per_datapoint"], target_seconds, X.shape[0])
+    return time_fit(X, y, method, lr, K=K, epochs=epochs, rows=rows, seed=seed,
+                    lr_decay=lr_decay)
+
+
+def time_datasets(datasets, methods, *, reference="softmax-sgd", reference_options=None,
+                  learning_rate="paper", u_init="logK", lr_retries=4, epochs=3, seed=0,
+                  lr_decay=0.9, progress=True):
+    """Part 1 of notebook 07: time every method and then the reference on each data set,
+    back to back, the data set loaded once.
+
+    The methods run at :func:`start_rate` (rerun at 10x smaller rates up to
+    ``lr_retries`` times when they overflow); the reference through
+    :func:`time_reference` with ``reference_options`` (``lr``, ``target_seconds``,
+    ``pilot_rows``).
+
+    Returns
+    -------
+    runs : pandas.DataFrame, one row per run: :func:`time_fit`'s columns, ``name``, the
+        data set's ``dataset`` (shown name), ``synthetic``, ``K``, ``N``, ``D``,
+        ``nnz_per_row``, and ``extrapolated`` (timed on fewer rows than ``N``),
+        ``seconds_per_epoch_full`` (per datapoint x ``N``), ``us_per_datapoint``.
+    info : dict, data-set name -> its shape (``dataset``, ``synthetic``, ``K``, ``N``,
+        ``D``, ``nnz_per_row``).
+    """
+    import time
+
+    from scalable_softmax.data import load_dataset
+    from scalable_softmax.progress import tqdm
+
+    ref = dict(reference_options or {})
+    ref.setdefault("lr", 0.1)
+    run_rows, info = [], {}
+    bar = tqdm(total=len(datasets) * (len(methods) + 1), desc="part 1 timings",
+               disable=not progress)
+    for name in datasets:
+        t0 = time.perf_counter()
+        ds = load_dataset(name, "train")
+        N, D = ds.X.shape
+        info[name] = dict(dataset=f"{name} (SYNTHETIC)" if ds.synthetic else name,
+                          synthetic=bool(ds.synthetic), K=ds.K, N=N, D=D,
+                          nnz_per_row=ds.X.nnz / N)
+        for method in list(methods) + [reference]:
+            if method == reference:
+                r = time_reference(ds.X, ds.y, ds.K, method=reference, epochs=epochs,
+                                   seed=seed, lr_decay=lr_decay, **ref)
+            else:
+                lr = start_rate(name, method, learning_rate, reference, ref["lr"])
+                r = time_fit(ds.X, ds.y, method, lr, K=ds.K, epochs=epochs, seed=seed,
+                             lr_decay=lr_decay, lr_retries=lr_retries, lr_retry_factor=0.1,
+                             u_init=u_init)
+            r["name"] = name
+            run_rows.append(r)
+            bar.update(1)
+        del ds
+        bar.write(f"{name}: {time.perf_counter() - t0:.1f} s")
+    bar.close()
+    runs = pd.DataFrame(run_rows)
+    for col in ["dataset", "synthetic", "K", "N", "D", "nnz_per_row"]:
+        runs[col] = [info[n][col] for n in runs.name]
+    runs["extrapolated"] = runs.rows < runs.N
+    runs["seconds_per_epoch_full"] = runs.seconds_per_datapoint * runs.N
+    runs["us_per_datapoint"] = runs.seconds_per_datapoint * 1e6
+    return runs, info
+
+
+def dataset_table(runs, info, datasets, methods, reference="softmax-sgd"):
+    """The table of notebook 07's part 1: one row per data set (its shape), the seconds
+    per epoch over the whole training set of every method and the reference
+    (``<method>_s_per_epoch``), the reference's ``_extrapolated`` and ``_rows_timed``,
+    and, when U-max was timed, ``<reference>_over_umax``: its cost per datapoint over
+    U-max's."""
+    all_methods = list(methods) + [reference]
+    wide = runs.pivot(index="name", columns="method", values="seconds_per_epoch_full")
+    wide = wide.loc[datasets, all_methods]
+    table = pd.DataFrame([info[n] for n in datasets])
+    table["nnz_per_row"] = table.nnz_per_row.round(1)
+    for m in all_methods:
+        table[f"{m}_s_per_epoch"] = wide[m].to_numpy()
+    ref = runs[runs.method == reference].set_index("name").loc[datasets]
+    table[f"{reference}_extrapolated"] = ref.extrapolated.to_numpy()
+    table[f"{reference}_rows_timed"] = ref.rows.to_numpy()
+    if "umax" in methods:
+        um = runs[runs.method == "umax"].set_index("name").loc[datasets]
+        table[f"{reference}_over_umax"] = (ref.seconds_per_datapoint
+                                           / um.seconds_per_datapoint).to_numpy()
+    return table
+
+
+def machine_note(machine):
+    """The sentence on the machine that every table of notebook 07 carries (from
+    :func:`machine_info`)."""
+    load_txt = ", ".join(f"{v:.2f}" for v in machine["load_average"])
+    return (f"Machine: {machine['cpu_model']}, {machine['cpus']} cores (shared), numba "
+            f"{machine['numba']}, {machine['date']}, load average (1, 5, 15 min) at start "
+            f"{load_txt}. Timings are noisy; compare ratios within a row.")
+
+
+def scan_k(Ks, methods, *, n_rows, n_features, nnz_per_row, lr, reference="softmax-sgd",
+           reference_options=None, epochs=3, seed=0, lr_decay=0.9, progress=True):
+    """Part 2 of notebook 07: seconds per datapoint as ``K`` grows, on
+    :func:`synthetic_sparse` data (the same seed at every ``K``), the methods back to
+    back at one rate ``lr``; the reference through :func:`time_reference`.
+
+    Returns
+    -------
+    scan : pandas.DataFrame, one row per (K, method): :func:`time_fit`'s columns, ``K``,
+        ``us_per_datapoint``, ``extrapolated``, ``W_GB``, ``ratio_to_<first method>``,
+        ``slope_all_K``, ``slope_two_largest_K`` and a leading ``data`` column.
+    slopes : dict, method -> ``{"all_K": ..., "two_largest_K": ...}``, the
+        :func:`loglog_slope` of seconds per datapoint against ``K``.
+    """
+    import time
+
+    from scalable_softmax.progress import tqdm
+
+    ref = dict(reference_options or {})
+    scan = []
+    bar = tqdm(total=len(Ks) * len(methods), desc="part 2 K scan", disable=not progress)
+    for K in Ks:
+        t0 = time.perf_counter()
+        X, y = synthetic_sparse(n_rows, n_features, nnz_per_row, K, seed=seed)
+        for method in methods:
+            if method == reference:
+                r = time_reference(X, y, K, method=reference, epochs=epochs, seed=seed,
+                                   lr_decay=lr_decay, **ref)
+            else:
+                r = time_fit(X, y, method, lr, K=K, epochs=epochs, seed=seed,
+                             lr_decay=lr_decay)
+            r["K"] = K
+            scan.append(r)
+            bar.update(1)
+        del X, y
+        bar.write(f"K={K:,}: {time.perf_counter() - t0:.1f} s")
+    bar.close()
+    scan = pd.DataFrame(scan)
+    scan["us_per_datapoint"] = scan.seconds_per_datapoint * 1e6
+    scan["extrapolated"] = scan.rows < n_rows
+    scan["W_GB"] = scan.K * n_features * 8 / 1e9
+    base = scan[scan.method == methods[0]].set_index("K").seconds_per_datapoint
+    scan[f"ratio_to_{methods[0]}"] = (scan.seconds_per_datapoint.to_numpy()
+                                      / base.loc[scan.K].to_numpy())
+    slopes = {}
+    for m in methods:
+        s = scan[scan.method == m].sort_values("K")
+        slopes[m] = dict(all_K=loglog_slope(s.K, s.seconds_per_datapoint),
+                         two_largest_K=loglog_slope(s.K.iloc[-2:],
+                                                    s.seconds_per_datapoint.iloc[-2:]))
+    scan["slope_all_K"] = [slopes[m]["all_K"] for m in scan.method]
+    scan["slope_two_largest_K"] = [slopes[m]["two_largest_K"] for m in scan.method]
+    scan.insert(0, "data", f"SYNTHETIC D={n_features}, {nnz_per_row} nnz/row, N={n_rows}")
+    return scan, slopes
+
+
+def check_runs(runs, *, epochs, reference="softmax-sgd"):
+    """The invariants of part 1's timed runs (raise ``AssertionError``): every run timed
+    ``epochs`` epochs with positive finite times, min <= median <= max, only the
+    reference on a row subset, the full-set seconds scaled per datapoint, and no rate
+    above the requested one."""
+    assert (runs.epochs == epochs).all(), "a run timed fewer epochs than asked"
+    for col in ["seconds_per_epoch", "seconds_min", "seconds_max", "seconds_per_datapoint",
+                "seconds_per_epoch_full"]:
+        assert np.isfinite(runs[col]).all() and (runs[col] > 0).all(), col
+    assert (runs.seconds_min <= runs.seconds_per_epoch).all()
+    assert (runs.seconds_per_epoch <= runs.seconds_max).all()
+    others = runs.method != reference
+    assert (runs.rows[others] == runs.N[others]).all()
+    np.testing.assert_allclose(runs.seconds_per_epoch_full,
+                               runs.seconds_per_epoch * runs.N / runs.rows)
+    assert (runs.lr <= runs.lr_requested).all()
+
+
+def check_scan(scan, slopes, *, epochs):
+    """The invariants of the K scan (raise ``AssertionError``): every run timed
+    ``epochs`` epochs with positive finite times, and each slope is numpy's
+    least-squares fit of log seconds per datapoint against log K."""
+    assert (scan.epochs == epochs).all(), "a scan run timed fewer epochs than asked"
+    for col in ["seconds_per_epoch", "seconds_per_datapoint", "seconds_per_step"]:
+        assert np.isfinite(scan[col]).all() and (scan[col] > 0).all(), col
+    for m, sl in slopes.items():
+        s = scan[scan.method == m].sort_values("K")
+        fit = np.polyfit(np.log(s.K), np.log(s.seconds_per_datapoint), 1)[0]
+        assert math.isclose(sl["all_K"], fit, rel_tol=1e-9, abs_tol=1e-12), m
+
+
+def check_written(pairs):
+    """Each ``(path, DataFrame)`` of a written table (a ``.csv`` or its ``.md``) holds
+    what was shown: the CSV the same columns, rows and floats (to 1e-12), the Markdown
+    one table row per row, and the word SYNTHETIC where a row is synthetic."""
+    from pathlib import Path
+
+    for path, df in pairs:
+        path = Path(path)
+        if path.suffix == ".csv":
+            on_disk = pd.read_csv(path)
+            assert list(on_disk.columns) == list(df.columns) and len(on_disk) == len(df), path
+            for col in df.columns:
+                if pd.api.types.is_float_dtype(df[col]):
+                    np.testing.assert_allclose(on_disk[col], df[col], rtol=1e-12, err_msg=col)
+        else:
+            text = path.read_text()
+            assert text.count("\n|") == len(df) + 2, path  # header, rule, rows
+            assert "SYNTHETIC" in text or not (
+                df.get("synthetic", pd.Series([False])).any()), path
+
+
+def plot_datasets(runs, info, datasets, methods, reference="softmax-sgd"):
+    """Figure of part 1: seconds per epoch (log scale) by data set ordered by ``K``, one
+    line per method; the reference's extrapolated points hollow. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from scalable_softmax.repro import style
+
+    order = sorted(datasets, key=lambda n: info[n]["K"])
+    xpos = np.arange(len(order))
+    fig, ax = plt.subplots(figsize=(style.FIG_WIDTH, 3.6))
+    for m in style.ordered(list(methods) + [reference]):
+        sub = runs[runs.method == m].set_index("name").loc[order]
+        ax.plot(xpos, sub.seconds_per_epoch_full,
+                **style.line(m, lw=1.2, ms=8 if m == reference else 5,
+                             label=style.label(m) + (" (O(KD) per datapoint)"
+                                                     if m == reference else "")))
+        if m == reference and sub.extrapolated.any():
+            ex = sub.extrapolated.to_numpy()
+            ax.plot(xpos[ex], sub.seconds_per_epoch_full[ex], ls="none",
+                    marker=style.marker(m), ms=8, mfc="white", mec=style.color(m),
+                    label="extrapolated from a row subset")
+    ax.set_yscale("log")
+    ax.set_xticks(xpos)
+    ax.set_xticklabels([f"{n.replace('-surrogate', '')}\n"
+                        f"{'SYNTHETIC' if info[n]['synthetic'] else 'real'}"
+                        f"\nK={info[n]['K']:,}\nN={info[n]['N']:,}" for n in order],
+                       fontsize=7.5)
+    ax.grid(False, axis="x")
+    ax.set_ylabel("training seconds per epoch (median)")
+    ax.set_title("Seconds per epoch: the sampled O(D) methods against exact softmax SGD")
+    style.legend_below(fig, ncol=4)
+    return fig
+
+
+def plot_k_scan(scan, slopes, *, reference="softmax-sgd", n_features, nnz_per_row):
+    """Figure of part 2: microseconds per datapoint against ``K`` (log-log), one line per
+    method labelled with its slopes, the reference's subset-timed points hollow, and a
+    slope-1 guide through the reference's largest-K point. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from scalable_softmax.repro import style
+
+    methods = list(slopes)
+    fig, ax = plt.subplots(figsize=(style.FIG_WIDTH, 3.7))
+    for m in style.ordered(methods):
+        s = scan[scan.method == m].sort_values("K")
+        ref_m = m == reference
+        ax.plot(s.K, s.us_per_datapoint,
+                **style.line(m, ms=8 if ref_m else 5,
+                             label=f"{style.label(m)}: slope {slopes[m]['all_K']:.2f} "
+                                   f"(largest K: {slopes[m]['two_largest_K']:.2f})"))
+        if ref_m and s.extrapolated.any():
+            ex = s.extrapolated.to_numpy()
+            ax.plot(s.K[ex], s.us_per_datapoint[ex], ls="none", marker=style.marker(m), ms=8,
+                    mfc="white", mec=style.color(m), label="timed on a few minibatches")
+    if reference in methods:
+        s = scan[scan.method == reference].sort_values("K")
+        kk = np.array(sorted(scan.K.unique()), dtype=float)
+        ax.plot(kk, s.us_per_datapoint.iloc[-1] * kk / kk[-1], ls=":", color="0.5",
+                label="slope 1 (O(K) per datapoint)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("number of classes K")
+    ax.set_ylabel("training µs per datapoint (median)")
+    ax.set_title(f"Cost per datapoint against K (SYNTHETIC, D = {n_features:,}, "
+                 f"{nnz_per_row} non-zeros per row)")
+    style.legend_below(fig, ncol=2)
+    return fig
