@@ -269,7 +269,8 @@ def _fmt(value) -> str:
 def _describe(cell: Cell, allowed: bool = False) -> str:
     text = f"column {cell.column}, {cell.row}: {_fmt(cell.new)} vs record {_fmt(cell.record)}"
     if allowed and not math.isnan(cell.diff):
-        text += f" (|diff| {cell.diff:.3g}, {cell.excess:.3g}x its allowance)"
+        limit = cell.diff / cell.excess if cell.excess > 0 else math.inf
+        text += f" (|diff| {cell.diff:.3g} > allowed {limit:.3g})"
     return text
 
 
@@ -279,8 +280,13 @@ def _row_labels(frame: pd.DataFrame, keys: list | None) -> list[str]:
         return [", ".join(f"{k}={v}" for k, v in zip(keys, row if isinstance(row, tuple)
                                                      else (row,)))
                 for row in frame.index]
-    first = frame.columns[0] if len(frame.columns) else None
-    return [f"row {i + 1}" + (f" ({first}={frame.iloc[i][first]})" if first is not None else "")
+    names = []                      # the leading label columns (at most 3), e.g. dataset, method
+    for column in frame.columns[:3]:
+        if pd.api.types.is_numeric_dtype(frame[column]) and names:
+            break
+        names.append(column)
+    return [f"row {i + 1}" + (" (" + ", ".join(f"{c}={frame.iloc[i][c]}" for c in names) + ")"
+                              if names else "")
             for i in range(len(frame))]
 
 
