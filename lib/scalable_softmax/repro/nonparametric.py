@@ -9,16 +9,29 @@ data ``y_1..y_N`` the One-vs-Each lower bound on the log likelihood is
 other values per draw). The random numbers are drawn in Python (``numpy.random.Generator``)
 and passed to the numba kernel, so :func:`_ove_steps_reference` (plain NumPy) reproduces
 the kernel exactly and is the test oracle.
+
+Notebook ``08-ove-nonparametric`` (Figures 1(a) and 2) is glue around this module:
+:func:`sample_values` draws the data, :func:`fit_bounds` finds the OVE and Bouchard
+optima of Figure 1(a) with L-BFGS (objectives :func:`ove_objective`,
+:func:`bouchard_objective`), :func:`bouchard_k2` checks Proposition 3,
+:func:`results_table` builds the table and :func:`plot_fig1a` / :func:`plot_fig2` draw
+the figures.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numba
 import numpy as np
-from scipy.special import expit, softmax
+import pandas as pd
+from scipy.optimize import minimize
+from scipy.special import expit, log_expit, softmax
 
+from scalable_softmax import objectives
 from scalable_softmax._jit import JIT
 
-__all__ = ["ove_sgd"]
+__all__ = ["ove_sgd", "sample_values", "ove_objective", "bouchard_objective", "BoundFits",
+           "fit_bounds", "bouchard_k2", "results_table", "plot_fig1a", "plot_fig2"]
 
 
 @numba.njit(**JIT)
@@ -139,3 +152,177 @@ def ove_sgd(y, K, batch=100, samples=10, lr0=None, decay=0.9, iterations=200_000
         epoch += 1
     bar.close()
     return f, np.array(steps), np.array(errors)
+
+
+# --------------------------------------------------------------------------- Figure 1(a)
+def sample_values(n_draws: int, n_values: int, seed: int):
+    """The paper's data: ``u_k ~ U[0, 1]``, ``p_true ∝ u_k^2`` over ``n_values`` values
+    and ``n_draws`` draws from it (one ``numpy`` Generator seeded with ``seed``, the
+    uniforms first). Returns ``(p_true, y)``."""
+    if n_draws < 1 or n_values < 2:
+        raise ValueError(f"sample_values: n_draws must be >= 1 and n_values >= 2; got "
+                         f"{n_draws} and {n_values}")
+    rng = np.random.default_rng(seed)
+    u = rng.uniform(size=n_values)
+    p_true = u**2 / np.sum(u**2)
+    return p_true, rng.choice(n_values, size=n_draws, p=p_true)
+
+
+def ove_objective(f, counts):
+    """``-F(f)/N`` and its gradient (the non-parametric OVE bound, Eq. 9):
+    ``F(f) = sum_k N_k sum_{m != k} log sigma(f_k - f_m)``."""
+    d = f[:, None] - f[None, :]                     # d[k, m] = f_k - f_m
+    L = log_expit(d)
+    np.fill_diagonal(L, 0.0)
+    val = np.sum(counts[:, None] * L)
+    S = expit(-d)                                   # S[k, m] = sigma(f_m - f_k)
+    np.fill_diagonal(S, 0.0)
+    grad = counts * S.sum(axis=1) - (counts[:, None] * S).sum(axis=0)
+    n = counts.sum()
+    return -val / n, -grad / n
+
+
+def bouchard_objective(theta, counts):
+    """``-G(f, alpha)/N`` and its gradient (Bouchard's bound with one shared ``alpha``,
+    ``theta = (f, alpha)``): ``G = sum_k N_k f_k - N alpha - N sum_m softplus(f_m - alpha)``."""
+    f, alpha = theta[:-1], theta[-1]
+    n = counts.sum()
+    val = counts @ f - n * alpha - n * objectives.softplus(f - alpha).sum()
+    s = expit(f - alpha)
+    grad = np.append(counts - n * s, -n + n * s.sum())
+    return -val / n, -grad / n
+
+
+def _lbfgs(fun, x0, counts):
+    return minimize(fun, x0, args=(counts,), jac=True, method="L-BFGS-B",
+                    options=dict(gtol=1e-13, ftol=0, maxiter=10_000))
+
+
+@dataclasses.dataclass
+class BoundFits:
+    """Figure 1(a)'s estimates from value counts: the MLE ``N_k/N``; the OVE bound's
+    optimum (``res_ove``, ``p_ove``); Bouchard's (``res_bou``, ``p_bou``, its ``f_bou``
+    and ``alpha_bou``), its closed form ``p_bou_closed ∝ p/(1-p)`` and
+    ``alpha_check = objectives.bouchard_optimal_alpha`` of ``f_bou``."""
+
+    p_mle: np.ndarray
+    res_ove: object
+    p_ove: np.ndarray
+    res_bou: object
+    f_bou: np.ndarray
+    alpha_bou: float
+    p_bou: np.ndarray
+    p_bou_closed: np.ndarray
+    alpha_check: float
+
+
+def fit_bounds(counts) -> BoundFits:
+    """Maximise the OVE and Bouchard bounds for value counts ``counts`` (all > 0) with
+    L-BFGS from zero (gradient tolerance 1e-13)."""
+    counts = np.asarray(counts)
+    if counts.ndim != 1 or len(counts) < 2 or not (counts > 0).all():
+        raise ValueError("fit_bounds: counts must be a 1-d array of >= 2 positive counts "
+                         "(a value never drawn puts the MLE on the boundary: change the seed)")
+    p_mle = counts / counts.sum()
+    K = len(counts)
+    res_ove = _lbfgs(ove_objective, np.zeros(K), counts)
+    res_bou = _lbfgs(bouchard_objective, np.zeros(K + 1), counts)
+    f_bou, alpha_bou = res_bou.x[:-1], res_bou.x[-1]
+    return BoundFits(
+        p_mle=p_mle, res_ove=res_ove, p_ove=softmax(res_ove.x), res_bou=res_bou,
+        f_bou=f_bou, alpha_bou=alpha_bou, p_bou=softmax(f_bou),
+        p_bou_closed=(p_mle / (1 - p_mle)) / np.sum(p_mle / (1 - p_mle)),
+        alpha_check=objectives.bouchard_optimal_alpha(np.ones((1, 1)), f_bou[:, None])[0])
+
+
+def bouchard_k2(counts=(150.0, 50.0)):
+    """Proposition 3's case ``K = 2``: Bouchard's optimum for two counts by L-BFGS;
+    returns the optimizer's result (``x = (f1, f2, alpha)``)."""
+    return _lbfgs(bouchard_objective, np.zeros(3), np.asarray(counts, dtype=np.float64))
+
+
+def results_table(counts_a, p_true_a, fits: BoundFits, iterations: int, err_mle_final: float,
+                  mle_err_true: float, sgd_err_true: float) -> pd.DataFrame:
+    """The notebook's table: rows ``fig1a`` value 1..K (true probability and the three
+    estimates) and each estimate's ``||p - p_true||_1``; rows ``fig2``: the doubly
+    stochastic estimate's final L1 errors (to the MLE and to ``p_true``) in column
+    ``ove``."""
+    rows = [dict(part="fig1a", row=f"value {k + 1} (count {counts_a[k]})", true_p=p_true_a[k],
+                 exact_mle=fits.p_mle[k], ove=fits.p_ove[k], bouchard=fits.p_bou[k])
+            for k in range(len(counts_a))]
+    rows.append(dict(part="fig1a", row="L1 vs true p", true_p=0.0,
+                     exact_mle=np.abs(fits.p_mle - p_true_a).sum(),
+                     ove=np.abs(fits.p_ove - p_true_a).sum(),
+                     bouchard=np.abs(fits.p_bou - p_true_a).sum()))
+    rows.append(dict(part="fig2", row=f"L1 vs exact MLE after {iterations} iterations",
+                     true_p=np.nan, exact_mle=0.0, ove=err_mle_final, bouchard=np.nan))
+    rows.append(dict(part="fig2", row="L1 vs true p", true_p=0.0, exact_mle=mle_err_true,
+                     ove=sgd_err_true, bouchard=np.nan))
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- figures
+def plot_fig1a(p_true_a, fits: BoundFits, n_points: int):
+    """Figure 1(a): the three estimates as bars beside the generating probabilities."""
+    import matplotlib.pyplot as plt
+
+    from scalable_softmax.repro import style
+
+    fig, ax = plt.subplots(figsize=(style.FIG_WIDTH, 3.2))
+    K = len(p_true_a)
+    x = np.arange(1, K + 1)
+    w = 0.27
+    ax.bar(x - w, fits.p_mle, w, color=style.color("exact"), label="exact softmax (MLE)")
+    ax.bar(x, fits.p_ove, w, color=style.color("ove"), label="one-vs-each bound's optimum")
+    ax.bar(x + w, fits.p_bou, w, color=style.color("bouchard"),
+           label="Bouchard bound's optimum")
+    ax.plot(x, p_true_a, ls="none", marker="D", ms=5, mfc="white", mec="k", mew=1,
+            label="true p (generating)")
+    ax.set_xticks(x)
+    ax.grid(False, axis="x")
+    ax.set_xlabel("value")
+    ax.set_ylabel("estimated probability")
+    ax.set_title(f"Figure 1(a): {n_points} draws of {K} values")
+    style.bars_from_zero(ax)
+    style.legend_below(fig, ncol=4)
+    return fig
+
+
+def plot_fig2(p_mle, p_sgd, steps, err_mle, mle_err_true, sgd_err_true, title: str):
+    """Figure 2: (a) the exact estimate sorted, (b) the doubly stochastic one in the same
+    order, (c) the L1 error to the MLE against iterations with the MLE's own sampling
+    error and the final error to ``p_true``."""
+    import matplotlib.pyplot as plt
+
+    from scalable_softmax.repro import style
+
+    fig, axes = plt.subplot_mosaic([["a", "b"], ["c", "c"]], figsize=(style.FIG_WIDTH, 5.4))
+    order = np.argsort(p_mle)[::-1]
+    rank = np.arange(1, len(p_mle) + 1)
+    axes["a"].plot(rank, p_mle[order], color=style.color("exact"))
+    axes["a"].set_title("(a) exact (MLE = OVE optimum), sorted")
+    axes["b"].plot(rank, p_sgd[order], color=style.color("ove"), lw=0.5)
+    axes["b"].plot(rank, p_mle[order], color=style.color("exact"), lw=1)
+    axes["b"].set_title("(b) doubly stochastic OVE, same order")
+    for k in "ab":
+        axes[k].set_xlabel("value (sorted by the exact estimate)")
+        axes[k].set_ylabel("probability")
+        axes[k].ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    c = axes["c"]
+    c.plot(steps, err_mle, color=style.color("ove"),
+           label=r"$\|p_{SGD} - p_{MLE}\|_1$ (the paper's measure)")
+    c.plot(steps[-1], sgd_err_true, ls="none", marker="o", mfc="white",
+           mec=style.color("ove"), mew=1.5, label=r"final $\|p_{SGD} - p_{true}\|_1$")
+    c.axhline(mle_err_true, color=style.color("exact"), ls="--", lw=1,
+              label=r"$\|p_{MLE} - p_{true}\|_1$ (the MLE's sampling error)")
+    c.set_yscale("log")
+    style.log_ticks(c)
+    c.set_xlabel("iterations")
+    c.set_ylabel("L1 error")
+    c.set_title("(c) estimation error")
+    fig.suptitle(title)
+    handles = [plt.Line2D([], [], color=style.color("exact"), label="exact (MLE)"),
+               plt.Line2D([], [], color=style.color("ove"), label="doubly stochastic OVE")]
+    handles += c.get_legend_handles_labels()[0]
+    style.legend_below(fig, handles, ncol=3)
+    return fig
