@@ -177,3 +177,15 @@ def test_compare_rules_on_a_small_table(tolerances):
     assert result.status == "within"
     result = verify.compare_tables("t.csv", new.assign(v=[1.0, 2.02]), rec, tolerances)
     assert result.status == "OUT" and "column v, row 2 (a=y): 2.02 vs record 2.0" in result.line()
+
+
+def test_table_level_report_never_fails(tmp_path):
+    declared = tmp_path / "tolerances.yaml"
+    declared.write_text("default: {rel: 1.0e-9, reason: strict}\n"
+                        "tables:\n  curves:\n    report: lengths depend on a wall-clock cap\n")
+    tolerances = verify.Tolerances.load(declared)
+    rec = pd.DataFrame({"a": ["x", "y", "z"], "v": [1.0, 2.0, 3.0]})
+    result = verify.compare_tables("curves.csv", rec.iloc[:2].assign(v=[1.0, 9.0]), rec,
+                                   tolerances)
+    assert not result.failed and "wall-clock cap" in result.line()
+    assert verify.compare_tables("other.csv", rec.iloc[:2], rec, tolerances).failed

@@ -68,6 +68,7 @@ class TableSpec:
     keys: list | None = None
     rows_report: bool = False
     rows_reason: str = ""
+    table_report: str = ""          # the reason, when every difference is reported only
 
 
 def _rule(entry, where: str) -> Rule:
@@ -125,10 +126,14 @@ class Tolerances:
         for stem, entry in (raw.get("tables") or {}).items():
             entry = entry or {}
             where = f"{name}: tables.{stem}"
-            unknown = set(entry) - {"keys", "rows", "columns", "reason"}
+            unknown = set(entry) - {"keys", "rows", "columns", "report"}
             if unknown:
                 raise ValueError(f"{where}: unknown keys {sorted(unknown)} (allowed: keys, rows, "
-                                 f"columns, reason)")
+                                 f"columns, report)")
+            if "report" in entry and not (isinstance(entry["report"], str)
+                                          and entry["report"].strip()):
+                raise ValueError(f"{where}.report: write `report: <reason>` to report (not "
+                                 "fail on) every difference of the table")
             if "rows" in entry:
                 rows = entry["rows"]
                 if not (isinstance(rows, dict) and set(rows) == {"report"}
@@ -153,6 +158,8 @@ class Tolerances:
                 spec.keys = list(entry["keys"])
             if "rows" in entry and not spec.rows_report:
                 spec.rows_report, spec.rows_reason = True, entry["rows"]["report"]
+            if "report" in entry and not spec.table_report:
+                spec.table_report = entry["report"].strip()
         spec.columns += self.everywhere
         return spec
 
@@ -274,18 +281,24 @@ def _describe(cell: Cell, allowed: bool = False) -> str:
     return text
 
 
+def _short(value, width: int = 40) -> str:
+    text = str(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def _row_labels(frame: pd.DataFrame, keys: list | None) -> list[str]:
     """How rows are named in messages: their key values, else position and first column."""
     if keys:
         return [", ".join(f"{k}={v}" for k, v in zip(keys, row if isinstance(row, tuple)
                                                      else (row,)))
                 for row in frame.index]
-    names = []                      # the leading label columns (at most 3), e.g. dataset, method
-    for column in frame.columns[:3]:
+    names = []                      # the leading label columns (at most 2), e.g. dataset, method
+    for column in frame.columns[:2]:
         if pd.api.types.is_numeric_dtype(frame[column]) and names:
             break
         names.append(column)
-    return [f"row {i + 1}" + (" (" + ", ".join(f"{c}={frame.iloc[i][c]}" for c in names) + ")"
+    return [f"row {i + 1}" + (" (" + ", ".join(f"{c}={_short(frame.iloc[i][c])}" for c in names)
+                              + ")"
                               if names else "")
             for i in range(len(frame))]
 
@@ -408,6 +421,11 @@ def compare_tables(name: str, new: pd.DataFrame, record: pd.DataFrame,
         result.within += within
         if note:
             result.reported.append(note)
+    if spec.table_report and (result.problems or result.out):
+        shown = result.problems + [_describe(c) for c in result.out[:1]]
+        result.reported.append(f"{len(result.problems) + len(result.out)} differences, e.g. "
+                               f"{shown[0]} ({spec.table_report})")
+        result.problems, result.out = [], []
     if result.problems or result.out:
         result.status = "OUT"
     elif result.within:
