@@ -426,3 +426,123 @@ def test_the_study_functions_end_to_end(tmp_path):
     q = P.time_to_quality(curves)
     assert len(q) == 2 and q.group_best.nunique() == 1
     assert (curves.groupby("method").seconds.min() == 0).all()     # the start points
+
+
+# ---------------------------------------------------------------------------
+# notebook 12's plan, table, findings, checks and figures
+# ---------------------------------------------------------------------------
+
+def test_plan_methods_skips_a_missing_library_and_refuses_bad_requests(monkeypatch):
+    monkeypatch.setattr(P, "available", lambda fam: (fam != "torch", "no torch here"
+                                                      if fam == "torch" else f"{fam} 1.0"))
+    run, skipped, versions = P.plan_methods(["umax", "torch-sgd", "sklearn-lbfgs"], ["a"],
+                                            {"a": 1})
+    assert run == ["umax", "sklearn-lbfgs"] and skipped == {"torch-sgd": "no torch here"}
+    assert set(versions) == {"ours", "sklearn"}
+    with pytest.raises(ValueError, match=r"unknown method\(s\) \['nope'\]"):
+        P.plan_methods(["nope"], ["a"], {"a": 1})
+    with pytest.raises(ValueError, match=r"caps has no entry for \['b'\]"):
+        P.plan_methods(["umax"], ["a", "b"], {"a": 1})
+
+
+def test_chosen_rates_and_add_skipped():
+    empty = P.chosen_rates(pd.DataFrame())
+    assert len(empty) == 0 and {"dataset", "method", "lr", "grid", "at_grid_edge"} <= set(empty)
+    runs = pd.DataFrame([dict(dataset="a", method="umax", status="completed", reason="")])
+    P.add_skipped(runs, {"torch-sgd": "no torch"}, ["a", "b"])
+    assert list(runs.method) == ["umax", "torch-sgd", "torch-sgd"]
+    assert list(runs.dataset[1:]) == ["a", "b"] and (runs.status[1:] == "skipped").all()
+
+
+def _study():
+    """A finished two-method study on one data set, plus a skipped method."""
+    curves = pd.DataFrame(dict(
+        dataset="a", method=["umax"] * 3 + ["sklearn-lbfgs"] * 3,
+        seconds=[0.1, 0.2, 0.4, 0.15, 0.3, 0.6],
+        test_log_loss=[3.0, 2.2, 2.1, 4.0, 2.5, 2.0],
+        train_log_loss=[2.9, 2.0, 1.8, 3.9, 2.4, 1.7]))
+    runs = pd.DataFrame([
+        dict(dataset="a", method="umax", lr=0.1, status="completed", reason="", layout="",
+             peak_rss_gb=0.4, rss_scope="method", train_seconds=0.4, points=3),
+        dict(dataset="a", method="sklearn-lbfgs", lr=None, status="time cap", reason="",
+             layout="", peak_rss_gb=0.5, rss_scope="method", train_seconds=0.6, points=3)])
+    P.add_skipped(runs, {"torch-sgd": "no torch"}, ["a"])
+    rates = pd.DataFrame([dict(dataset="a", method="umax", lr=0.1, val_log_loss=2.0,
+                               grid="0.01 0.1 1", at_grid_edge="", layout="",
+                               all_failed=False)])
+    return curves, runs, rates
+
+
+def test_peer_table_findings_and_checks():
+    curves, runs, rates = _study()
+    methods = ["torch-sgd", "umax", "sklearn-lbfgs"]
+    table, ttq = P.peer_table(runs, rates, curves, datasets=["a"], methods=methods,
+                              shown={"a": "A"}, tolerances=[0.05, 0.01])
+    assert list(table.method) == methods                           # the requested order
+    t = table.set_index("method")
+    assert t.loc["umax", "lr"] == "0.1" and t.loc["sklearn-lbfgs", "lr"] == "no rate"
+    assert t.loc["torch-sgd", "lr"] == "-" and t.loc["torch-sgd", "grid"] == ""
+    assert t.loc["umax", "within_5pct"] == "0.4"                   # 2.1 <= 1.05 * 2.0
+    assert t.loc["umax", "within_1pct"] == "not reached (completed)"
+    assert t.loc["sklearn-lbfgs", "within_1pct"] == "0.6"
+    assert t.loc["torch-sgd", "within_5pct"] == "not reached (skipped)"
+    assert t.loc["umax", "best_train_log_loss"] == 1.8 and math.isnan(
+        t.loc["torch-sgd", "best_train_log_loss"])
+    cols = P.table_columns([0.05, 0.01])
+    assert set(cols) <= set(table) and "rss_scope" not in cols
+    assert "rss_scope" in P.table_columns([0.05], isolate="family")
+    P.check_results(table, curves, ttq, n_rows=3, tolerances=[0.05, 0.01])
+    with pytest.raises(AssertionError):
+        P.check_results(table, curves, ttq, n_rows=4, tolerances=[0.05, 0.01])
+    text = P.findings(table, ttq, datasets=["a"], methods=["umax", "sklearn-lbfgs"],
+                      shown={"a": "A"}, tolerances=[0.05, 0.01])
+    assert text[0].startswith("**A**: best test log-loss 2 (sklearn lbfgs).")
+    assert "Within 5%: first U-max at 0.4 s; our fastest U-max 0.4 s, the fastest peer " \
+           "sklearn lbfgs 0.6 s (ratio peer/ours 1.5)." in text[0]
+    assert "Within 1%: first sklearn lbfgs at 0.6 s; none of ours got there." in text[0]
+    assert "torch SGD (full softmax): skipped: no torch." in text[0]
+    assert P.worst_of_ours(table, methods) == {"a": "umax"}
+    pre = P.table_preamble(datasets=["a"], caps={"a": 2}, threads=2, memory_cap_gb=8,
+                           isolate="method", machine=dict(cpu_model="cpu", load_average=[1]),
+                           versions={})
+    assert "(a: 2 s)" in pre and "capped at 8 GiB" in pre
+
+
+def test_log_axis_ticks_label_a_short_log_axis():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for lo, hi in [(2.4, 5.3), (3.7, 5.8), (2.5, 20.0), (1.02, 1.3)]:
+        fig, ax = plt.subplots()
+        ax.plot([1, 2], [lo, hi])
+        ax.set_yscale("log")
+        ax.set_ylim(lo, hi)
+        P.log_axis_ticks(ax, "y")
+        ticks = [v for v in ax.get_yticks() if lo <= v <= hi]
+        assert len(ticks) >= 3, (lo, hi, ticks)
+        assert all(ax.yaxis.get_major_formatter()(v) == f"{v:g}" for v in ticks)
+        plt.close(fig)
+    fig, ax = plt.subplots()                         # several decades: style.log_ticks
+    ax.plot([0.01, 10], [1, 2])
+    ax.set_xscale("log")
+    P.log_axis_ticks(ax, "x")
+    assert ax.xaxis.get_major_formatter()(0.1) == "0.1"
+    plt.close(fig)
+
+
+def test_curve_figure_draws_one_panel_per_data_set():
+    import matplotlib
+    matplotlib.use("Agg")
+    curves, runs, rates = _study()
+    table, ttq = P.peer_table(runs, rates, curves, datasets=["a"],
+                              methods=["umax", "sklearn-lbfgs", "torch-sgd"],
+                              shown={"a": "A"}, tolerances=[0.05])
+    shapes = pd.DataFrame(dict(K=[4], N=[10]), index=["a"])
+    fig = P.curve_figure(curves, ttq, "test_log_loss", "t", datasets=["a"],
+                         methods=["umax", "sklearn-lbfgs", "torch-sgd"], shown={"a": "A"},
+                         shapes=shapes, caps={"a": 1}, tolerances=[0.05])
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.get_lines()] == ["U-max", "sklearn lbfgs"]
+    assert ax.get_lines()[1].get_linestyle() == "--"
+    assert len([v for v in ax.get_yticks() if 2.0 <= v <= 4.0]) >= 3

@@ -68,7 +68,9 @@ from scalable_softmax._atomic import atomic_open
 __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_job",
            "run_jobs", "run_isolated", "time_to_quality", "available", "split_for_tuning",
            "torch_layouts", "classify_failure", "tune_rates", "choose_rates", "run_final",
-           "save_problem"]
+           "save_problem", "STATUSES", "PEER_STYLES", "plan_methods", "dataset_shapes",
+           "chosen_rates", "add_skipped", "peer_table", "table_columns", "table_preamble",
+           "log_axis_ticks", "curve_figure", "findings", "check_results", "worst_of_ours"]
 
 #: method -> family ("ours", "sklearn", "torch")
 METHODS = {
@@ -1052,6 +1054,319 @@ def _pct(t):
     p = t * 100
     return f"{p:g}"
 
+
+
+# ---------------------------------------------------------------------------
+# notebook 12: the plan, the table, the figures and the findings
+# ---------------------------------------------------------------------------
+
+#: a run's possible statuses (``completed`` and ``time cap`` are the successful ones)
+STATUSES = ("completed", "time cap", "diverged", "memory", "error", "killed", "crashed",
+            "skipped")
+#: the peers' line styles in the figures (colour index into the collection's series
+#: colours, line style, marker); ours use the collection's method styles
+PEER_STYLES = {"sklearn-lbfgs": (2, "--", "D"), "sklearn-saga": (3, "--", "v"),
+               "torch-sgd": (4, ":", "o"), "torch-adam": (5, ":", "s"),
+               "torch-sampled": (6, ":", "^")}
+
+
+def plan_methods(methods, datasets, caps):
+    """Check the requested ``methods`` and ``caps`` and find which methods can run here.
+
+    Returns ``(run_methods, skipped, versions)``: the methods whose library is
+    installed (in the requested order), ``{method: reason}`` for the others, and
+    ``{family: versions}`` of the available families.
+
+    Raises
+    ------
+    ValueError
+        On a method not in :data:`METHODS` or a data set without a cap.
+    """
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
+    missing = [d for d in datasets if d not in caps]
+    if missing:
+        raise ValueError(f"caps has no entry for {missing}: give every data set a cap "
+                         "in training seconds")
+    skipped, versions = {}, {}
+    for family in ("ours", "sklearn", "torch"):
+        ok, what = available(family)
+        if ok:
+            versions[family] = what
+        else:
+            skipped.update({m: what for m in methods if METHODS[m] == family})
+    return [m for m in methods if m not in skipped], skipped, versions
+
+
+def dataset_shapes(datasets, *, eval_rows, caps, tune_fraction):
+    """One row per data set (index: its name): ``dataset``, ``synthetic``, ``N``,
+    ``N_test``, ``D``, ``K``, ``nnz_per_row``, ``eval_rows``, ``cap_seconds`` and
+    ``tune_seconds``; and ``{name: shown name}`` (surrogates without the suffix, marked
+    SYNTHETIC)."""
+    from scalable_softmax.data import load_dataset
+
+    shapes = []
+    for d in datasets:
+        tr, te = load_dataset(d, "train"), load_dataset(d, "test")
+        shapes.append(dict(dataset=d, synthetic=bool(tr.synthetic), N=tr.N, N_test=te.N,
+                           D=tr.X.shape[1], K=tr.K, nnz_per_row=round(tr.X.nnz / tr.N, 1),
+                           eval_rows=eval_rows.get(d) if isinstance(eval_rows, dict)
+                           else eval_rows,
+                           cap_seconds=caps[d], tune_seconds=tune_fraction * caps[d]))
+    shapes = pd.DataFrame(shapes).set_index("dataset", drop=False)
+    shown = {d: f"{d.removesuffix('-surrogate')} (SYNTHETIC)" if shapes.synthetic[d] else d
+             for d in datasets}
+    return shapes, shown
+
+
+def chosen_rates(tuning: pd.DataFrame) -> pd.DataFrame:
+    """:func:`choose_rates` of ``tuning``, or an empty frame with its columns when no
+    method had a rate to tune."""
+    if len(tuning):
+        return choose_rates(tuning)
+    return pd.DataFrame(columns=["dataset", "method", "lr", "val_log_loss", "grid",
+                                 "at_grid_edge", "layout", "all_failed"])
+
+
+def add_skipped(runs: pd.DataFrame, skipped: dict, datasets) -> pd.DataFrame:
+    """``runs`` (of :func:`run_final`) with a ``skipped`` row, with its reason, per data
+    set for every method in ``skipped`` (appended in place, also returned)."""
+    for m, why in skipped.items():
+        for d in datasets:
+            runs.loc[len(runs)] = dict(dataset=d, method=m, status="skipped", reason=why)
+    return runs
+
+
+def peer_table(runs, rates, curves, *, datasets, methods, shown, tolerances):
+    """The table of notebook 12, one row per data set and method in the requested
+    order: the run (status, reason, rate, layout, peak memory, training seconds,
+    points), the rate grid, :func:`time_to_quality`'s columns, the best train
+    log-loss, and ``within_<pct>pct`` (seconds as text, or "not reached (status)").
+
+    Returns ``(table, ttq)``, ``ttq`` being :func:`time_to_quality` of ``curves`` (empty
+    without curves).
+    """
+    ttq = time_to_quality(curves, tolerances=tolerances) if len(curves) else pd.DataFrame()
+    best_train = curves.groupby(["dataset", "method"]).train_log_loss.min() if len(curves) \
+        else pd.Series(dtype=float)
+    table = runs[["dataset", "method", "status", "reason", "lr", "layout", "peak_rss_gb",
+                  "rss_scope", "train_seconds", "points"]].copy()
+    table.insert(1, "data", [shown[d] for d in table.dataset])
+    table.insert(3, "label", [LABELS[m] for m in table.method])
+    table = table.merge(rates[["dataset", "method", "grid", "at_grid_edge"]], how="left",
+                        on=["dataset", "method"])
+    if len(ttq):
+        table = table.merge(ttq, how="left", on=["dataset", "method"])
+    table["best_train_log_loss"] = [best_train.get((d, m), math.nan)
+                                    for d, m in zip(table.dataset, table.method)]
+    for p in (_pct(t) for t in tolerances):
+        col = f"seconds_to_{p}pct"
+        if col not in table:
+            table[col] = math.nan
+        table[f"within_{p}pct"] = [
+            f"{s:.3g}" if np.isfinite(s) else f"not reached ({st})"
+            for s, st in zip(table[col], table.status)]
+    table["lr"] = [f"{v:g}" if isinstance(v, (int, float)) and np.isfinite(v) else
+                   "-" if m in RATE_METHODS else "no rate"
+                   for v, m in zip(table.lr, table.method)]
+    for col in ("at_grid_edge", "layout", "rss_scope", "grid"):
+        table[col] = table[col].fillna("")
+    order = {v: i for i, v in enumerate(list(datasets) + list(methods))}
+    table = table.sort_values(["dataset", "method"], key=lambda c: c.map(order))
+    return table.reset_index(drop=True), ttq
+
+
+def table_columns(tolerances, isolate="method"):
+    """The columns of notebook 12's Markdown table (``rss_scope`` only when methods
+    shared a child process)."""
+    cols = (["data", "label", "status", "lr", "at_grid_edge", "layout"]
+            + [f"within_{_pct(t)}pct" for t in tolerances]
+            + ["best_test_log_loss", "ratio_to_best", "best_train_log_loss", "peak_rss_gb",
+               "train_seconds", "reason"])
+    if isolate != "method":
+        cols.insert(cols.index("peak_rss_gb") + 1, "rss_scope")
+    return cols
+
+
+def table_preamble(*, datasets, caps, threads, memory_cap_gb, isolate, machine, versions):
+    """The preamble of ``tables/12-peers.md``: how the seconds, the log-loss, the memory
+    and the rates were measured, and on what."""
+    return (
+        "Written by `notebooks/12-peers.ipynb`. Training seconds (evaluation excluded) at "
+        "the first checkpoint (spaced by a factor sqrt(2)) where the exact test log-loss "
+        "(all K classes, on the same seeded rows for every method) is within 5% / 1% of the "
+        "best any method reached on that data set (`best_test_log_loss` is the method's own "
+        "best, `ratio_to_best` its ratio to the data set's best). sklearn points are separate "
+        "fits with max_iter = 1, 2, 4, ... (their whole wall time). "
+        + ("Each method ran in its own child process" if isolate == "method" else
+           "The methods of each library ran in one child process per data set "
+           "(`rss_scope`)")
+        + f" with {threads} threads and a cap on its training seconds ("
+        + ", ".join(f"{d}: {caps[d]:g} s" for d in datasets) + "); `peak_rss_gb` is that "
+        "process's maximum resident set size (ru_maxrss: interpreter, libraries, data, "
+        "the method's state and the evaluations); its address space was capped at "
+        f"{memory_cap_gb:g} GiB. `lr` was chosen by the lowest held-out log-loss after a "
+        "short budget (tables/12-peers-rates.md); `at_grid_edge` flags a winner at the "
+        "end of its grid. No penalty (mu = 0, sklearn C = inf), no intercept. Rows "
+        "marked SYNTHETIC are surrogates of the real data set, not the real data. Machine: "
+        f"{machine['cpu_model']}, load average at the start {machine['load_average']}; library "
+        f"versions {versions}.")
+
+
+def log_axis_ticks(ax, axis="y", min_labels=4):
+    """Enough labelled ticks on a log axis (call after the data are drawn).
+
+    Over 1.3 decades and more, :func:`scalable_softmax.repro.style.log_ticks`, with
+    3, 30, ... labelled too over 2.5 to 4 decades (where it labels only the powers of
+    ten). Over less, the coarsest of a few sets of round mantissas (1, 2, 5; then 1, 2,
+    3, 5; then 1, 1.5, 2, 2.5, 3, 4, ..., 8; then halves from 2 to 5; then steps of 0.1
+    up to 2, 0.25 up to 5 and 0.5 up to 10) that puts at least ``min_labels`` ticks
+    inside the axis, labelled as plain numbers, with no minor ticks.
+    """
+    import matplotlib.ticker as mt
+
+    from scalable_softmax.repro import style
+
+    a = ax.yaxis if axis == "y" else ax.xaxis
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    if lo <= 0 or hi <= 0:
+        return
+    if math.log10(hi / lo) >= 1.3:
+        style.log_ticks(ax, axis)
+        lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+        if 2.5 < math.log10(hi / lo) <= 4:       # powers of ten only: add 3, 30, ...
+            a.set_minor_locator(mt.LogLocator(subs=(3,)))
+            a.set_minor_formatter(mt.FuncFormatter(lambda v, _pos=None: f"{v:g}"))
+        return
+    tiers = [(1, 2, 5), (1, 2, 3, 5), (1, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8),
+             (1, 1.2, 1.4, 1.6, 1.8, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 9),
+             tuple(np.round(np.r_[np.arange(1, 2, 0.1), np.arange(2, 5, 0.25),
+                                  np.arange(5, 10, 0.5)], 2))]
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    for subs in tiers:
+        ticks = [float(f"{s * 10.0 ** e:.6g}") for e in decades for s in subs]
+        ticks = [v for v in ticks if lo <= v <= hi]
+        if len(ticks) >= min_labels:
+            break
+    a.set_major_locator(mt.FixedLocator(ticks))
+    a.set_major_formatter(mt.FuncFormatter(lambda v, _pos=None: f"{v:g}"))
+    a.set_minor_locator(mt.NullLocator())
+
+
+def curve_figure(curves, ttq, metric, title, *, datasets, methods, shown, shapes, caps,
+                 tolerances):
+    """One log-log panel per data set of ``metric`` against training seconds, a line
+    per method (ours in the collection's styles, scikit-learn dashed, PyTorch dotted);
+    on the test log-loss a grey band from the data set's best to ``tolerances[0]``
+    above it. Returns the figure."""
+    from scalable_softmax.repro import style
+
+    fig, axes = style.panel_grid(len(datasets), ncols=2 if len(datasets) > 1 else 1,
+                                 panel_height=2.7)
+    for ax, d in zip(axes, datasets):
+        part = curves[(curves.dataset == d)] if len(curves) else curves
+        for m in methods:
+            c = part[(part.method == m) & (part.seconds > 0)].sort_values("seconds") \
+                if len(part) else part
+            c = c[np.isfinite(c[metric])] if len(c) else c
+            if not len(c):
+                continue
+            if m in PEER_STYLES:
+                col, ls, mk = PEER_STYLES[m]
+                kw = dict(color=style.SERIES_COLORS[col], ls=ls, marker=mk, label=LABELS[m])
+            else:
+                kw = style.line(m, label=LABELS[m])
+            ax.plot(c.seconds, c[metric], ms=3, lw=1.3, **kw)
+        if metric == "test_log_loss" and len(ttq) and (ttq.dataset == d).any():
+            best = float(ttq[ttq.dataset == d].group_best.iloc[0])
+            ax.axhspan(best, best * (1 + tolerances[0]), color="0.6", alpha=0.35, lw=0,
+                       label=f"within {tolerances[0]:.0%} of the best")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        log_axis_ticks(ax, "x")
+        log_axis_ticks(ax, "y")
+        ax.set_title(f"{shown[d]}\nK = {shapes.K[d]:,}, N = {shapes.N[d]:,}, cap {caps[d]:g} s")
+        ax.set_xlabel("training seconds (2 threads)")
+        ax.set_ylabel(metric.replace("_", " "))
+        ax.grid(True, which="both", alpha=0.25)
+    style.legend_below(fig, ncol=4)
+    fig.suptitle(title)
+    return fig
+
+
+def findings(table, ttq, *, datasets, methods, shown, tolerances):
+    """One paragraph per data set, computed from ``table``: the best test log-loss and
+    who reached it, the first method within each tolerance and how our fastest compares
+    with the fastest peer, and every run that failed (with its reason)."""
+    ours = [m for m in methods if METHODS[m] == "ours"]
+    others = [m for m in methods if METHODS[m] != "ours"]
+    out = []
+    for d in datasets:
+        t = table[table.dataset == d].set_index("method")
+        if not len(ttq) or not (ttq.dataset == d).any():
+            out.append(f"{shown[d]}: no method produced a finite test log-loss")
+            continue
+        best = float(t.group_best.dropna().iloc[0])
+        who = t.best_test_log_loss.idxmin()
+        line = [f"**{shown[d]}**: best test log-loss {best:.4g} ({LABELS[who]})."]
+        for p in (_pct(tol) for tol in tolerances):
+            reached = t[f"seconds_to_{p}pct"].dropna()
+            if not len(reached):
+                continue
+            f = reached.idxmin()
+            line.append(f"Within {p}%: first {LABELS[f]} at {reached[f]:.3g} s")
+            o = reached.reindex(ours).dropna()
+            q = reached.reindex(others).dropna()
+            if len(o) and len(q):
+                line[-1] += (f"; our fastest {LABELS[o.idxmin()]} {o.min():.3g} s, the "
+                             f"fastest peer {LABELS[q.idxmin()]} {q.min():.3g} s "
+                             f"(ratio peer/ours {q.min() / o.min():.3g})")
+            elif len(o):
+                line[-1] += "; no peer got there"
+            elif len(q):
+                line[-1] += "; none of ours got there"
+            line[-1] += "."
+        for m, r in t[~t.status.isin(["completed", "time cap"])].iterrows():
+            line.append(f"{LABELS[m]}: {r.status}: {r.reason}.")
+        out.append(" ".join(line))
+    return out
+
+
+def check_results(table, curves, ttq, *, n_rows, tolerances):
+    """The invariants of notebook 12's results (raise ``AssertionError``): ``n_rows``
+    rows with known statuses and, unless completed or capped, a reason; each method's
+    curve (sklearn's separate fits aside) in increasing seconds; per data set the holder
+    of the best test log-loss reaches every tolerance, the tighter tolerance never
+    before the looser (for two), and no ratio to the best below 1."""
+    assert len(table) == n_rows, (len(table), n_rows)
+    assert table.status.isin(STATUSES).all(), table.status.unique()
+    bad = table[~table.status.isin(["completed", "time cap"])]
+    assert (bad.reason.astype(str).str.len() > 0).all(), bad
+    for (d, m), c in curves.groupby(["dataset", "method"]):
+        if not m.startswith("sklearn"):
+            assert np.all(np.diff(c.seconds.to_numpy()) >= 0), (d, m)
+    pct = [_pct(t) for t in tolerances]
+    for d in ttq.dataset.unique() if len(ttq) else []:
+        t = ttq[ttq.dataset == d]
+        assert np.isclose(t.best_test_log_loss.min(), t.group_best.iloc[0])
+        holder = t.loc[t.best_test_log_loss.idxmin()]
+        for p in pct:
+            assert np.isfinite(holder[f"seconds_to_{p}pct"]), (d, holder)
+        if len(pct) == 2:
+            a, b = f"seconds_to_{pct[0]}pct", f"seconds_to_{pct[1]}pct"
+            both = t.dropna(subset=[a, b])
+            assert (both[b] >= both[a]).all()
+        assert (t.ratio_to_best.dropna() >= 1 - 1e-12).all()
+
+
+def worst_of_ours(table, methods):
+    """Per data set, which of our stochastic methods (Implicit, U-max, IS among
+    ``methods``) has the worst best test log-loss: ``{dataset: method}``."""
+    sgd_ours = [m for m in methods if m in ("implicit", "umax", "is")]
+    mine = table[table.method.isin(sgd_ours)].dropna(subset=["best_test_log_loss"])
+    worst = mine.groupby("dataset").best_test_log_loss.idxmax()
+    return {d: table.method[i] for d, i in worst.dropna().items()}
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
