@@ -43,3 +43,74 @@ def test_bad_arguments():
         replay(X, y, K, "sgd", lr=1.0)
     with pytest.raises(ValueError, match="lr"):
         replay(X, y, K, "umax", lr=-1.0)
+
+
+# ---------------------------------------------------------------------------
+# notebook 01's study functions
+# ---------------------------------------------------------------------------
+
+from scalable_softmax.repro import instability as I  # noqa: E402
+
+
+def _sparse_problem(seed=0, N=60, D=8, K=4):
+    import scipy.sparse as sp
+
+    X, y, K = _problem(seed, N, D, K)
+    X = X / np.linalg.norm(X, axis=1, keepdims=True) * 30.0      # large rows: SGD overflows
+    return sp.csr_matrix(X), y.astype(np.int64), K
+
+
+def test_overflow_runs_record_where_vanilla_overflows():
+    X, y, K = _sparse_problem()
+    t = I.overflow_runs(X, y, K, ["vanilla", "implicit"], [1e-6, 1e3], epochs=2, progress=False)
+    assert list(t.columns) == ["method", "lr", "epochs", "diverged", "diverged_epoch",
+                               "diverged_step", "steps_before_overflow",
+                               "final_train_log_loss", "seconds"]
+    assert list(zip(t.method, t.lr)) == [("vanilla", 1e-6), ("vanilla", 1e3),
+                                         ("implicit", 1e-6), ("implicit", 1e3)]
+    bad = t[(t.method == "vanilla") & (t.lr == 1e3)].iloc[0]
+    assert bad.diverged and bad.final_train_log_loss == np.inf
+    assert bad.steps_before_overflow == (bad.diverged_epoch - 1) * 60 + bad.diverged_step
+    ok = t[t.method == "implicit"]
+    assert not ok.diverged.any() and np.isfinite(ok.final_train_log_loss).all()
+    assert ok.steps_before_overflow.isna().all()
+
+
+def test_u_init_runs_and_largest_stable_rates():
+    X, y, K = _sparse_problem(1)
+    t = I.u_init_runs(X, y, K, ["zero", "logK"], [1e-6, 1e3], epochs=1, progress=False)
+    assert list(t.columns) == ["u_init", "lr", "diverged", "diverged_epoch", "diverged_step",
+                               "final_train_log_loss"]
+    assert list(t.u_init) == ["zero", "zero", "logK", "logK"]
+    ref = I.overflow_runs(X, y, K, ["vanilla"], [1e-6, 1e3], epochs=1, u_init="logK",
+                          progress=False)
+    np.testing.assert_array_equal(t[t.u_init == "logK"].final_train_log_loss,
+                                  ref.final_train_log_loss)
+    stable = I.largest_stable_rates(t)
+    assert set(stable) == {"zero", "logK"} and stable["zero"] == 1e-6
+
+
+def test_replay_runs_gradient_table_summary_and_figures():
+    import matplotlib
+    matplotlib.use("Agg")
+    X, y, K = _problem(1)
+    X = X * 5.0
+    runs = I.replay_runs(X, y, K, [0.1, 50.0], epochs=2, seed=0, progress=False)
+    assert set(runs) == {(m, lr) for m in I.NOTEBOOK_REPLAYS for lr in (0.1, 50.0)}
+    pd_ref = replay(X, y, K, "umax", 50.0, epochs=2, seed=0)
+    assert runs["umax", 50.0].equals(pd_ref)
+    g = I.gradient_table(runs)
+    assert len(g) == 8
+    v = g[(g.method == "vanilla") & (g.lr == 50.0)].iloc[0]
+    assert v.overflowed and v.overflow_step == runs["vanilla", 50.0].step.iloc[-1]
+    u = g[g.method == "umax"]
+    assert (u.steps_above_bound == 0).all() and not u.overflowed.any()
+    assert u.overflow_step.isna().all()
+    table = I.overflow_runs(*_sparse_problem(), ["vanilla", "umax", "implicit"], [1e-6, 1e3],
+                            epochs=1, progress=False)
+    text = I.summary(table, runs, [0.1, 50.0])
+    assert text.startswith("vanilla overflowed at rates: [1000.0] ; stayed finite at: [1e-06]")
+    assert "U-max replay: " in text
+    assert len(I.plot_divergence(table, 4, "toy", 1).axes) == 2
+    assert len(I.plot_histograms(runs, [0.1, 50.0], 2).axes) == 4
+    assert len(I.plot_raman(runs, [0.1, 50.0]).axes) == 4

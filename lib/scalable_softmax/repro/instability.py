@@ -25,7 +25,9 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-__all__ = ["replay", "REPLAY_METHODS", "log10_bound"]
+__all__ = ["replay", "REPLAY_METHODS", "log10_bound", "NOTEBOOK_REPLAYS", "overflow_runs",
+           "u_init_runs", "largest_stable_rates", "replay_runs", "gradient_table",
+           "plot_divergence", "plot_histograms", "plot_raman", "summary"]
 
 #: methods :func:`replay` knows
 REPLAY_METHODS = ("vanilla", "umax", "raman-vanilla", "raman-umax")
@@ -158,3 +160,226 @@ def replay(X, y, K, method, lr, epochs=1, lr_decay=0.9, delta0=1.0, seed=0):
             if not ok:
                 return pd.DataFrame(rows)
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------
+# notebook 01: the overflow study, the u-init comparison, the replays and figures
+# ---------------------------------------------------------------------------
+
+#: the replayed methods of notebook 01: explicit SGD on the proposed double sum (F-5)
+#: and on Raman et al.'s (F-8)
+NOTEBOOK_REPLAYS = ("vanilla", "umax", "raman-vanilla", "raman-umax")
+
+
+def overflow_runs(X, y, K, methods, lrs, *, epochs, seed=0, u_init=None, progress=True,
+                  desc="section 1 fits"):
+    """``fit(X, y, method, lr, epochs, lr_decay=0.9)`` for every method and rate (W = 0;
+    u = 0 unless ``u_init`` is given; shuffled order with ``seed``): did the run
+    overflow, where, and its final train log-loss.
+
+    Returns a DataFrame, one row per run: ``method``, ``lr``, ``epochs``, ``diverged``,
+    ``diverged_epoch`` (1-based), ``diverged_step`` (0-based in the epoch),
+    ``steps_before_overflow``, ``final_train_log_loss`` (``inf`` when overflowed) and
+    ``seconds`` (wall time of the fit, rounded to 0.01 s).
+    """
+    import time
+
+    from scalable_softmax.fit import fit
+    from scalable_softmax.progress import tqdm
+
+    N = X.shape[0]
+    extra = {} if u_init is None else dict(u_init=u_init)
+    records = []
+    bar = tqdm(total=len(methods) * len(lrs), desc=desc, disable=not progress)
+    for method in methods:
+        for lr in lrs:
+            t0 = time.perf_counter()
+            res = fit(X, y, method, lr, epochs=epochs, lr_decay=0.9, seed=seed, K=K,
+                      eval_epochs=[0, epochs], progress=False, **extra)
+            ep, st = res.diverged_at if res.diverged else (np.nan, np.nan)
+            records.append(dict(
+                method=method, lr=lr, epochs=epochs, diverged=res.diverged,
+                diverged_epoch=ep, diverged_step=st,
+                steps_before_overflow=(ep - 1) * N + st if res.diverged and st >= 0
+                else np.nan,
+                final_train_log_loss=float(res.history.train_log_loss.iloc[-1]),
+                seconds=round(time.perf_counter() - t0, 2)))
+            bar.update(1)
+    bar.close()
+    return pd.DataFrame(records)
+
+
+def u_init_runs(X, y, K, u_inits, lrs, *, epochs, seed=0, progress=True):
+    """Vanilla SGD's runs of :func:`overflow_runs` again from each initial ``u`` of
+    ``u_inits`` ("zero", "logK"): one row per (u_init, lr) with ``diverged``,
+    ``diverged_epoch``, ``diverged_step`` and ``final_train_log_loss``."""
+    from scalable_softmax.progress import tqdm
+
+    bar = tqdm(total=len(u_inits) * len(lrs), desc="section 1b fits", disable=not progress)
+    parts = []
+    for u0 in u_inits:
+        t = overflow_runs(X, y, K, ["vanilla"], lrs, epochs=epochs, seed=seed, u_init=u0,
+                          progress=False)
+        t.insert(0, "u_init", u0)
+        parts.append(t[["u_init", "lr", "diverged", "diverged_epoch", "diverged_step",
+                        "final_train_log_loss"]])
+        bar.update(len(lrs))
+    bar.close()
+    return pd.concat(parts, ignore_index=True)
+
+
+def largest_stable_rates(init_table):
+    """``{u_init: the largest rate at which vanilla SGD did not overflow}`` (NaN if
+    none) from :func:`u_init_runs`."""
+    return {u0: init_table[(init_table.u_init == u0) & ~init_table.diverged].lr.max()
+            for u0 in init_table.u_init.unique()}
+
+
+def replay_runs(X, y, K, lrs, *, epochs, delta0=1.0, seed=0, methods=NOTEBOOK_REPLAYS,
+                progress=True):
+    """:func:`replay` of every method of ``methods`` at every rate of ``lrs``:
+    ``{(method, lr): step history}``."""
+    from scalable_softmax.progress import tqdm
+
+    runs = {}
+    for method, lr in tqdm([(m, lr) for m in methods for lr in lrs],
+                           desc="instrumented replays", disable=not progress):
+        runs[method, lr] = replay(X, y, K, method, lr, epochs=epochs, delta0=delta0,
+                                  seed=seed)
+    return runs
+
+
+def gradient_table(runs):
+    """One row per replay of :func:`replay_runs`: steps, whether and where it
+    overflowed, quantiles (0.5, 0.9, 0.99) and maximum of ``log10 |gradient|``, the
+    steps above the bound and the resets."""
+    rows = []
+    for (method, lr), h in runs.items():
+        q = h.log10_grad.replace(-np.inf, np.nan).quantile([0.5, 0.9, 0.99])
+        over = not h.finite.all()
+        rows.append(dict(
+            method=method, lr=lr, steps=len(h), overflowed=over,
+            overflow_step=int(h.step.iloc[-1]) if over else np.nan,
+            overflow_epoch=int(h.epoch.iloc[-1]) if over else np.nan,
+            log10_grad_median=q[0.5], log10_grad_p90=q[0.9], log10_grad_p99=q[0.99],
+            log10_grad_max=h.log10_grad.max(),
+            steps_above_bound=int((h.log10_grad > h.log10_bound + 1e-12).sum()),
+            resets=int(h.reset.sum())))
+    return pd.DataFrame(rows)
+
+
+def plot_divergence(table, K, data, epochs):
+    """Left: final train log-loss against the rate per method (an overflowed run as a
+    cross at log K); right: vanilla SGD's steps until the overflow. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from scalable_softmax.repro import style
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(style.FIG_WIDTH, 3.1))
+    for method, g in table.groupby("method", sort=False):
+        ok = g[~g.diverged]
+        ax1.plot(ok.lr, ok.final_train_log_loss, **style.line(method))
+        bad = g[g.diverged]
+        if len(bad):
+            ax1.plot(bad.lr, np.full(len(bad), np.log(K)), ls="none", marker="x", ms=8,
+                     mew=2, color=style.color(method),
+                     label=f"{style.label(method)}: overflowed")
+    ax1.axhline(np.log(K), color="0.4", lw=0.8, ls=":", label="log K (crosses drawn there)")
+    ax1.set(xscale="log", yscale="log", xlabel="learning rate",
+            ylabel="final train log-loss", title=f"{data}: {epochs} epochs")
+    style.log_ticks(ax1)
+    v = table[table.method == "vanilla"]
+    ax2.plot(v.lr, v.steps_before_overflow + 1, ls="-", marker="x", mew=2,
+             color=style.color("vanilla"))
+    ax2.set(xscale="log", yscale="log", xlabel="learning rate",
+            ylabel="steps until the overflow",
+            title=f"{style.label('vanilla')}: step of the overflow")
+    style.legend_below(fig, *ax1.get_legend_handles_labels(), ncol=3)
+    return fig
+
+
+def plot_histograms(runs, lrs, epochs):
+    """Histograms of ``log10 |gradient|`` per epoch (clipped to [-8, 12]) of vanilla SGD
+    (top) and U-max (bottom) at each replayed rate, with U-max's bound. Returns the
+    figure."""
+    import matplotlib.pyplot as plt
+
+    from scalable_softmax.repro import style
+
+    colors = dict(zip(range(1, epochs + 1), style.SERIES_COLORS[2:] + style.SERIES_COLORS[:2]))
+    bins = np.linspace(-8.0, 12.0, 61)
+    fig, axes = plt.subplots(2, len(lrs), figsize=(style.FIG_WIDTH, 5.2), squeeze=False,
+                             sharex=True)
+    for j, lr in enumerate(lrs):
+        for r, method in enumerate(("vanilla", "umax")):
+            ax, h = axes[r, j], runs[method, lr]
+            title = f"{style.label(method)}, lr = {lr:g}"
+            for e, g in h.groupby("epoch"):
+                ax.hist(np.clip(g.log10_grad, -8.0, 12.0), bins=bins, histtype="step",
+                        lw=1.2, color=colors[e])
+            ax.axvline(h.log10_bound.max(), color="k", ls="--", lw=0.8)
+            if not h.finite.all():
+                title += (f"\noverflow at step {len(h)}\n"
+                          f"(log10 |g| = {h.log10_grad.iloc[-1]:.3g})")
+            ax.set_title(title, fontsize=8.5)
+            ax.set_yscale("log")
+            ax.set_ylim(bottom=0.7)
+            axes[r, 0].set_ylabel("steps")
+        axes[1, j].set_xlabel("log10 |gradient|\n(clipped to [-8, 12])")
+    handles = [plt.Line2D([], [], color=colors[e], label=f"epoch {e}")
+               for e in sorted(set(runs["umax", lrs[0]].epoch))]
+    handles.append(plt.Line2D([], [], color="k", ls="--", lw=0.8,
+                              label="U-max's bound (K-1) e^δ₀ max||x||"))
+    style.legend_below(fig, handles, ncol=len(handles))
+    return fig
+
+
+def plot_raman(runs, lrs):
+    """Histograms of ``log10 |gradient|`` of the proposed formulation against Raman et
+    al.'s, vanilla SGD (top) and U-max (bottom), at each replayed rate. Returns the
+    figure."""
+    import matplotlib.pyplot as plt
+
+    from scalable_softmax.repro import style
+
+    fig, axes = plt.subplots(2, len(lrs), figsize=(style.FIG_WIDTH, 5.0), squeeze=False,
+                             sharex=True)
+    bins = np.linspace(-8, 12, 61)
+    for j, lr in enumerate(lrs):
+        for r, kind in enumerate(("vanilla", "umax")):
+            ax = axes[r, j]
+            status = []
+            for method in (kind, f"raman-{kind}"):
+                h = runs[method, lr]
+                ax.hist(np.clip(h.log10_grad, -8, 12), bins=bins, histtype="step",
+                        color=style.color(method), lw=1.2)
+                status.append("overflow" if not h.finite.all() else "finite")
+            ax.set(yscale="log", title=f"{style.label(kind)}, lr = {lr:g}\nproposed: "
+                   f"{status[0]}, Raman: {status[1]}")
+            ax.set_ylim(bottom=0.7)
+            ax.title.set_fontsize(8.5)
+        axes[1, j].set_xlabel("log10 |gradient|\n(clipped to [-8, 12])")
+    for r in range(2):
+        axes[r, 0].set_ylabel("steps")
+    handles = [plt.Line2D([], [], color=style.color(m), label=lab) for m, lab in
+               (("vanilla", "Vanilla SGD, proposed (F-5)"),
+                ("raman-vanilla", "Vanilla SGD, Raman's (F-8)"),
+                ("umax", "U-max, proposed (F-5)"), ("raman-umax", "U-max, Raman's (F-8)"))]
+    style.legend_below(fig, handles, ncol=2)
+    return fig
+
+
+def summary(table, runs, lrs):
+    """The printed summary of notebook 01: the rates at which each method overflowed,
+    its final log-loss by rate, and U-max's largest replayed gradient over its bound."""
+    van = table[table.method == "vanilla"]
+    lines = [f"vanilla overflowed at rates: {van[van.diverged].lr.tolist()} ; stayed "
+             f"finite at: {van[~van.diverged].lr.tolist()}"]
+    for m in ("umax", "implicit"):
+        g = table[table.method == m]
+        lines.append(f"{m}: overflowed at {g[g.diverged].lr.tolist()}; final log-loss by "
+                     f"rate: {dict(zip(g.lr, g.final_train_log_loss.round(3)))}")
+    um = pd.concat([runs["umax", lr] for lr in lrs])
+    lines.append(f"U-max replay: {len(um)} steps, max log10(|g| / bound) = "
+                 f"{(um.log10_grad - um.log10_bound).max():.3f}, resets {int(um.reset.sum())}")
+    return "\n".join(lines)
