@@ -210,8 +210,9 @@ class FitResult:
         columns of ``history`` and ``extra`` as arrays, and ``meta``: a JSON record with
         the format name and version, the library version that trained and the one that
         saved the model, the method, ``params``, ``diverged_at``, ``diverged_reason``
-        and any non-numeric ``extra`` columns. Read it back with :meth:`FitResult.load`; no pickling is
-        involved, so loading a file cannot run code.
+        and any non-numeric ``extra`` columns. Read it back with
+        :meth:`FitResult.load`; no pickling is involved, so loading a file cannot run
+        code.
 
         Returns
         -------

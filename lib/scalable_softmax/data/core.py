@@ -296,18 +296,7 @@ def load_dataset(name: str, split: str = "train", *, max_features: int | None = 
         files, inputs = {}, {"generator": f"surrogate:{surrogate.PROFILE_SIZE}"}
     else:
         files = registry.locate(base, data_dir=data_dir, verify=verify)
-        inputs = {}
-        for role, p in files.items():
-            if verify:
-                dd = Path(data_dir).resolve() if data_dir is not None else paths.raw_dir()
-                try:
-                    rel = p.relative_to(dd).as_posix()
-                except ValueError:
-                    rel = p.name
-                inputs[role] = registry.verify_file(p, rel, data_dir=dd)
-            else:
-                st = p.stat()
-                inputs[role] = f"stat:{st.st_size}:{st.st_mtime_ns}"
+        inputs = _raw_inputs(files, data_dir, verify)
     params = {"max_features": max_features, "max_points": max_points,
               "normalize": bool(normalize), **opts}
     key = _cache.cache_key({"name": name, "split": split, "params": params,
@@ -334,37 +323,35 @@ def load_dataset(name: str, split: str = "train", *, max_features: int | None = 
     info = {"inputs_sha256": inputs}
     planted = None
     if is_sur:
-        model = surrogate.make_model(
-            base, scale=opts["scale"], seed=opts["seed"], bayes_error=opts["bayes_error"],
-            calibrated=None if train is None else train.info.get("surrogate_model"))
-        raw, stats = surrogate.generate_split(model, split)
-        spec = surrogate.SURROGATES[base]
-        origin = (f"synthetic surrogate of {base} (paper Table 1 shape), seed "
-                  f"{opts['seed']}, scale {opts['scale']}",)
-        info["surrogate"] = stats
-        info["surrogate_model"] = {"tokens_per_nnz": model.tokens_per_nnz,
-                                   "inv_tau": model.inv_tau}
-        info["surrogate_spec"] = spec.note
-        original = {"N": spec.N_original, "D": spec.D_original, "K": spec.K_original,
-                    "K_first": None, "source": "paper Table 1 (bracketed values)"}
-        planted = model.W.multiply(model.inv_tau).tocsr()
-        used, extra = [], {}
+        raw, origin, original, planted = _surrogate_raw(base, split, opts, train, info)
     else:
         raw, used, extra = _raw_real(base, split, files, opts, max_points,
                                      None if train is None else {"info": train.info})
         info.update(extra)
-        firsts = raw.first_labels_all
-        original = {"N": int(raw.n_points_total), "D": int(raw.n_features),
-                    "K": None if raw.n_labels is None else int(raw.n_labels),
-                    "K_first": int(np.unique(firsts).size) if firsts is not None else None,
-                    "source": "raw file"}
+        original = _original_shape(raw)
         origin = tuple(str(p) for p in used)
     X, y, st, dropped, lines = apply_conventions(
         raw, train_state=state, max_features=max_features, max_points=max_points,
         normalize=normalize)
     if planted is not None:
         planted = planted[st.classes][:, st.feature_index].tocsr()
-    preprocessing = {
+    preprocessing = _preprocessing_record(max_features, max_points, normalize, opts)
+    info["class_ids"] = st.classes.tolist()
+    info["build_seconds"] = time.perf_counter() - t0
+    info["nnz_per_row"] = float(X.nnz / max(X.shape[0], 1))
+    ds = Dataset(name=name, split=split, X=X, y=y, K=int(st.classes.size), origin=origin,
+                 synthetic=is_sur, preprocessing=preprocessing, dropped=dropped,
+                 original=original, class_names=_class_names(raw, st.classes),
+                 feature_index=st.feature_index, info=info, planted_W=planted)
+    if cache:
+        _save_processed(cpath, ds)
+    ds.info["from_cache"] = False
+    return ds
+
+
+def _preprocessing_record(max_features, max_points, normalize, opts) -> dict:
+    """``Dataset.preprocessing``: the paper's conventions as applied, and the options."""
+    return {
         "first_label": True, "max_features": max_features, "max_points": max_points,
         "normalize": bool(normalize),
         "feature_selection": "top max_features by document frequency on the kept train "
@@ -375,26 +362,70 @@ def load_dataset(name: str, split: str = "train", *, max_features: int | None = 
                  "L2",
         **{k: v for k, v in opts.items()},
     }
-    info["class_ids"] = st.classes.tolist()
-    info["build_seconds"] = time.perf_counter() - t0
-    info["nnz_per_row"] = float(X.nnz / max(X.shape[0], 1))
-    ds = Dataset(name=name, split=split, X=X, y=y, K=int(st.classes.size), origin=origin,
-                 synthetic=is_sur, preprocessing=preprocessing, dropped=dropped,
-                 original=original, class_names=_class_names(raw, st.classes),
-                 feature_index=st.feature_index, info=info, planted_W=planted)
-    if cache:
-        arrays = {"class_names": ds.class_names, "feature_index": ds.feature_index}
-        if planted is not None:
-            arrays.update(W_data=planted.data, W_indices=planted.indices,
-                          W_indptr=planted.indptr,
-                          W_shape=np.asarray(planted.shape, dtype=np.int64))
-        meta = {k: getattr(ds, k) for k in ("name", "split", "K", "origin", "synthetic",
-                                              "preprocessing", "dropped", "original",
-                                              "info")}
-        _cache.save(cpath, X=X, y=y, arrays=arrays, meta=meta)
-        ds.info["cache_file"] = str(cpath)
-    ds.info["from_cache"] = False
-    return ds
+
+
+def _original_shape(raw: LabelledData) -> dict:
+    """``Dataset.original`` of a real data set: its size in the raw file."""
+    firsts = raw.first_labels_all
+    return {"N": int(raw.n_points_total), "D": int(raw.n_features),
+            "K": None if raw.n_labels is None else int(raw.n_labels),
+            "K_first": int(np.unique(firsts).size) if firsts is not None else None,
+            "source": "raw file"}
+
+
+def _raw_inputs(files: dict, data_dir, verify: bool) -> dict:
+    """What the raw files of a real data set are, for the processed-data cache key: the
+    sha256 of each (``verify``) or its size and modification time."""
+    inputs = {}
+    for role, p in files.items():
+        if verify:
+            dd = Path(data_dir).resolve() if data_dir is not None else paths.raw_dir()
+            try:
+                rel = p.relative_to(dd).as_posix()
+            except ValueError:
+                rel = p.name
+            inputs[role] = registry.verify_file(p, rel, data_dir=dd)
+        else:
+            st = p.stat()
+            inputs[role] = f"stat:{st.st_size}:{st.st_mtime_ns}"
+    return inputs
+
+
+def _surrogate_raw(base: str, split: str, opts: dict, train, info: dict):
+    """One split of the surrogate of ``base``: ``(raw, origin, original, planted)``, with
+    the generator's statistics and model added to ``info``. The test split reuses the
+    train split's calibration (``train.info["surrogate_model"]``)."""
+    model = surrogate.make_model(
+        base, scale=opts["scale"], seed=opts["seed"], bayes_error=opts["bayes_error"],
+        calibrated=None if train is None else train.info.get("surrogate_model"))
+    raw, stats = surrogate.generate_split(model, split)
+    spec = surrogate.SURROGATES[base]
+    origin = (f"synthetic surrogate of {base} (paper Table 1 shape), seed "
+              f"{opts['seed']}, scale {opts['scale']}",)
+    info["surrogate"] = stats
+    info["surrogate_model"] = {"tokens_per_nnz": model.tokens_per_nnz,
+                               "inv_tau": model.inv_tau}
+    info["surrogate_spec"] = spec.note
+    original = {"N": spec.N_original, "D": spec.D_original, "K": spec.K_original,
+                "K_first": None, "source": "paper Table 1 (bracketed values)"}
+    planted = model.W.multiply(model.inv_tau).tocsr()
+    return raw, origin, original, planted
+
+
+def _save_processed(cpath: Path, ds: Dataset) -> None:
+    """Write ``ds`` (with its planted weights, if any) to the processed-data cache file
+    ``cpath`` and record it in ``ds.info["cache_file"]``."""
+    arrays = {"class_names": ds.class_names, "feature_index": ds.feature_index}
+    planted = ds.planted_W
+    if planted is not None:
+        arrays.update(W_data=planted.data, W_indices=planted.indices,
+                      W_indptr=planted.indptr,
+                      W_shape=np.asarray(planted.shape, dtype=np.int64))
+    meta = {k: getattr(ds, k) for k in ("name", "split", "K", "origin", "synthetic",
+                                          "preprocessing", "dropped", "original",
+                                          "info")}
+    _cache.save(cpath, X=ds.X, y=ds.y, arrays=arrays, meta=meta)
+    ds.info["cache_file"] = str(cpath)
 
 
 def _from_cache(got) -> Dataset:

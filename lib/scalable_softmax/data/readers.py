@@ -743,14 +743,7 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
             if comments and "#" in line:
                 line = line.split("#", 1)[0]
             if header and N_hdr is None:
-                parts = line.split()
-                if len(parts) != 3 or not all(_INT.fullmatch(p) for p in parts):
-                    raise DataFormatError(path, f"expected a header 'N D K' (three "
-                                          f"integers), got {line[:60]!r}", line=lineno)
-                N_hdr, D_hdr, K_hdr = (int(p) for p in parts)
-                if min(N_hdr, D_hdr, K_hdr) < 0:
-                    raise DataFormatError(path, "negative count in the header",
-                                          line=lineno)
+                N_hdr, D_hdr, K_hdr = _parse_header(path, line, lineno)
                 continue
             toks = line.split()
             if not toks and not header:
@@ -766,11 +759,7 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
                 raise DataFormatError(path, f"expected one label, got {toks[:j]}",
                                       line=lineno)
             labels = _parse_labels(path, lineno, "".join(toks[:j]), label_mode)
-            if K_hdr is not None:
-                for lab in labels:
-                    if lab < 0 or lab >= K_hdr:
-                        raise DataFormatError(path, f"label {lab} out of range 0..{K_hdr - 1}"
-                                              f" (header K={K_hdr})", line=lineno)
+            _check_labels_below(path, lineno, labels, K_hdr)
             if labels:
                 firsts_all.append(labels[0])
             in_tail = max_points is not None and n_labelled_read >= max_points
@@ -784,42 +773,11 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
                 n_labelled_read += 1
             feat_str = " ".join(toks[j:])
             if feat_str:
-                if not _FEATS.fullmatch(feat_str):
-                    bad = _bad_feature_token(feat_str)
-                    raise DataFormatError(path, f"token {bad!r} is not 'index:value' "
-                                          "(index a non-negative integer)", line=lineno)
-                flat = feat_str.replace(":", " ").split()
-                idx = np.array(flat[0::2], dtype=np.int64)
-                try:
-                    val = np.array(flat[1::2], dtype=np.float64)
-                except ValueError:
-                    bad = next(t for t in flat[1::2] if not _is_float(t))
-                    raise DataFormatError(path, f"feature value {bad!r} is not a number",
-                                          line=lineno) from None
-                if not np.all(np.isfinite(val)):
-                    k = int(np.flatnonzero(~np.isfinite(val))[0])
-                    raise DataFormatError(path, f"feature {idx[k]} has value "
-                                          f"{flat[2 * k + 1]!r} (NaN or inf)", line=lineno)
-                if idx.size > 1:
-                    s_idx = np.sort(idx)
-                    if np.any(s_idx[1:] == s_idx[:-1]):
-                        k = int(s_idx[1:][s_idx[1:] == s_idx[:-1]][0])
-                        raise DataFormatError(path, f"feature index {k} repeated",
-                                              line=lineno)
-                imax = int(idx.max())
-                if D_hdr is not None and imax >= D_hdr:
-                    raise DataFormatError(path, f"feature index {imax} out of range "
-                                          f"0..{D_hdr - 1} (header D={D_hdr})", line=lineno)
-                if n_features is not None and not header:
-                    lim = n_features - 1 if zero_based is True else n_features
-                    if imax > lim:
-                        raise DataFormatError(path, f"feature index {imax} beyond "
-                                              f"n_features={n_features}", line=lineno)
-                if not header and zero_based is False and int(idx.min()) == 0:
-                    raise DataFormatError(path, "feature index 0 in a 1-based file "
-                                          "(pass zero_based=True or 'auto')", line=lineno)
+                idx, val = _parse_features(path, lineno, feat_str)
+                _check_feature_indices(path, lineno, idx, D_hdr=D_hdr, header=header,
+                                       n_features=n_features, zero_based=zero_based)
                 saw_zero = saw_zero or int(idx.min()) == 0
-                max_feat = max(max_feat, imax)
+                max_feat = max(max_feat, int(idx.max()))
             else:
                 idx = np.empty(0, dtype=np.int64)
                 val = np.empty(0, dtype=np.float64)
@@ -845,13 +803,7 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
         shift = 0 if zb else 1
         D = n_features if n_features is not None else max_feat + 1 - shift
         D = max(D, 0)
-    n = len(rows_idx)
-    counts = np.fromiter((len(r) for r in rows_idx), dtype=np.int64, count=n)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    indices = (np.concatenate(rows_idx) - shift) if n else np.empty(0, dtype=np.int64)
-    data = np.concatenate(rows_val) if n else np.empty(0, dtype=np.float64)
-    X = _canonical_csr(indptr, indices, data, (n, D))
+    X = _rows_to_csr(rows_idx, rows_val, shift, D)
     lp = np.asarray(lab_ptr, dtype=np.int64)
     li = np.asarray(lab_idx, dtype=np.int64)
     return LabelledData(
@@ -862,6 +814,86 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
         first_labels_all=np.asarray(firsts_all, dtype=np.int64),
         info={"header": None if not header else {"N": N_hdr, "D": D_hdr, "K": K_hdr},
               "zero_based": bool(header or shift == 0)})
+
+
+def _parse_header(path, line: str, lineno: int) -> tuple[int, int, int]:
+    """``(N, D, K)`` of an XMLRepository header line."""
+    parts = line.split()
+    if len(parts) != 3 or not all(_INT.fullmatch(p) for p in parts):
+        raise DataFormatError(path, f"expected a header 'N D K' (three "
+                              f"integers), got {line[:60]!r}", line=lineno)
+    N_hdr, D_hdr, K_hdr = (int(p) for p in parts)
+    if min(N_hdr, D_hdr, K_hdr) < 0:
+        raise DataFormatError(path, "negative count in the header", line=lineno)
+    return N_hdr, D_hdr, K_hdr
+
+
+def _check_labels_below(path, lineno: int, labels, K_hdr) -> None:
+    """Every label in ``0..K_hdr-1`` (nothing to check when ``K_hdr`` is None)."""
+    if K_hdr is None:
+        return
+    for lab in labels:
+        if lab < 0 or lab >= K_hdr:
+            raise DataFormatError(path, f"label {lab} out of range 0..{K_hdr - 1}"
+                                  f" (header K={K_hdr})", line=lineno)
+
+
+def _parse_features(path, lineno: int, feat_str: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(indices, values)`` of a line's ``index:value`` tokens (as in the file, not
+    shifted); malformed tokens, non-finite values and repeated indices raise
+    :class:`DataFormatError` naming the line."""
+    if not _FEATS.fullmatch(feat_str):
+        bad = _bad_feature_token(feat_str)
+        raise DataFormatError(path, f"token {bad!r} is not 'index:value' "
+                              "(index a non-negative integer)", line=lineno)
+    flat = feat_str.replace(":", " ").split()
+    idx = np.array(flat[0::2], dtype=np.int64)
+    try:
+        val = np.array(flat[1::2], dtype=np.float64)
+    except ValueError:
+        bad = next(t for t in flat[1::2] if not _is_float(t))
+        raise DataFormatError(path, f"feature value {bad!r} is not a number",
+                              line=lineno) from None
+    if not np.all(np.isfinite(val)):
+        k = int(np.flatnonzero(~np.isfinite(val))[0])
+        raise DataFormatError(path, f"feature {idx[k]} has value "
+                              f"{flat[2 * k + 1]!r} (NaN or inf)", line=lineno)
+    if idx.size > 1:
+        s_idx = np.sort(idx)
+        if np.any(s_idx[1:] == s_idx[:-1]):
+            k = int(s_idx[1:][s_idx[1:] == s_idx[:-1]][0])
+            raise DataFormatError(path, f"feature index {k} repeated", line=lineno)
+    return idx, val
+
+
+def _check_feature_indices(path, lineno: int, idx: np.ndarray, *, D_hdr, header: bool,
+                           n_features, zero_based) -> None:
+    """A line's feature indices against the header's ``D``, ``n_features`` and the
+    file's index base."""
+    imax = int(idx.max())
+    if D_hdr is not None and imax >= D_hdr:
+        raise DataFormatError(path, f"feature index {imax} out of range "
+                              f"0..{D_hdr - 1} (header D={D_hdr})", line=lineno)
+    if n_features is not None and not header:
+        lim = n_features - 1 if zero_based is True else n_features
+        if imax > lim:
+            raise DataFormatError(path, f"feature index {imax} beyond "
+                                  f"n_features={n_features}", line=lineno)
+    if not header and zero_based is False and int(idx.min()) == 0:
+        raise DataFormatError(path, "feature index 0 in a 1-based file "
+                              "(pass zero_based=True or 'auto')", line=lineno)
+
+
+def _rows_to_csr(rows_idx, rows_val, shift: int, D: int) -> sp.csr_matrix:
+    """Canonical CSR ``(len(rows_idx), D)`` from per-row index and value arrays, the
+    indices shifted down by ``shift`` (1 for a 1-based file)."""
+    n = len(rows_idx)
+    counts = np.fromiter((len(r) for r in rows_idx), dtype=np.int64, count=n)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    indices = (np.concatenate(rows_idx) - shift) if n else np.empty(0, dtype=np.int64)
+    data = np.concatenate(rows_val) if n else np.empty(0, dtype=np.float64)
+    return _canonical_csr(indptr, indices, data, (n, D))
 
 
 def _is_float(t: str) -> bool:

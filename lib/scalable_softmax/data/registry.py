@@ -559,10 +559,10 @@ def fetch(datasets=None, *, data_dir=None, mirror=None, download: bool = True,
     """Populate the data directory: copy from the mirror, else download; verify all.
 
     For each registered file of the chosen data sets: a file already in the data
-    directory that verifies (its sha256 computed again, every time) is kept; one that does not verify is reported and replaced
-    from a verified source; a missing one is copied from ``mirror`` (keeping the
-    sub-folder layout) or, when the mirror lacks a verified copy and ``download`` is
-    true, downloaded with pooch from its public home. Every copy is written to a
+    directory that verifies (its sha256 computed again, every time) is kept; one that
+    does not verify is reported and replaced from a verified source; a missing one is
+    copied from ``mirror`` (keeping the sub-folder layout) or, when the mirror lacks a
+    verified copy and ``download`` is true, downloaded with pooch from its public home. Every copy is written to a
     temporary file next to the target and renamed, so no half-copied file is ever left.
 
     Parameters
@@ -598,58 +598,86 @@ def fetch(datasets=None, *, data_dir=None, mirror=None, download: bool = True,
     results: list[FetchResult] = []
     say = print if verbose else (lambda *a, **k: None)
     for rel, spec in FILES.items():
-        if spec.dataset not in names:
-            continue
-        target = data_dir / rel
-        res = FetchResult(rel, "missing")
-        if target.is_file():
-            try:   # hashed again every time: a stale verification is never trusted
-                res.sha256 = verify_file(target, rel, data_dir=data_dir, use_cache=False)
-                res.status, res.detail = "present", "sha256 verified"
-                results.append(res)
-                say(f"  present     {rel}  (sha256 verified)")
-                continue
-            except ChecksumError as exc:
-                res.tried.append(f"{target}: sha256 {exc.actual} does not match the "
-                                 "registered one; replacing it")
-                say(f"  BAD         {rel}: sha256 {exc.actual} does not match the "
-                    f"registered {spec.sha256}; replacing it from a verified copy")
-        src = mirror / rel
-        if src.is_file():
-            ok, info = _try_candidate(src, spec, target, raw_content=False)
-            if ok:
-                res.status, res.sha256, res.detail = "copied", info, f"from {src}"
-            else:
-                res.tried.append(f"{src}: {info}")
+        if spec.dataset in names:
+            results.append(_fetch_one(rel, spec, data_dir, mirror, download, downloader,
+                                      say))
+    results += _report_user_files(names if datasets is not None else None, data_dir, say)
+    counts = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    say(f"data dir {data_dir}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    failed = [r for r in results if r.status in ("missing", "failed")]
+    if failed and raise_on_missing:
+        raise _missing_files_error(failed, data_dir)
+    return results
+
+
+def _fetch_one(rel: str, spec, data_dir: Path, mirror: Path, download: bool, downloader,
+               say) -> FetchResult:
+    """Obtain one registered file for :func:`fetch`: keep it if it verifies, else copy
+    it from ``mirror``, else (``download``) download it; the result says how, or what
+    was tried."""
+    target = data_dir / rel
+    res = FetchResult(rel, "missing")
+    if target.is_file():
+        try:   # hashed again every time: a stale verification is never trusted
+            res.sha256 = verify_file(target, rel, data_dir=data_dir, use_cache=False)
+            res.status, res.detail = "present", "sha256 verified"
+            say(f"  present     {rel}  (sha256 verified)")
+            return res
+        except ChecksumError as exc:
+            res.tried.append(f"{target}: sha256 {exc.actual} does not match the "
+                             "registered one; replacing it")
+            say(f"  BAD         {rel}: sha256 {exc.actual} does not match the "
+                f"registered {spec.sha256}; replacing it from a verified copy")
+    src = mirror / rel
+    if src.is_file():
+        ok, info = _try_candidate(src, spec, target, raw_content=False)
+        if ok:
+            res.status, res.sha256, res.detail = "copied", info, f"from {src}"
         else:
-            res.tried.append(f"{src}: not there")
-        if res.status == "missing" and download:
-            for url in spec.urls:
-                with tempfile.TemporaryDirectory(dir=data_dir, prefix=".download-") as tmp:
-                    try:
-                        got = Path(downloader(url, Path(tmp)))
-                    except Exception as exc:  # no network, HTTP error, ...
-                        res.tried.append(f"{url}: download failed ({type(exc).__name__}: "
-                                         f"{str(exc)[:120]})")
-                        continue
-                    raw = spec.url_is_raw and not _looks_gzip(got)
-                    ok, info = _try_candidate(got, spec, target, raw_content=raw)
-                    if ok:
-                        res.status, res.sha256, res.detail = "downloaded", info, f"from {url}"
-                        break
-                    res.tried.append(f"{url}: {info}")
-        elif res.status == "missing":
-            res.tried.append("downloads disabled")
-        if res.status == "missing" and not spec.required:
-            res.status = "skipped"
-        if res.status in ("copied", "downloaded"):
-            _MEMO.pop(str(target.resolve()), None)
-            verify_file(target, rel, data_dir=data_dir, use_cache=False)
-        results.append(res)
-        say(f"  {res.status:<11} {rel}" + (f"  ({res.detail})" if res.detail else ""))
-    # user-supplied data sets: report only
+            res.tried.append(f"{src}: {info}")
+    else:
+        res.tried.append(f"{src}: not there")
+    if res.status == "missing" and download:
+        _download_one(res, spec, target, data_dir, downloader)
+    elif res.status == "missing":
+        res.tried.append("downloads disabled")
+    if res.status == "missing" and not spec.required:
+        res.status = "skipped"
+    if res.status in ("copied", "downloaded"):
+        _MEMO.pop(str(target.resolve()), None)
+        verify_file(target, rel, data_dir=data_dir, use_cache=False)
+    say(f"  {res.status:<11} {rel}" + (f"  ({res.detail})" if res.detail else ""))
+    return res
+
+
+def _download_one(res: FetchResult, spec, target: Path, data_dir: Path,
+                  downloader) -> None:
+    """Try ``spec``'s URLs in turn until one gives a verified copy at ``target``;
+    ``res`` records the outcome (``downloaded``) or every attempt (``tried``)."""
+    for url in spec.urls:
+        with tempfile.TemporaryDirectory(dir=data_dir, prefix=".download-") as tmp:
+            try:
+                got = Path(downloader(url, Path(tmp)))
+            except Exception as exc:  # no network, HTTP error, ...
+                res.tried.append(f"{url}: download failed ({type(exc).__name__}: "
+                                 f"{str(exc)[:120]})")
+                continue
+            raw = spec.url_is_raw and not _looks_gzip(got)
+            ok, info = _try_candidate(got, spec, target, raw_content=raw)
+            if ok:
+                res.status, res.sha256, res.detail = "downloaded", info, f"from {url}"
+                return
+            res.tried.append(f"{url}: {info}")
+
+
+def _report_user_files(names, data_dir: Path, say) -> list[FetchResult]:
+    """The user-supplied data sets (all, or those in ``names``): verified when present,
+    reported as optional when not (their surrogates stand in)."""
+    results = []
     for nm, spec in USER_FILES.items():
-        if datasets is not None and nm not in names:
+        if names is not None and nm not in names:
             continue
         n_found = 0
         for role in ("train", "test"):
@@ -672,21 +700,20 @@ def fetch(datasets=None, *, data_dir=None, mirror=None, download: bool = True,
         if n_found < 2:
             say(f"  optional    {nm}: not in the data dir ({spec['train'][0]}, ...); "
                 f"the synthetic {nm}-surrogate stands in")
-    counts = {}
-    for r in results:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    say(f"data dir {data_dir}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
-    failed = [r for r in results if r.status in ("missing", "failed")]
-    if failed and raise_on_missing:
-        msg = ["could not obtain these required raw files:"]
-        for r in failed:
-            msg.append(f"  - {r.path} (wanted at {data_dir / r.path}); tried:")
-            msg += [f"      {t}" for t in (r.tried or [r.detail])]
-        msg.append(f"Copy them into {data_dir} (same sub-folder layout), or point "
-                   f"DATA_MIRROR at a folder holding them, or run where the URLs above "
-                   f"are reachable.")
-        raise MissingDataError("\n".join(msg), files=[str(data_dir / r.path) for r in failed])
     return results
+
+
+def _missing_files_error(failed, data_dir: Path) -> MissingDataError:
+    """The error of :func:`fetch` for required files it could obtain from nowhere: each
+    file, where it was wanted, what was tried, and what to do."""
+    msg = ["could not obtain these required raw files:"]
+    for r in failed:
+        msg.append(f"  - {r.path} (wanted at {data_dir / r.path}); tried:")
+        msg += [f"      {t}" for t in (r.tried or [r.detail])]
+    msg.append(f"Copy them into {data_dir} (same sub-folder layout), or point "
+               f"DATA_MIRROR at a folder holding them, or run where the URLs above "
+               f"are reachable.")
+    return MissingDataError("\n".join(msg), files=[str(data_dir / r.path) for r in failed])
 
 
 def _looks_gzip(p: Path) -> bool:
