@@ -141,3 +141,90 @@ def test_ratio_table_md_shows_missing_rows():
     t.loc["Average"] = t.mean(axis=0)
     md = rp.ratio_table_md(t, "T")
     assert "| b | - | - |" in md and "| a | 2.00 | **1.00** |" in md
+
+
+# ---------------------------------------------------------------------------
+# notebook 02's tables, figure and checks (scalable_softmax.repro.main_study)
+# ---------------------------------------------------------------------------
+
+def _shapes():
+    return pd.DataFrame(dict(dataset=["bibtex", "eurlex"], loaded=["bibtex", "eurlex-surrogate"],
+                             synthetic=[False, True], N=[100, 200], N_test=[50, 50], D=[5, 5],
+                             K=[10, 20])).set_index("dataset", drop=False)
+
+
+def test_dataset_label_and_monitoring():
+    shapes = _shapes()
+    assert study.dataset_label(shapes, "bibtex") == "bibtex"
+    assert study.dataset_label(shapes, "eurlex") == "eurlex (SYNTHETIC)"
+    monitor, ev = study.monitoring(shapes, 5, 2, 500)
+    assert monitor == {"bibtex": None, "eurlex": 500} and ev == [0, 2, 4, 5]
+    monitor, _ = study.monitoring(shapes, 5, 2, 500, monitor_all_real=False)
+    assert monitor == {"bibtex": 500, "eurlex": 500}
+    with pytest.raises(ValueError, match="eval_every"):
+        study.monitoring(shapes, 5, 0, 500)
+
+
+def _study_runs():
+    """bibtex, two methods, two seeds: implicit finite, vanilla diverged in one seed at
+    1.0 and finite at 0.1."""
+    rows = []
+    for m, lr, seed, ll in [("implicit", 1.0, 0, 0.5), ("implicit", 1.0, 1, 0.7),
+                            ("vanilla", 1.0, 0, math.inf), ("vanilla", 1.0, 1, 1.0),
+                            ("vanilla", 0.1, 0, 2.0), ("vanilla", 0.1, 1, 2.2)]:
+        fin = math.isfinite(ll)
+        rows.append(dict(dataset="bibtex", method=m, lr=lr, seed=seed, paper_lr=1.0,
+                         diverged=not fin, train_log_loss=ll, train_error=0.1,
+                         epochs_run=3 if fin else 1, N=100, K=10, train_rows=100 if fin else 0,
+                         test_rows=50 if fin else 0,
+                         train_defective=math.log(9 + math.e) - 0.5 if fin else math.inf,
+                         from_cache=seed == 1, train_seconds=6.0, monitor_eval_seconds=3.0,
+                         final_eval_seconds=1.5, setup_seconds=1.0, load_seconds=0.5,
+                         other_seconds=0.0, wall_seconds=12.0))
+    return pd.DataFrame(rows)
+
+
+def test_check_dataset_run_accepts_and_rejects():
+    runs = _study_runs()
+    summary = study.choose_used(runs, ["bibtex"], ["implicit", "vanilla"])
+    study.check_dataset_run(runs, summary, [0, 1], 2, epochs=3, final_rows=10000)
+    with pytest.raises(AssertionError):
+        study.check_dataset_run(runs, summary, [0, 1], 2, epochs=3, final_rows=50)
+    bad = runs.copy()
+    bad.loc[0, "train_defective"] = 10.0
+    with pytest.raises(AssertionError):
+        study.check_dataset_run(bad, summary, [0, 1], 2, epochs=3, final_rows=10000)
+
+
+def test_best_report_and_time_table():
+    runs = _study_runs()
+    summary = study.choose_used(runs, ["bibtex"], ["implicit", "vanilla"])
+    shapes = _shapes().loc[["bibtex"]]
+    text = study.best_report(summary, shapes, ["implicit", "vanilla"])
+    assert text.startswith("bibtex: lowest = Implicit SGD; final train log-loss: Implicit SGD 0.6")
+    assert "configurations with a diverged seed:" in text and "vanilla 1.0" in text
+    t = study.time_table(runs, ["implicit", "vanilla"], workers=2, run_seconds=30.0)
+    t = t.set_index("method")
+    assert t.loc["all methods", "runs"] == 3                    # the seed-0 runs were trained
+    assert t.loc["all methods", "training"] == pytest.approx(3 * 6.0 / 60)
+    assert t.loc["all methods", "all parts"] == pytest.approx(3 * 12.0 / 60)
+    assert t.loc["workers idle or in the pool", "all parts"] == pytest.approx((60 - 36) / 60)
+    assert study.time_table(runs.assign(from_cache=True), ["implicit"], 2, 1.0) is None
+
+
+def test_summary_preamble_and_figure1():
+    import matplotlib
+    matplotlib.use("Agg")
+    text = study.summary_preamble("authors-code", "the authors' code", 3, [0, 1], 100, 2)
+    assert "protocol `authors-code` (the authors' code), 3 epochs" in text
+    assert "with 2 runs sharing" in text
+    runs = _study_runs()
+    summary = study.choose_used(runs, ["bibtex"], ["implicit", "vanilla"])
+    hist = pd.DataFrame(dict(dataset="bibtex", method=["implicit"] * 4 + ["vanilla"] * 4,
+                             lr=[1.0] * 4 + [0.1] * 4, seed=[0, 0, 1, 1] * 2,
+                             epoch=[0, 3] * 4, train_log_loss=[2.0, 0.5, 2.0, 0.7] * 2,
+                             train_defective=2.0))
+    fig = study.plot_figure1(hist, summary, _shapes().loc[["bibtex"]], ["implicit", "vanilla"])
+    assert fig.axes[0].get_title() == "exact train log-loss"
+    labels = [ln.get_label() for ln in fig.axes[0].get_lines()]
+    assert "Vanilla SGD (η₀ = 0.1)" in labels

@@ -15,7 +15,10 @@ import pandas as pd
 from scalable_softmax.repro import runs as ex
 from scalable_softmax.repro import reporting as rp
 
-__all__ = ["resolve_datasets", "run_paper_methods", "choose_used", "SAMPLED_METHODS"]
+__all__ = ["resolve_datasets", "run_paper_methods", "choose_used", "SAMPLED_METHODS",
+           "SUMMARY_COLUMNS", "RUNS_MD_COLUMNS", "CURVES_MD_COLUMNS", "TIME_PARTS",
+           "dataset_label", "monitoring", "summary_preamble", "named_histories",
+           "plot_figure1", "best_report", "time_table", "check_dataset_run"]
 
 #: the biased baselines (minibatch n = 100, m = 5 sampled classes)
 SAMPLED_METHODS = ("ove", "nce", "is")
@@ -147,3 +150,170 @@ def choose_used(runs: pd.DataFrame, datasets, methods, rate_label="paper") -> pd
                              _l=-summary.lr)
     return summary.sort_values(["_d", "_m", "_l"]).drop(columns=["_d", "_m", "_l"]) \
         .reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------
+# notebook 02: the tables, Figure 1 and the checks of the study's runs
+# ---------------------------------------------------------------------------
+
+#: the leading columns of notebook 02's summary table (and of its markdown)
+SUMMARY_COLUMNS = ["dataset", "method", "lr", "rate", "used", "seeds", "diverged_seeds",
+                   "train_log_loss_mean", "train_log_loss_std", "test_log_loss_mean",
+                   "test_log_loss_std", "train_error_mean", "test_error_mean",
+                   "train_defective_mean", "seconds_per_epoch_mean"]
+#: the markdown columns of notebook 02's table of every run
+RUNS_MD_COLUMNS = ["dataset", "method", "lr", "seed", "diverged", "train_log_loss",
+                   "test_log_loss", "train_error", "test_error", "train_defective",
+                   "seconds_per_epoch"]
+#: the markdown columns of notebook 02's table of learning curves
+CURVES_MD_COLUMNS = ["dataset", "method", "lr", "seed", "epoch", "train_log_loss",
+                     "train_error", "train_defective"]
+#: a run's timing columns and their names in notebook 02's time table
+TIME_PARTS = {"train_seconds": "training", "monitor_eval_seconds": "monitoring evaluation",
+              "final_eval_seconds": "final evaluation",
+              "setup_seconds": "set-up and compilation", "load_seconds": "data loading",
+              "other_seconds": "bookkeeping"}
+
+
+def dataset_label(shapes: pd.DataFrame, d: str) -> str:
+    """A data set's name as tables and figures show it (synthetic ones marked)."""
+    return f"{d} (SYNTHETIC)" if shapes.synthetic[d] else d
+
+
+def monitoring(shapes: pd.DataFrame, epochs: int, eval_every: int, monitor_rows,
+               monitor_all_real: bool = True) -> tuple[dict, list]:
+    """``(monitor, eval_epochs)``: the monitoring rows per paper data set (None: all
+    rows, for the real data sets when ``monitor_all_real``) and the monitored epochs
+    (0, every ``eval_every``-th and the last)."""
+    if not (isinstance(eval_every, int) and eval_every >= 1):
+        raise ValueError(f"eval_every must be an integer >= 1; got {eval_every!r}")
+    monitor = {d: (None if (monitor_all_real and not shapes.synthetic[d]) else monitor_rows)
+               for d in shapes.dataset}
+    return monitor, sorted({0, epochs, *range(0, epochs + 1, eval_every)})
+
+
+def summary_preamble(protocol: str, description: str, epochs, seeds, final_rows,
+                     workers) -> str:
+    """The settings paragraph of notebook 02's summary table (``description``: the
+    protocol's one-line description)."""
+    return (
+        f"Written by `notebooks/02-dataset-run.ipynb`: protocol `{protocol}` "
+        f"({description}), {epochs} epochs, "
+        f"mu = 0, seeds {seeds}; mean and standard deviation over seeds of the exact log-loss "
+        "(all K classes) of the final weights on the whole train and test sets; error rates; "
+        f"(at most {final_rows} rows per set, a seeded subsample); "
+        "`train_defective_mean` = the original code's defective metric (docs/math.md section 7); "
+        "`rate` = the paper's Table 2 rate or a 10x step down after a divergence; `used` marks "
+        "the rate reported in Table 3 (notebook 06). Seconds per epoch were measured with "
+        f"{workers} runs sharing the machine. Data sets marked SYNTHETIC are surrogates.")
+
+
+def named_histories(results, shapes: pd.DataFrame) -> pd.DataFrame:
+    """The monitored learning curves of ``results`` with the paper's data-set names."""
+    hist = ex.histories_frame(results)
+    hist["dataset"] = hist.dataset.map(dict(zip(shapes.loaded, shapes.dataset)))
+    return hist
+
+
+def plot_figure1(hist: pd.DataFrame, summary: pd.DataFrame, shapes: pd.DataFrame, methods):
+    """The paper's Figure 1: a row per data set, each method at its ``used`` rate, the
+    mean over seeds (line) and range (band) of the exact log-loss (left) and of what the
+    original code plotted (right: the defective metric for OVE, NCE and IS)."""
+    import matplotlib.pyplot as plt
+
+    from scalable_softmax.repro import style
+
+    datasets = list(shapes.dataset)
+    used = summary[summary.used]
+    lr_used = {(d, m): lr for d, m, lr in zip(used.dataset, used.method, used.lr)}
+    hist_used = hist[[lr_used.get((d, m)) == lr for d, m, lr in
+                      zip(hist.dataset, hist.method, hist.lr)]]
+    bands = rp.curve_bands(hist_used, "train_log_loss")
+    hist_def = hist_used.copy()
+    biased = hist_def.method.isin(list(SAMPLED_METHODS))
+    hist_def.loc[biased, "train_log_loss"] = hist_def.loc[biased, "train_defective"]
+    bands_def = rp.curve_bands(hist_def, "train_log_loss")
+    fig, axes = plt.subplots(len(datasets), 2, figsize=(style.FIG_WIDTH,
+                                                        0.6 + 1.75 * len(datasets)),
+                             squeeze=False, sharex=True)
+    for i, d in enumerate(datasets):
+        lrs = {m: lr_used[(d, m)] for m in methods if (d, m) in lr_used}
+        for j, b in enumerate((bands, bands_def)):
+            ax = axes[i, j]
+            rp.plot_curves(ax, b, d, [m for m in methods if m in lrs], lr_of=lrs)
+            style.log_ticks(ax)
+            if i < len(datasets) - 1:
+                ax.set_xlabel("")
+        axes[i, 0].set_ylabel(dataset_label(shapes, d).replace(" (", "\n("), fontsize=8.5)
+        style.legend_right(axes[i, 1], title="initial rate η₀", fontsize=7, title_fontsize=7)
+    axes[0, 0].set_title("exact train log-loss")
+    axes[0, 1].set_title("as the original code plotted\n(OVE, NCE, IS: its defective metric)")
+    fig.suptitle("Train log-loss against epoch: mean over seeds (line) and range (band)")
+    return fig
+
+
+def best_report(summary: pd.DataFrame, shapes: pd.DataFrame, methods) -> str:
+    """The numbers notebook 02's findings quote: per data set the method with the lowest
+    final train log-loss at its ``used`` rate and every method's value, then every
+    configuration with a diverged seed."""
+    from scalable_softmax.repro import style
+
+    used = summary[summary.used]
+    best = used.loc[used.groupby("dataset").train_log_loss_mean.idxmin(), ["dataset", "method"]]
+    best_of = dict(zip(best.dataset, best.method))
+    lines = []
+    for d in shapes.dataset:
+        u = used[used.dataset == d].set_index("method")
+        vals = ", ".join(f"{style.label(m)} {u.train_log_loss_mean[m]:.4g}"
+                         for m in methods if m in u.index)
+        lines.append(f"{dataset_label(shapes, d)}: lowest = {style.label(best_of[d])}; "
+                     f"final train log-loss: {vals}")
+    div = summary[summary.diverged_seeds > 0]
+    lines += ["", "configurations with a diverged seed:",
+              div[["dataset", "method", "lr", "diverged_seeds"]].to_string(index=False)
+              if len(div) else "none"]
+    return "\n".join(lines)
+
+
+def time_table(runs: pd.DataFrame, methods, workers: int, run_seconds: float):
+    """CPU-minutes of the runs trained now (not read from the cache) by method and part
+    (:data:`TIME_PARTS`), with a total row and the workers' idle worker-minutes
+    (``workers x run_seconds`` minus the runs' summed wall time); None when every run
+    came from the cache."""
+    fresh = runs[~runs.from_cache]
+    if not (len(fresh) and all(c in fresh for c in TIME_PARTS)):
+        return None
+    table = (fresh.groupby("method")[list(TIME_PARTS)].sum() / 60).reindex(
+        [m for m in methods if m in set(fresh.method)]).rename(columns=TIME_PARTS)
+    table["runs"] = fresh.groupby("method").size()
+    table.loc["all methods"] = table.sum()
+    table["all parts"] = table[list(TIME_PARTS.values())].sum(axis=1)
+    idle = workers * run_seconds / 60 - fresh.wall_seconds.sum() / 60
+    table.loc["workers idle or in the pool"] = np.nan
+    table.loc["workers idle or in the pool", "all parts"] = idle
+    table = table.reset_index().rename(columns={"index": "method"})
+    table["method"] = [rp.METHOD_LABELS.get(m, m) for m in table.method]
+    return table
+
+
+def check_dataset_run(runs: pd.DataFrame, summary: pd.DataFrame, seeds, n_cells: int,
+                      epochs: int, final_rows) -> None:
+    """Notebook 02's invariants (``AssertionError`` when one fails): every run finite or
+    diverged with ``inf``; finished runs ran every epoch; every configuration has all
+    ``seeds``; each of the ``n_cells`` (data set, method) is reported at one rate at
+    most, stable in every seed; the final evaluation used every row or ``final_rows``;
+    the defective metric lies in ``[log(K-1+e) - 1, log(K-1+e)]`` (docs/math.md
+    section 7)."""
+    assert (np.isfinite(runs.train_log_loss) | runs.diverged).all()
+    assert (runs.train_log_loss[runs.diverged] == np.inf).all()
+    ok = ~runs.diverged
+    assert (runs.train_log_loss[ok] > 0).all()
+    assert (runs.epochs_run[ok] == epochs).all()
+    assert (summary.seeds == len(seeds)).all()
+    n_used = summary.groupby(["dataset", "method"]).used.sum()
+    assert (n_used <= 1).all() and len(n_used) == n_cells
+    assert (summary.diverged_seeds[summary.used] == 0).all()
+    assert (runs.train_rows[ok] == np.minimum(runs.N[ok], final_rows or np.inf)).all()
+    assert (runs.test_rows[ok] > 0).all()
+    K, dm = runs.K[ok], runs.train_defective[ok]
+    assert ((dm >= np.log(K - 1 + np.e) - 1 - 1e-9) & (dm <= np.log(K - 1 + np.e) + 1e-9)).all()

@@ -1,0 +1,197 @@
+"""U-max on the proposed double sum against U-max on Raman et al.'s (the paper's Figure 2).
+
+Notebook ``05-formulation-comparison`` fits both formulations with the same optimiser,
+data and seed at each learning rate, and compares the final exact training log-losses:
+:func:`run_formulations` trains, :func:`ratio_table` sets the two side by side with the
+ratio ``raman / proposed`` and its summaries per data set, :func:`plot_formulations`
+draws the figure and :func:`check_formulations` asserts the invariants.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pandas as pd
+
+from scalable_softmax.fit import fit
+from scalable_softmax.progress import tqdm
+
+__all__ = ["FORMULATIONS", "SUMMARY_RATES", "dataset_label", "run_formulations",
+           "ratio_table", "preamble", "plot_formulations", "check_formulations"]
+
+#: the two formulations as ``fit`` arguments: the paper's (F-5) and Raman's (F-8), both
+#: optimised by U-max (Raman's with the correct gradient of docs/math.md section 6)
+FORMULATIONS = {"proposed": dict(method="umax"),
+                "raman": dict(method="raman", variant="umax")}
+#: the ``rate`` labels of the summary rows of :func:`ratio_table`
+SUMMARY_RATES = ("mean over rates", "best rate of each", "geometric mean")
+
+
+def dataset_label(name: str, ds) -> str:
+    """A data set's name as shown in the table (synthetic ones marked)."""
+    return f"{name} (SYNTHETIC)" if ds.synthetic else name
+
+
+def run_formulations(data: dict, learning_rates, epochs: int, lr_decay: float, mu: float,
+                     seed: int, delta0: float, eval_rows=None,
+                     progress: bool = True) -> pd.DataFrame:
+    """Fit both :data:`FORMULATIONS` on every data set of ``data`` (``{name: Dataset}``)
+    at every rate, the same seed for both (so they see the same data order), evaluated
+    after the last epoch only. One row per run: data set, rate, formulation, final
+    training log-loss (``inf`` when the run overflowed), divergence, epochs run, seconds."""
+    rows = []
+    bar = tqdm(total=len(data) * len(learning_rates) * len(FORMULATIONS), desc="05 runs",
+               disable=not progress)
+    for name, ds in data.items():
+        for lr in learning_rates:
+            for form, spec in FORMULATIONS.items():
+                t0 = time.perf_counter()
+                res = fit(ds.X, ds.y, lr=lr, epochs=epochs, lr_decay=lr_decay, mu=mu, K=ds.K,
+                          seed=seed, eval_epochs=[epochs], eval_rows=eval_rows,
+                          progress=False, delta0=delta0, **spec)
+                last = res.history.iloc[-1]
+                rows.append(dict(dataset=name, synthetic=bool(ds.synthetic), lr=lr,
+                                 formulation=form, log_loss=float(last["train_log_loss"]),
+                                 diverged=res.diverged,
+                                 diverged_at=str(res.diverged_at) if res.diverged else "",
+                                 epochs_run=int(last["epoch"]),
+                                 seconds=time.perf_counter() - t0))
+                bar.update(1)
+    bar.close()
+    return pd.DataFrame(rows)
+
+
+def _status(dp: bool, dr: bool) -> str:
+    if not (dp or dr):
+        return "both finite"
+    if dp and dr:
+        return "both diverged"
+    return "proposed diverged" if dp else "raman diverged"
+
+
+def ratio_table(runs: pd.DataFrame, data: dict, epochs: int, paper_ratio: float) -> pd.DataFrame:
+    """Per data set and rate both log-losses and ``ratio = raman / proposed`` (``inf``
+    or undefined where a run diverged), then per data set the mean ratio over the rates
+    where both runs are finite (beside ``paper_ratio``), the ratio of the two best
+    log-losses (each at its own best rate) and the geometric mean ratio."""
+    cols = ["dataset", "lr", "log_loss", "diverged"]
+    wide = runs.loc[runs.formulation == "proposed", cols].merge(
+        runs.loc[runs.formulation == "raman", cols], on=["dataset", "lr"],
+        suffixes=("_proposed", "_raman"))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        wide["ratio"] = wide.log_loss_raman / wide.log_loss_proposed
+    wide["status"] = [_status(dp, dr) for dp, dr in
+                      zip(wide.diverged_proposed, wide.diverged_raman)]
+    rows = []
+    for name, ds in data.items():
+        lab = dataset_label(name, ds)
+        part = wide[wide.dataset == name]
+        for _, r in part.iterrows():
+            rows.append(dict(dataset=lab, rate=f"{r.lr:.0e}", epochs=epochs,
+                             proposed_log_loss=r.log_loss_proposed,
+                             raman_log_loss=r.log_loss_raman, ratio_raman_over_proposed=r.ratio,
+                             paper_ratio=np.nan, status=r.status))
+        ok = part[part.status == "both finite"]
+        ratios = ok.ratio.to_numpy()
+        n_ok = f"{len(ok)} of {len(part)} rates both finite"
+        rows.append(dict(dataset=lab, rate=SUMMARY_RATES[0], epochs=epochs,
+                         proposed_log_loss=np.nan, raman_log_loss=np.nan,
+                         ratio_raman_over_proposed=float(ratios.mean()) if len(ratios) else np.nan,
+                         paper_ratio=paper_ratio, status=n_ok))
+        best_p, best_r = part.log_loss_proposed.min(), part.log_loss_raman.min()
+        rows.append(dict(dataset=lab, rate=SUMMARY_RATES[1], epochs=epochs,
+                         proposed_log_loss=best_p, raman_log_loss=best_r,
+                         ratio_raman_over_proposed=best_r / best_p, paper_ratio=np.nan,
+                         status=(f"proposed at {part.lr[part.log_loss_proposed.idxmin()]:.0e}, "
+                                 f"raman at {part.lr[part.log_loss_raman.idxmin()]:.0e}")))
+        rows.append(dict(dataset=lab, rate=SUMMARY_RATES[2], epochs=epochs,
+                         proposed_log_loss=np.nan, raman_log_loss=np.nan,
+                         ratio_raman_over_proposed=float(np.exp(np.log(ratios).mean()))
+                         if len(ratios) else np.nan,
+                         paper_ratio=np.nan, status=n_ok))
+    return pd.DataFrame(rows)
+
+
+def preamble(epochs, delta0, lr_decay, mu, seed) -> str:
+    """The settings paragraph of notebook 05's table."""
+    return (
+        "Written by `notebooks/05-formulation-comparison.ipynb`: final training log-loss after "
+        f"{epochs} epochs (the paper: 50) of U-max (n = m = 1, delta0 = {delta0}, "
+        f"lr * {lr_decay}^(epoch-1), mu = {mu}, seed = {seed}) on each formulation; "
+        "`ratio = raman / proposed`; the mean is over the rates where both runs are finite. "
+        "Raman's formulation uses the CORRECT gradient (docs/math.md section 6); the paper's 3.08 "
+        "(Figure 2, real Eurlex) came from the original code's defective gradient. "
+        "Rows marked SYNTHETIC are the eurlex-surrogate data set (Eurlex's shape, random data), "
+        "not Eurlex. `inf` = the run diverged (overflow).")
+
+
+def plot_formulations(runs: pd.DataFrame, data: dict, epochs: int):
+    """Final training log-loss against the rate, a panel per data set, a line per
+    formulation; a diverged run is a cross at the top; ``log K`` dotted."""
+    from matplotlib.lines import Line2D
+
+    from scalable_softmax.repro import style
+
+    fig, axes = style.panel_grid(len(data), ncols=2, panel_height=3.0)
+    styles = {"proposed": dict(color=style.color("umax"), marker=style.marker("umax"),
+                               label="U-max, proposed double sum (F-5)"),
+              "raman": dict(color=style.color("raman"), marker=style.marker("raman"),
+                            label="U-max, Raman's double sum (F-8)")}
+    for ax, (name, ds) in zip(axes, data.items()):
+        part = runs[runs.dataset == name]
+        finite = part.log_loss[np.isfinite(part.log_loss)]
+        top = finite.max() * 1.5 if len(finite) else 1.0
+        for form, st in styles.items():
+            r = part[part.formulation == form]
+            ok = np.isfinite(r.log_loss)
+            ax.plot(r.lr[ok], r.log_loss[ok], **st)
+            if (~ok).any():
+                ax.plot(r.lr[~ok], np.full((~ok).sum(), top), ls="none", marker="x",
+                        color=st["color"], ms=8, mew=2)
+        ax.axhline(np.log(ds.K), color="0.4", ls=":", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        style.log_ticks(ax)
+        ax.set_xlabel("initial learning rate")
+        ax.set_ylabel(f"train log-loss after {epochs} epochs")
+        title = f"{name} (SYNTHETIC, Eurlex's shape)" if ds.synthetic else f"{name} (real)"
+        ax.set_title(f"{title}\nN={ds.X.shape[0]:,}, D={ds.X.shape[1]:,}, K={ds.K}")
+    handles = [Line2D([], [], **st) for st in styles.values()]
+    if runs.diverged.any():
+        handles.append(Line2D([], [], ls="none", marker="x", mew=2, color="0.3",
+                              label="diverged"))
+    handles.append(Line2D([], [], ls=":", color="0.4", label="log K (uniform predictor)"))
+    style.legend_below(fig, handles, ncol=2)
+    fig.suptitle("U-max on the two double-sum formulations (correct Raman gradient)")
+    return fig
+
+
+def check_formulations(runs: pd.DataFrame, table: pd.DataFrame, data: dict,
+                       learning_rates, epochs: int) -> None:
+    """Notebook 05's invariants (``AssertionError`` when one fails): every run finite or
+    diverged with ``inf`` and finished runs ran every epoch; the per-rate ratios are
+    those of the runs and the mean row is their mean over the rates where both are
+    finite."""
+    assert len(runs) == len(FORMULATIONS) * len(data) * len(learning_rates)
+    assert (np.isfinite(runs.log_loss) | runs.diverged).all(), runs[~np.isfinite(runs.log_loss)]
+    assert (runs.log_loss[runs.diverged] == np.inf).all()
+    assert (runs.log_loss[~runs.diverged] > 0).all()
+    assert (runs.epochs_run[~runs.diverged] == epochs).all()
+    per_rate = table[~table.rate.isin(SUMMARY_RATES)]
+    assert len(per_rate) == len(data) * len(learning_rates)
+    fin = np.isfinite(per_rate.proposed_log_loss) & np.isfinite(per_rate.raman_log_loss)
+    np.testing.assert_allclose(per_rate.ratio_raman_over_proposed[fin],
+                               per_rate.raman_log_loss[fin] / per_rate.proposed_log_loss[fin])
+    for name, ds in data.items():
+        lab = dataset_label(name, ds)
+        sub = per_rate[per_rate.dataset == lab]
+        r = sub.ratio_raman_over_proposed[np.isfinite(sub.proposed_log_loss)
+                                          & np.isfinite(sub.raman_log_loss)]
+        mean_row = table[(table.dataset == lab) & (table.rate == SUMMARY_RATES[0])]
+        assert len(mean_row) == 1
+        if len(r):
+            assert math.isclose(mean_row.ratio_raman_over_proposed.iloc[0], r.mean(),
+                                rel_tol=1e-12)
+        else:
+            assert np.isnan(mean_row.ratio_raman_over_proposed.iloc[0])

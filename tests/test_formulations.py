@@ -1,0 +1,71 @@
+"""U-max on the two double-sum formulations (scalable_softmax.repro.formulations):
+the ratio table and the invariants of notebook 05 on hand-made runs, and one tiny fit."""
+import math
+from types import SimpleNamespace
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from scalable_softmax.repro import formulations as fm
+
+matplotlib.use("Agg")
+
+DATA = {"bibtex": SimpleNamespace(synthetic=False, K=10, X=sp.eye(4, 3, format="csr"),
+                                  y=np.zeros(4, int))}
+
+
+def _runs():
+    rows = []
+    for lr, p, r in [(0.1, 2.0, 4.0), (1.0, 1.0, 1.5), (10.0, 3.0, math.inf)]:
+        for form, ll in (("proposed", p), ("raman", r)):
+            rows.append(dict(dataset="bibtex", synthetic=False, lr=lr, formulation=form,
+                             log_loss=ll, diverged=not math.isfinite(ll), diverged_at="",
+                             epochs_run=2, seconds=0.1))
+    return pd.DataFrame(rows)
+
+
+def test_ratio_table_rows_and_summaries():
+    t = fm.ratio_table(_runs(), DATA, 2, 3.08).set_index("rate")
+    assert list(t.index) == ["1e-01", "1e+00", "1e+01", *fm.SUMMARY_RATES]
+    assert t.ratio_raman_over_proposed["1e-01"] == 2.0
+    assert t.status["1e+01"] == "raman diverged"
+    assert t.ratio_raman_over_proposed["1e+01"] == math.inf
+    assert t.ratio_raman_over_proposed["mean over rates"] == pytest.approx(1.75)
+    assert t.paper_ratio["mean over rates"] == 3.08
+    assert t.status["mean over rates"] == "2 of 3 rates both finite"
+    assert t.ratio_raman_over_proposed["best rate of each"] == 1.5
+    assert t.status["best rate of each"] == "proposed at 1e+00, raman at 1e+00"
+    assert t.ratio_raman_over_proposed["geometric mean"] == pytest.approx(math.sqrt(3.0))
+
+
+def test_check_formulations_accepts_and_rejects():
+    runs = _runs()
+    t = fm.ratio_table(runs, DATA, 2, 3.08)
+    fm.check_formulations(runs, t, DATA, [0.1, 1.0, 10.0], 2)
+    bad = t.copy()
+    bad.loc[bad.rate == "mean over rates", "ratio_raman_over_proposed"] = 3.0
+    with pytest.raises(AssertionError):
+        fm.check_formulations(runs, bad, DATA, [0.1, 1.0, 10.0], 2)
+    with pytest.raises(AssertionError):
+        fm.check_formulations(runs, t, DATA, [0.1, 1.0, 10.0], 3)
+
+
+def test_labels_preamble_and_figure():
+    assert fm.dataset_label("e", SimpleNamespace(synthetic=True)) == "e (SYNTHETIC)"
+    assert "delta0 = 1.0" in fm.preamble(2, 1.0, 0.9, 0.0, 0)
+    fig = fm.plot_formulations(_runs(), DATA, 2)
+    assert fig.axes[0].get_title().startswith("bibtex (real)")
+
+
+def test_run_formulations_fits_both_formulations():
+    rng = np.random.default_rng(0)
+    X = sp.random(40, 6, density=0.5, format="csr", random_state=0)
+    ds = SimpleNamespace(X=X, y=rng.integers(0, 4, 40), K=4, synthetic=True)
+    runs = fm.run_formulations({"toy": ds}, [0.1], epochs=1, lr_decay=0.9, mu=0.0, seed=0,
+                               delta0=1.0, progress=False)
+    assert list(runs.formulation) == ["proposed", "raman"]
+    assert np.isfinite(runs.log_loss).all() and (runs.epochs_run == 1).all()
+    assert runs.synthetic.all()
