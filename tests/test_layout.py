@@ -6,7 +6,9 @@ reproduction collection (``scalable_softmax.repro``), with one boundary between 
 * no module of the library imports the collection;
 * the import graph of ``lib/`` has no circle and no module imports another module's
   private name (shared helpers have a home of their own);
-* at most 16 modules and packages sit flat in the package's top folder.
+* at most 16 modules and packages sit flat in the package's top folder;
+* ``fit()`` is at most 100 lines, its epoch loop and history assembly functions of their
+  own, and no function other than a compiled kernel is over 120 lines.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import ast
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -158,3 +161,82 @@ def test_graph_helper_sees_a_circle_and_a_private_import(tmp_path, monkeypatch):
         test_no_private_name_imported_across_modules()
     assert json.dumps(sorted(_modules())) == json.dumps(
         ["scalable_softmax", "scalable_softmax.a", "scalable_softmax.b"])
+
+
+# ---------------------------------------------------------------------------
+# clean floors: short drivers, no long non-kernel functions
+# ---------------------------------------------------------------------------
+
+#: the longest a function of the package may be unless it is a compiled kernel
+MAX_FUNCTION_LINES = 120
+#: the longest ``fit()`` may be (docstring included)
+MAX_FIT_LINES = 100
+
+
+def _span(node) -> int:
+    """Lines of a function definition, decorators excluded, docstring included."""
+    return node.end_lineno - node.lineno + 1
+
+
+def _is_compiled(node) -> bool:
+    """A numba kernel: some decorator mentions ``jit`` (``numba.njit(**JIT)``,
+    ``jit``, ...) or ``intrinsic``."""
+    return any("jit" in ast.unparse(d) or "intrinsic" in ast.unparse(d)
+               for d in node.decorator_list)
+
+
+def _long_functions(limit: int) -> list[tuple[str, str, int]]:
+    """``(module, function, lines)`` of every non-compiled function (methods and nested
+    functions too) of the package longer than ``limit`` lines."""
+    out = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    and not _is_compiled(node) and _span(node) > limit:
+                out.append((name, node.name, _span(node)))
+    return sorted(out)
+
+
+def _function(module_path: Path, name: str):
+    tree = ast.parse(module_path.read_text(), str(module_path))
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    assert found, f"no module-level function {name!r} in {module_path}"
+    return found[0]
+
+
+def test_fit_is_at_most_100_lines_with_its_loop_and_history_apart():
+    path = PKG / "fit.py"
+    n = _span(_function(path, "fit"))
+    assert n <= MAX_FIT_LINES, (f"fit() is {n} lines (at most {MAX_FIT_LINES}): move work "
+                                "into module-level helpers")
+    # the epoch loop and the history assembly are functions of their own
+    _function(path, "run_epochs")
+    _function(path, "assemble_history")
+
+
+def test_no_non_compiled_function_over_120_lines():
+    long = _long_functions(MAX_FUNCTION_LINES)
+    assert not long, (f"functions over {MAX_FUNCTION_LINES} lines (split them into "
+                      f"well-named helpers): {long}")
+
+
+def test_length_checks_see_a_long_function_and_spare_a_kernel(tmp_path, monkeypatch):
+    """The checks above can fail: a long plain function (and a long ``fit``) are
+    caught; an equally long numba kernel is not."""
+    pkg = tmp_path / "scalable_softmax"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    lines = "".join(f"x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES + 5))
+    (pkg / "fit.py").write_text(
+        "import numba\n\n"
+        "def fit():\n" + textwrap.indent(lines, "    ") + "\n"
+        "@numba.njit(cache=True)\ndef kernel():\n" + textwrap.indent(lines, "    ") + "\n"
+        "class Model:\n    def method(self):\n" + textwrap.indent(lines, "        ") + "\n"
+        "def run_epochs():\n    pass\n\ndef assemble_history():\n    pass\n")
+    monkeypatch.setattr(sys.modules[__name__], "PKG", pkg)
+    monkeypatch.setattr(sys.modules[__name__], "LIB", tmp_path)
+    assert [f for _, f, _ in _long_functions(MAX_FUNCTION_LINES)] == ["fit", "method"]
+    with pytest.raises(AssertionError, match="over 120 lines"):
+        test_no_non_compiled_function_over_120_lines()
+    with pytest.raises(AssertionError, match=r"fit\(\) is \d+ lines"):
+        test_fit_is_at_most_100_lines_with_its_loop_and_history_apart()
