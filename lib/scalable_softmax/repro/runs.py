@@ -248,6 +248,19 @@ def dataset_for(paper_name: str, prefer_real: bool = True) -> str:
     return sur
 
 
+@functools.lru_cache(maxsize=None)
+def resolve_protocol(protocol: str | None, method: str) -> tuple:
+    """The ``fit()`` keyword arguments with which ``method`` trains under ``protocol``
+    (:func:`scalable_softmax.protocols.fit_kwargs`), as sorted ``(name, value)`` pairs;
+    ``()`` for no protocol. The one place where runs resolve a protocol (kept per
+    ``(protocol, method)``: the protocols are constants)."""
+    if protocol is None:
+        return ()
+    from scalable_softmax.protocols import fit_kwargs
+
+    return tuple(sorted(fit_kwargs(protocol, method).items()))
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """Everything that determines one training run.
@@ -280,6 +293,9 @@ class RunSpec:
         ``u`` start, passes, minibatch conventions); :meth:`make` copies the protocol's
         ``lr_decay`` and ``u_init`` into those fields. ``options`` override the
         protocol's other arguments.
+    protocol_options : the protocol's ``fit()`` arguments as ``(name, value)`` pairs,
+        resolved once when the spec is built (:func:`resolve_protocol`; ``()`` without
+        a protocol); derived, so not part of :meth:`as_dict` or of equality.
     options : method options and ``batch_size`` / ``n_sampled`` / ``mu`` / ``order``,
         as a tuple of ``(name, value)`` pairs (use :meth:`make`).
     data_options : extra options of the data set's loader (e.g. ``(("scale", 0.02),)``
@@ -306,11 +322,28 @@ class RunSpec:
     protocol: str | None = None
     options: tuple = ()
     data_options: tuple = ()
+    protocol_options: tuple = dataclasses.field(default=(), init=False, repr=False,
+                                                compare=False)
+
+    def __post_init__(self):
+        """Resolve the protocol once into :attr:`protocol_options` (an unknown method is
+        left to :meth:`validate`, which names it)."""
+        from scalable_softmax.methods import METHODS
+
+        resolved = ()
+        if self.protocol is not None and self.method in METHODS:
+            try:
+                resolved = resolve_protocol(self.protocol, self.method)
+            except ValueError as exc:
+                raise ValueError(f"RunSpec.protocol: {exc}") from None
+        object.__setattr__(self, "protocol_options", resolved)
 
     @classmethod
     def make(cls, dataset, method, lr, **kw) -> "RunSpec":
-        """Build a spec; keyword arguments that are not fields go to ``options``."""
-        fields = {f.name for f in dataclasses.fields(cls)}
+        """Build a spec; keyword arguments that are not fields go to ``options``. The
+        protocol's ``lr_decay`` and ``u_init`` (if it sets them) become the spec's
+        fields; giving other values for them raises ``ValueError``."""
+        fields = {f.name for f in dataclasses.fields(cls) if f.init}
         opts = {k: kw.pop(k) for k in list(kw) if k not in fields}
         if "options" in kw:
             opts.update(dict(kw.pop("options")))
@@ -318,20 +351,19 @@ class RunSpec:
             kw["eval_epochs"] = tuple(int(e) for e in kw["eval_epochs"])
         if isinstance(kw.get("data_options"), dict):
             kw["data_options"] = tuple(sorted(kw["data_options"].items()))
-        if kw.get("protocol") is not None:
-            from scalable_softmax.protocols import fit_kwargs
-
-            pk = fit_kwargs(kw["protocol"], method)
-            for nm in ("lr_decay", "u_init"):
-                if nm in pk:
-                    if nm in kw and kw[nm] != pk[nm]:
-                        raise ValueError(
-                            f"RunSpec.{nm}={kw[nm]!r} contradicts protocol "
-                            f"{kw['protocol']!r}, which sets {nm}={pk[nm]!r}; leave it out")
-                    kw[nm] = pk[nm]
         spec = cls(dataset=str(dataset), method=str(method),
                    lr=None if lr is None else float(lr),
                    options=tuple(sorted(opts.items())), **kw)
+        fixed = {}
+        for nm, value in spec.protocol_options:
+            if nm in ("lr_decay", "u_init"):
+                if nm in kw and kw[nm] != value:
+                    raise ValueError(
+                        f"RunSpec.{nm}={kw[nm]!r} contradicts protocol "
+                        f"{spec.protocol!r}, which sets {nm}={value!r}; leave it out")
+                fixed[nm] = value
+        if fixed:
+            spec = dataclasses.replace(spec, **fixed)
         spec.validate()
         return spec
 
@@ -358,13 +390,7 @@ class RunSpec:
             raise ValueError(f"RunSpec.u_init must be 'logK' or 'zero'; got {self.u_init!r}")
         if self.subset not in ("random", "head"):
             raise ValueError(f"RunSpec.subset must be 'random' or 'head'; got {self.subset!r}")
-        if self.protocol is not None:
-            from scalable_softmax.protocols import fit_kwargs
-
-            try:
-                fit_kwargs(self.protocol, self.method)
-            except ValueError as exc:
-                raise ValueError(f"RunSpec.protocol: {exc}") from None
+        # the protocol was resolved (or rejected) when the spec was built
         for nm in ("monitor_rows", "final_rows"):
             v = getattr(self, nm)
             if v is not None and not (isinstance(v, int) and v >= 1):
@@ -378,6 +404,7 @@ class RunSpec:
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        del d["protocol_options"]           # derived from protocol and method
         d["options"] = dict(self.options)
         d["data_options"] = dict(self.data_options)
         d["eval_epochs"] = list(self.eval_epochs) if self.eval_epochs is not None else None
@@ -394,11 +421,7 @@ def key_inputs(spec: RunSpec) -> dict:
     """Everything a run's result depends on: the spec, the content of its data
     (:func:`data_fingerprint`), the preprocessing, the protocol's resolved ``fit()``
     arguments and :data:`CODE_VERSION`."""
-    fit_args = None
-    if spec.protocol is not None:
-        from scalable_softmax.protocols import fit_kwargs
-
-        fit_args = fit_kwargs(spec.protocol, spec.method)
+    fit_args = dict(spec.protocol_options) if spec.protocol is not None else None
     return {"spec": spec.as_dict(), "code": CODE_VERSION,
             "data": data_fingerprint(spec.dataset), "preprocessing": PREPROCESSING,
             "protocol_fit_kwargs": fit_args}
@@ -478,25 +501,22 @@ def _evaluate_set(X, y, W, cap, seed):
 
 
 def _train(spec: RunSpec) -> tuple[pd.DataFrame, dict]:
-    from scalable_softmax.fit import fit
+    from scalable_softmax.fit import DivergenceWarning, fit
 
     t0 = time.perf_counter()
     X, y, K, synthetic = load_split(spec.dataset, "train", spec.train_fraction,
                                     spec.subset_seed, spec.subset, spec.data_options)
     t_loaded = time.perf_counter()
-    opts = {}
-    if spec.protocol is not None:
-        from scalable_softmax.protocols import fit_kwargs
-
-        opts = fit_kwargs(spec.protocol, spec.method)
-        opts.pop("lr_decay", None)
-        opts.pop("u_init", None)
+    # the protocol's arguments (lr_decay and u_init are already the spec's fields)
+    opts = {k: v for k, v in spec.protocol_options if k not in ("lr_decay", "u_init")}
     opts.update(dict(spec.options))
-    res = fit(X, y, spec.method, spec.lr, epochs=spec.epochs, lr_decay=spec.lr_decay,
-              seed=spec.seed, K=K, progress=False, eval_rows=spec.monitor_rows,
-              u_init=spec.u_init,
-              eval_epochs=list(spec.eval_epochs) if spec.eval_epochs is not None else None,
-              **opts)
+    with warnings.catch_warnings():     # a sweep expects some runs to diverge: the
+        warnings.simplefilter("ignore", DivergenceWarning)    # result records it
+        res = fit(X, y, spec.method, spec.lr, epochs=spec.epochs, lr_decay=spec.lr_decay,
+                  seed=spec.seed, K=K, progress=False, eval_rows=spec.monitor_rows,
+                  u_init=spec.u_init,
+                  eval_epochs=list(spec.eval_epochs) if spec.eval_epochs is not None
+                  else None, **opts)
     h = res.history
     epochs_run = int(h.epoch.iloc[-1])
     train_seconds = float(h.seconds.iloc[-1])
@@ -944,6 +964,8 @@ def compile_kernels(methods=("ove", "nce", "is", "vanilla", "umax", "implicit"),
     import numpy as np
     import scipy.sparse as sp
 
+    from scalable_softmax.fit import fit
+    from scalable_softmax.progress import tqdm
     rng = np.random.default_rng(0)
     N, D, K = 48, 8, 8
     X = sp.random(N, D, density=0.5, format="csr", random_state=0) + sp.eye(N, D, format="csr")
@@ -955,7 +977,7 @@ def compile_kernels(methods=("ove", "nce", "is", "vanilla", "umax", "implicit"),
                disable=not progress, mininterval=0.5, leave=True)
     try:
         for m, opts, p in jobs:
-            kw = fit_kwargs(p, m) if p else {}
+            kw = dict(resolve_protocol(p, m))
             kw.update(opts)
             lr = kw.pop("lr", 0.01)
             bar.set_postfix_str(f"{m}{' / ' + p if p else ''}", refresh=False)
