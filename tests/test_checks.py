@@ -11,6 +11,8 @@ import pytest
 import scipy.sparse as sp
 
 from scalable_softmax.repro import derivations as C
+from scalable_softmax.repro import outputs as O
+from scalable_softmax._atomic import file_mode
 from scalable_softmax import objectives as ob
 
 
@@ -172,7 +174,7 @@ def _result(holds=True, note=""):
 def test_summary_and_markdown():
     df = C.summary_table([_result(), _result(False, "fails somewhere")])
     assert list(df.columns[:8]) == C.SUMMARY_COLUMNS
-    md = C.to_markdown(df, C.SUMMARY_COLUMNS)
+    md = O.to_markdown(df, C.SUMMARY_COLUMNS)
     lines = md.strip().splitlines()
     assert len(lines) == 4 and lines[1].count("---") == 8
     assert "a \\| b" in md and "**no**" in md and "yes" in md
@@ -181,7 +183,7 @@ def test_summary_and_markdown():
 
 def test_write_table_is_atomic_and_complete(tmp_path):
     df = C.summary_table([_result(), _result(False, "fails somewhere")])
-    csv, md = C.write_table(df, "demo", tmp_path / "tables", title="Demo",
+    csv, md = O.write_table(df, "demo", tmp_path / "tables", title="Demo",
                             md_columns=C.SUMMARY_COLUMNS)
     back = pd.read_csv(csv)
     assert len(back) == 2 and list(back.holds) == [True, False]
@@ -189,7 +191,7 @@ def test_write_table_is_atomic_and_complete(tmp_path):
     assert text.startswith("# Demo") and "fails somewhere" in text
     assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == ["demo.csv", "demo.md"]
     # not mkstemp's private 0o600: the process umask applies, as for open()
-    assert csv.stat().st_mode & 0o777 == C._file_mode() and C._file_mode() != 0o600
+    assert csv.stat().st_mode & 0o777 == file_mode() and file_mode() != 0o600
 
 
 def test_save_figure_writes_both_formats(tmp_path):
@@ -198,7 +200,7 @@ def test_save_figure_writes_both_formats(tmp_path):
     assert matplotlib is not None
     fig = Figure()
     fig.add_subplot().plot([0, 1], [0, 1])
-    out = C.save_figure(fig, "demo", tmp_path)
+    out = O.save_figure(fig, "demo", tmp_path)
     assert [p.suffix for p in out] == [".pdf", ".png"]
     assert all(p.stat().st_size > 0 for p in out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.pdf", "demo.png"]
@@ -280,3 +282,61 @@ def test_titsias_optimisation_checks_hold(rng):
     assert r.holds and r.value > 1e-3
     r = C.check_bouchard_k_gt_2(rng, 1)
     assert r.holds and r.value > 0
+
+
+# ---------------------------------------------------------------------------
+# notebook 00's set-up and record of its checks
+# ---------------------------------------------------------------------------
+
+def test_notebook_problems_draw_in_order_and_skip_missing_data(monkeypatch, capsys):
+    a = C.notebook_problems(np.random.default_rng(5), 3)
+    rng = np.random.default_rng(5)
+    problems = C.random_problems(rng, 3)
+    tiny = [C.random_problem(rng, 8, 3, 3), C.random_problem(rng, 6, 2, 2),
+            C.random_problem(rng, 10, 2, 4)]
+    assert a[2] == []
+    for got, want in zip(a[0] + a[1], problems + tiny):
+        assert got.name == want.name and np.array_equal(got.y, want.y)
+        assert np.array_equal(np.asarray(got.X.todense() if sp.issparse(got.X) else got.X),
+                              np.asarray(want.X.todense() if sp.issparse(want.X) else want.X))
+    assert [(p.N, p.D, p.K) for p in a[1]] == [(8, 3, 3), (6, 2, 2), (10, 2, 4)]
+
+    import scalable_softmax.data as data
+
+    def missing(name):
+        raise data.MissingDataError(f"no files for {name}")
+    monkeypatch.setattr(data, "load_dataset", missing)
+    _, _, real = C.notebook_problems(np.random.default_rng(0), 1, "bibtex", 30)
+    assert real == [] and "real data skipped" in capsys.readouterr().out
+
+
+def test_notebook_problems_real_slice_gets_its_ridge_optimum(monkeypatch):
+    rng = np.random.default_rng(2)
+    p = C.random_problem(rng, 40, 5, 3)
+
+    class Data:
+        X, y, K = sp.csr_matrix(p.X), p.y, p.K
+
+    import scalable_softmax.data as data
+    monkeypatch.setattr(data, "load_dataset", lambda name: Data)
+    _, _, real = C.notebook_problems(np.random.default_rng(0), 1, "toy", 25)
+    (r,) = real
+    assert r.name == "toy[:25]" and r.N == 25 and r.K == 3
+    W, _ = C.ridge_mle(r.X, r.y, r.K, 1.0)
+    np.testing.assert_allclose(r.W, W)
+
+
+def test_report_keeps_prints_and_tabulates(capsys):
+    rep = C.Report()
+    r1 = C.CheckResult("A", "src", "claim a", "q", "0", 0.0, True, 2,
+                       pd.DataFrame({"x": [1.0, 2.0]}))
+    r2 = C.CheckResult("B", "src", "claim b", "q", "0", 1.0, False, 1, pd.DataFrame({"x": [3.0]}))
+    assert rep(r1, show=None) is r1
+    rep(r2, show="head")
+    out = capsys.readouterr().out
+    assert "A (src): claim a" in out and "DOES NOT HOLD" in out
+    t = rep.table()
+    assert list(t.check) == ["A", "B"] and list(t.holds) == [True, False]
+    assert t.equals(C.summary_table([r1, r2]))
+    with pytest.raises(ValueError, match="show must be"):
+        rep(r1, show="all")

@@ -42,7 +42,7 @@ from scalable_softmax.repro.outputs import format_number as _fmt
 
 __all__ = [
     "CheckResult", "Problem", "SUMMARY_COLUMNS", "random_problem", "random_problems",
-    "summary_table",
+    "summary_table", "notebook_problems", "Report",
     # helpers
     "ridge_mle", "double_sum_hessian", "f_hat", "f_hat_grad", "direct_implicit_step",
     "appendix_f1_bracket", "bisection_evaluations", "prop2_bound", "implicit_step_sweep",
@@ -197,6 +197,61 @@ def summary_table(results) -> pd.DataFrame:
     """One row per check: ``check, source, claim, quantity, paper, ours, holds,
     instances`` plus ``value`` (ours as a float) and ``note``."""
     return pd.DataFrame([r.row() for r in results])
+
+
+def notebook_problems(rng, n_problems, real_data="", real_rows=300):
+    """The problems of notebook 00, drawn from ``rng`` in this order:
+    :func:`random_problems` (``n_problems``), three tiny problems for the checks that
+    form Hessians and enumerate all pairs (N, D, K = 8, 3, 3; 6, 2, 2; 10, 2, 4), and,
+    when ``real_data`` names a data set whose files are there, its first ``real_rows``
+    training rows with their ridge optimum for ``mu = 1`` in ``W`` (a missing data set
+    is skipped with a printed note).
+
+    Returns ``(problems, tiny, real)``, ``real`` a list of zero or one :class:`Problem`.
+    """
+    from scalable_softmax.data import MissingDataError, load_dataset
+
+    problems = random_problems(rng, n_problems)
+    tiny = [random_problem(rng, 8, 3, 3), random_problem(rng, 6, 2, 2),
+            random_problem(rng, 10, 2, 4)]
+    real = []
+    if real_data:
+        try:
+            ds = load_dataset(real_data)
+        except MissingDataError as exc:
+            print(f"real data skipped (run `make data` to include it): {exc}")
+        else:
+            p = Problem(f"{real_data}[:{real_rows}]", ds.X[:real_rows], ds.y[:real_rows], ds.K)
+            p.W, info = ridge_mle(p.X, p.y, p.K, 1.0)
+            real = [p]
+            print(f"real slice: {p.name}, N={p.N}, D={p.D}, K={p.K}; ridge optimum (mu = 1): "
+                  f"max |gradient| {info['grad_max']:.1e}")
+    return problems, tiny, real
+
+
+class Report:
+    """The notebook's record of its checks: calling it with a :class:`CheckResult`
+    prints the comparison, shows its details (``show="describe"``: their summary
+    statistics, ``"head"``: the first 12 rows, None: nothing), keeps it for
+    :meth:`table` and returns it."""
+
+    def __init__(self):
+        self.results = []
+
+    def __call__(self, r: CheckResult, show="describe") -> CheckResult:
+        if show not in ("describe", "head", None):
+            raise ValueError(f"show must be 'describe', 'head' or None; got {show!r}")
+        self.results.append(r)
+        print(repr(r))
+        if show is not None:
+            from IPython.display import display
+
+            display(r.details.describe().T if show == "describe" else r.details.head(12))
+        return r
+
+    def table(self) -> pd.DataFrame:
+        """:func:`summary_table` of the checks reported so far."""
+        return summary_table(self.results)
 
 
 # ---------------------------------------------------------------------------
