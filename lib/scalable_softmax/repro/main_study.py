@@ -3,7 +3,10 @@ rates, several seeds, with the step-down rule for diverging runs.
 
 Notebook 02 runs it and draws the learning curves; notebook 06 calls it with the same
 settings and gets every run back from the run cache (:mod:`scalable_softmax.repro.runs`)
-to assemble Table 3.
+to assemble Table 3. The rest of notebook 02 is here too: its monitoring plan
+(:func:`monitoring`), the columns and preamble of its tables, Figure 1
+(:func:`plot_figure1`), the numbers its findings quote (:func:`best_report`), where the
+time goes (:func:`time_table`) and its invariants (:func:`check_dataset_run`).
 """
 from __future__ import annotations
 
