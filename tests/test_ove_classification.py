@@ -3,6 +3,8 @@ tiny random problem: the four runs of a case, their assembly, the tables, the
 invariants and the figures."""
 from __future__ import annotations
 
+import dataclasses
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -39,10 +41,38 @@ SETTINGS = oc.Settings(lam=1.0, gtol=1e-6, lbfgs_maxiter=200,
 
 
 @pytest.fixture(scope="module")
-def sweep():
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="module")
+def sweep(cache):
     data = {"bibtex": _case(0), "mnist": _case(1)}
-    runs, weights, traces, sgd_paths, path_rows = oc.run_cases(data, SETTINGS, workers=1)
+    runs, weights, traces, sgd_paths, path_rows = oc.run_cases(data, SETTINGS, workers=1,
+                                                                cache_dir=cache)
     return data, runs, weights, traces, sgd_paths, path_rows
+
+
+def test_run_cases_goes_through_run_all_and_its_cache(sweep, cache, monkeypatch):
+    data, runs, weights, *_ = sweep
+    assert len(list((cache / "tasks").glob("*.pkl"))) == 2
+    monkeypatch.setattr(oc, "run_case", lambda *a, **k: pytest.fail("not read back"))
+    again = oc.run_cases(data, SETTINGS, workers=1, cache_dir=cache)
+    pd.testing.assert_frame_equal(again[0], runs)
+    for key, W in weights.items():
+        np.testing.assert_array_equal(again[1][key], W)
+
+
+def test_case_key_follows_settings_and_data():
+    d = _case(0)
+    a = oc.OveCase("bibtex", SETTINGS, d)
+    assert a.key_inputs() == oc.OveCase("bibtex", SETTINGS, _case(0)).key_inputs()
+    other_case = dataclasses.replace(SETTINGS, sgd_settings={**SETTINGS.sgd_settings,
+                                                             "mnist": {"lr": 9.0}})
+    assert oc.OveCase("bibtex", other_case, d).key_inputs() == a.key_inputs()
+    assert oc.OveCase("bibtex", dataclasses.replace(SETTINGS, lam=2.0), d).key_inputs() \
+        != a.key_inputs()
+    assert oc.OveCase("bibtex", SETTINGS, _case(5)).key_inputs() != a.key_inputs()
 
 
 def test_settings_from_namespace_takes_only_its_fields():
@@ -149,4 +179,13 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="case: no such data set"):
         oc.load_case("nope", "train")
     with pytest.raises(ValueError, match="workers must be an integer"):
-        oc.run_cases({}, SETTINGS, workers=0)
+        oc.run_cases({}, SETTINGS, workers=0, cache_dir=False)
+
+
+def test_worker_processes_give_the_same_numbers(sweep):
+    data, runs, weights, *_ = sweep
+    par = oc.run_cases(data, SETTINGS, workers=2, cache_dir=False)
+    timing = ["seconds"]
+    pd.testing.assert_frame_equal(par[0].drop(columns=timing), runs.drop(columns=timing))
+    for key, W in weights.items():
+        np.testing.assert_array_equal(par[1][key], W)

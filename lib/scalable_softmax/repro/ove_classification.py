@@ -6,9 +6,10 @@ MAP, full-batch L-BFGS), BOUCHARD (Bouchard's bound, every ``alpha_i`` solved ex
 OVE (the exact One-vs-Each bound, L-BFGS) and OVE-SGD (the doubly stochastic OVE). One
 data set is one work item (:class:`OveCase`): its four runs depend on each other
 (BOUCHARD's and OVE's paths are measured against SOFT's weights, OVE-SGD against OVE's),
-so they run in order in one process; :func:`run_cases` runs the items a few processes
-at a time (every run in them single-threaded and seeded: the results do not depend on
-the number of processes).
+so they run in order in one process; :func:`run_cases` hands the items to the
+collection's sweep executor :func:`scalable_softmax.repro.runs.run_all` (its cache; a few
+processes at a time, every run in them single-threaded and seeded: the results do not
+depend on the number of processes).
 
 The notebook keeps the claim, the parameters, the findings and the narrative; this
 module loads the data (:func:`load_cases`), runs the fits (:func:`run_cases`), builds
@@ -19,7 +20,9 @@ the tables (:func:`table2`, :func:`sgd_table`, :func:`path_table`,
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -260,47 +263,68 @@ def run_case(case: str, d: dict, s: Settings, threads: int | None = None) -> Cas
     return CaseResult(rows, W_of, trace_of, path, path_rows, lines)
 
 
+def _data_digest(d: dict) -> str:
+    """sha256 of a case's arrays (training and test features, labels, K): the cache
+    key's stand-in for the data files and their preprocessing."""
+    h = hashlib.sha256()
+    for name in ("X", "Xt"):
+        X = sp.csr_matrix(d[name])
+        for a in (np.asarray(X.shape), X.indptr, X.indices, X.data):
+            h.update(np.ascontiguousarray(a).tobytes())
+    for name in ("y", "yt"):
+        h.update(np.ascontiguousarray(d[name], dtype=np.int64).tobytes())
+    h.update(str(int(d["K"])).encode())
+    return h.hexdigest()
+
+
 @dataclasses.dataclass(frozen=True)
 class OveCase:
-    """One work item of notebook 10: the four runs of data set ``case``."""
+    """One work item of notebook 10, a task of :func:`scalable_softmax.repro.runs.run_all`:
+    the four runs of data set ``case`` on ``data`` (``dict(X, y, Xt, yt, K)``)."""
 
     case: str
     settings: Settings
+    data: dict = dataclasses.field(repr=False, compare=False)
 
-    def run(self, data: dict, threads: int | None = None) -> CaseResult:
-        return run_case(self.case, data, self.settings, threads)
+    def key_inputs(self) -> dict:
+        """What the result depends on besides the library's code: this module's source,
+        the case, its settings and the content of its data."""
+        s = dataclasses.asdict(self.settings)
+        s["lbfgs_memory"] = s["lbfgs_memory"].get(self.case)
+        s["sgd_settings"] = s["sgd_settings"].get(self.case)
+        return {"task": "ove-classification case", "case": self.case, "settings": s,
+                "module": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+                "data": _data_digest(self.data)}
+
+    def compute(self) -> CaseResult:
+        return run_case(self.case, self.data, self.settings)
 
 
 #: relative cost of a case (20 Newsgroups' 10^6 OVE-SGD steps first)
 _COST = {"20news": 3, "mnist": 2}
 
 
-def run_cases(data: dict, s: Settings, workers: int = 1):
-    """Run every case of ``data`` (``{case: dict(X, y, Xt, yt, K)}``), ``workers`` at a
-    time, each in its own process (with one worker: in this process), the costliest
-    first; prints each case's lines as it finishes. Returns ``(runs, weights, traces,
-    sgd_paths, path_rows)`` assembled in the order of ``data``: ``runs`` one row per run
-    with ``norm`` (to SOFT) and ``dist_to_ove``; ``weights`` and ``traces`` keyed by
-    ``(case, method)``."""
+def run_cases(data: dict, s: Settings, workers: int = 1, cache_dir=None):
+    """Run every case of ``data`` (``{case: dict(X, y, Xt, yt, K)}``) with
+    :func:`scalable_softmax.repro.runs.run_all` (its cache, ``cache_dir`` as there):
+    ``workers`` at a time, each in its own process with one numba thread (with one
+    worker: in this process), the costliest first; prints each case's lines. Returns
+    ``(runs, weights, traces, sgd_paths, path_rows)`` assembled in the order of
+    ``data``: ``runs`` one row per run with ``norm`` (to SOFT) and ``dist_to_ove``;
+    ``weights`` and ``traces`` keyed by ``(case, method)``."""
     if not (isinstance(workers, int) and workers >= 1):
         raise ValueError(f"workers must be an integer >= 1; got {workers!r}")
-    from joblib import Parallel, delayed
+    from scalable_softmax.repro.runs import run_all
 
     datasets = list(data)
     order = sorted(datasets, key=lambda c: -_COST.get(c, 1))
-    n_jobs = max(1, min(workers, len(order)))
-    par = Parallel(n_jobs=n_jobs, backend="loky" if n_jobs > 1 else "sequential",
-                   return_as="generator")
-    items = [OveCase(c, s) for c in order]
-    done = {}
-    for item, res in zip(items, par(delayed(item.run)(data[item.case],
-                                                       1 if n_jobs > 1 else None)
-                                    for item in items)):
-        done[item.case] = res
-        print("\n".join(res.lines), flush=True)
+    results = run_all([OveCase(c, s, data[c]) for c in order], workers=workers,
+                      cache_dir=cache_dir, desc="data sets")
+    done = dict(zip(order, results))
     runs, weights, traces, sgd_paths, path_rows = [], {}, {}, {}, []
     for case in datasets:
         r = done[case]
+        print("\n".join(r.lines), flush=True)
         runs += r.rows
         weights.update({(case, m): W for m, W in r.weights.items()})
         traces.update({(case, m): t for m, t in r.traces.items()})

@@ -873,6 +873,8 @@ def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
     trains only the runs that are not stored yet.
     """
     specs = list(specs)
+    if specs and all(hasattr(s, "compute") and hasattr(s, "key_inputs") for s in specs):
+        return run_tasks(specs, workers, cache_dir, refresh, progress, desc)   # not RunSpecs
     for s in specs:
         if not isinstance(s, RunSpec):
             raise ValueError(f"run_all needs RunSpec objects; got {type(s).__name__}")
@@ -991,3 +993,83 @@ def compile_kernels(methods=("ove", "nce", "is", "vanilla", "umax", "implicit"),
         print(f"numba kernels of {len(methods)} method(s) ready in {seconds:.1f} s "
               f"(cache: {os.environ.get('NUMBA_CACHE_DIR', 'numba default')})")
     return seconds
+
+# --------------------------------------------------------------------------- tasks
+def task_key(task) -> str:
+    """Cache key of a generic task: 20 hex digits of the sha256 of its ``key_inputs()``
+    and :data:`CODE_VERSION`."""
+    return _key_of({"task": task.key_inputs(), "code": CODE_VERSION})
+
+
+def _compute_task(index: int, task, threads: int | None):
+    """One task: ``(index, result)``; in a pool's worker process (``threads`` not
+    None) after :func:`worker_setup`."""
+    if threads is not None:
+        worker_setup(threads)
+    return index, task.compute()
+
+
+def run_tasks(tasks, workers: int = 1, cache_dir=None, refresh: bool = False,
+              progress: bool = True, desc: str = "tasks") -> list:
+    """:func:`run_all` for work items that are not :class:`RunSpec` (e.g. notebook 10's
+    data sets: dependent full-batch fits whose weights the notebook needs).
+
+    A task has ``key_inputs()``, a JSON-able dict of everything its result depends on
+    besides the code (:data:`CODE_VERSION` is added), and ``compute()``, which returns
+    a picklable result. Results are stored in ``<cache_dir>/tasks/<key>.pkl`` (a pickle
+    of this machine's own build folder; ``cache_dir=False``: no cache) as soon as each
+    arrives, by a temporary file and a rename; an unreadable file is recomputed with a
+    :class:`RunCacheWarning`. Tasks not stored run in this process (``workers=1``) or
+    in a ``loky`` pool of ``workers`` processes with one numba thread each, in the
+    order given. Returns the results in the order of ``tasks``.
+    """
+    import pickle
+
+    tasks = list(tasks)
+    if not (isinstance(workers, int) and workers >= 1):
+        raise ValueError(f"workers must be an integer >= 1; got {workers!r}")
+    folder = None if cache_dir is False else Path(cache_dir or default_cache_dir()) / "tasks"
+    files = [None if folder is None else folder / f"{task_key(t)}.pkl" for t in tasks]
+    results, todo = [None] * len(tasks), []
+    for i, f in enumerate(files):
+        if f is not None and not refresh and f.exists():
+            try:
+                results[i] = pickle.loads(f.read_bytes())
+                continue
+            except Exception as exc:    # noqa: BLE001 (any unreadable file: recompute)
+                warnings.warn(f"{f}: cannot be read back ({exc}); recomputing this task",
+                              RunCacheWarning, stacklevel=2)
+        todo.append(i)
+    from joblib import Parallel, delayed
+    from tqdm import tqdm
+
+    from scalable_softmax.repro.runner import terminate_raises
+
+    n_jobs = max(1, min(workers, len(todo)))
+    par = Parallel(n_jobs=n_jobs, backend="loky" if n_jobs > 1 else "sequential",
+                   return_as="generator_unordered")
+    engine = par(delayed(_compute_task)(i, tasks[i], 1 if n_jobs > 1 else None)
+                 for i in todo)
+    bar = tqdm(total=len(todo), desc=f"{desc} ({len(tasks) - len(todo)} cached)",
+               disable=not progress or not todo, mininterval=30, file=sys.stderr)
+    try:
+        with terminate_raises():
+            for i, result in engine:
+                if files[i] is not None:
+                    files[i].parent.mkdir(parents=True, exist_ok=True)
+                    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(files[i]), suffix=".tmp",
+                                               dir=files[i].parent)
+                    try:
+                        with os.fdopen(fd, "wb") as fh:
+                            pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
+                        os.replace(tmp, files[i])
+                    except BaseException:
+                        if os.path.exists(tmp):
+                            os.unlink(tmp)
+                        raise
+                results[i] = result
+                bar.update(1)
+    finally:
+        engine.close()
+        bar.close()
+    return results
