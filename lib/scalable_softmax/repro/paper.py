@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["load_recorded", "recorded_table3", "COMPARABLE", "EXPECTED_COLUMNS"]
+__all__ = ["load_recorded", "recorded_table3", "COMPARABLE", "EXPECTED_COLUMNS",
+           "PAPER_TABLE3_MISPRINTS", "PAPER_TABLE3_CLAIMS"]
 
 #: the data sets whose recorded runs are comparable with ours (the same real data)
 COMPARABLE = ("mnist", "bibtex", "delicious")
@@ -104,3 +105,26 @@ PAPER_TABLE3 = {
 #: the paper's "Average" row of Table 3
 PAPER_TABLE3_AVERAGE = dict(ove=7.62, nce=7.64, **{"is": 8.17}, vanilla=4.29, umax=2.71,
                             implicit=1.00)
+#: cells of Table 3 whose printed value is not the authors' recorded one (Bibtex IS:
+#: 28.69 recorded, 32.71 printed)
+PAPER_TABLE3_MISPRINTS = {("bibtex", "is")}
+#: the paper's claims about Table 3 (key -> (claim, the paper's value)), as notebook 06
+#: judges them; the values are those printed in Tables 2 and 3 and Proposition 4
+PAPER_TABLE3_CLAIMS = {
+    "implicit_lowest": (
+        "Implicit SGD has the lowest train log-loss on (almost) every data set (exact)",
+        "6 of 7 (U-max 0.98 on AmazonCat)"),
+    "implicit_lowest_published": (
+        "the same, with the published metric for OVE/NCE/IS", "6 of 7"),
+    "umax_beats_vanilla": ("U-max beats vanilla SGD on average", "2.71 vs 4.29"),
+    "double_sum_beats_biased": (
+        "every double-sum method beats every biased baseline on average (exact)",
+        "<= 4.29 vs >= 7.62"),
+    "double_sum_beats_biased_published": (
+        "the same, with the published metric for OVE/NCE/IS", "<= 4.29 vs >= 7.62"),
+    "close_to_published": (
+        "our Table 3 (as published) is within 10% of the published one on the real "
+        "data sets, on average", "-"),
+    "stable_at_table2": ("every method is stable at its Table 2 rate", "all stable"),
+    "implicit_never_diverges": ("Implicit SGD never diverges", "never (Proposition 4)"),
+}
