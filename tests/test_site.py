@@ -45,8 +45,11 @@ def test_every_page_is_built(built):
     index = (out / "index.html").read_text()
     # the README is the front page, with its figures
     assert "Unbiased scalable softmax: a reproducible notebook collection" in index
+    # the docs pages the README links are pages of the site
+    for page in sorted((paths.ROOT / "docs").glob("*.md")):
+        assert (out / "docs" / f"{page.stem}.html").is_file(), page.name
     imgs = re.findall(r'<img[^>]*src="(_images/[^"]+\.png)"', index)
-    assert len(imgs) >= 3 and all((out / i).stat().st_size > 10_000 for i in imgs)
+    assert len(imgs) >= 1 and all((out / i).stat().st_size > 10_000 for i in imgs)
 
 
 def test_every_internal_link_anchor_and_image_resolves(built):
@@ -177,3 +180,19 @@ def test_command_line_check_reports_broken_links(tmp_path, capsys):
     assert site_mod.main(["check", "--site", str(tmp_path)]) == 0
     assert site_mod.main(["screenshots", "--site", str(tmp_path / "nothing")]) == 1
     assert "run `make site` first" in capsys.readouterr().err
+
+
+def test_the_committed_executed_notebooks_come_first(tmp_path, monkeypatch):
+    """A fresh clone's site shows notebooks/executed/ (make reproduce commits it): the
+    default search starts there, and such a page carries no note."""
+    notebooks = tmp_path / "notebooks"
+    (notebooks / "executed").mkdir(parents=True)
+    name = NAMES[0]
+    shutil.copy(paths.NOTEBOOKS / f"{name}.ipynb", notebooks / f"{name}.ipynb")
+    shutil.copy(paths.NOTEBOOKS / f"{name}.ipynb", notebooks / "executed" / f"{name}.ipynb")
+    monkeypatch.setattr(paths, "NOTEBOOKS", notebooks)
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
+    staged = site_mod.stage(tmp_path / "src", "full", log=lambda line: None)
+    assert staged.notebooks == {name: "full"}          # the executed copy is no source
+    text = (tmp_path / "src" / "notebooks" / f"{name}.ipynb").read_text()
+    assert "not been executed" not in text and "smoke run" not in text

@@ -7,8 +7,10 @@
    ``index.md`` (with the navigation appended), ``docs/math.md`` (its ``<a id="sN">``
    anchors turned into MyST labels), every notebook of ``notebooks/`` in its executed
    form, the committed ``figures/``, ``tables/*.md`` and ``data/README.md``. The
-   executed notebooks are taken from ``build/executed/full/`` (``make reproduce``); a
-   notebook without a full run falls back to ``build/executed/smoke/`` and then to the
+   executed notebooks are the committed ones, ``notebooks/executed/`` (written by
+   ``make reproduce``, so a fresh clone's site shows them), then
+   ``build/executed/full/``; a notebook without a full run falls back to
+   ``build/executed/smoke/`` and then to the
    unexecuted source, each with a note at the top of its page and a line printed by
    the build. Widget outputs (progress bars) are dropped: a static page cannot run
    them. Plain mentions "docs/math.md section N" become links to that section;
@@ -69,6 +71,48 @@ def _link_math_refs(text: str, prefix: str) -> str:
                   f"({prefix}docs/math.md#s{m.group(1)})", text)
 
 
+_EXECUTED_NOTEBOOK = re.compile(r"(\]\((?:\.\./)?notebooks/)executed/([0-9][0-9]-[^)#\s]*\.ipynb)")
+_EXECUTED_FOLDER = re.compile(r"(\]\((?:\.\./)?notebooks/)executed/?\)")
+
+
+def _read_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _link_executed(text: str) -> str:
+    """Links to the committed executed notebooks (``notebooks/executed/NN-slug.ipynb``,
+    for GitHub) made links to the site's notebook pages; a link to the folder becomes
+    one to the site's list of notebooks."""
+    text = _EXECUTED_NOTEBOOK.sub(r"\1\2", text)
+    return _EXECUTED_FOLDER.sub(r"\1index.md)", text)
+
+
+_LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s#]+)(#[^)\s]*)?\)")
+
+
+def _unlink_outside(text: str, page: Path, src: Path) -> str:
+    """Links of ``page`` to files or folders of the repository that the site does not
+    hold (``benchmarks/``, ``params/*.yaml``, a folder such as ``tables/``) shown as the
+    repository path in code instead (a static page cannot open them); links to pages,
+    anchors and addresses are kept."""
+    def keep_or_unlink(m):
+        target = m.group(2)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):
+            return m.group(0)
+        where = (page.parent / target).resolve()
+        if where.is_file():
+            return m.group(0)
+        try:
+            shown = where.relative_to(src.resolve()).as_posix()
+        except ValueError:
+            shown = target
+        if target.endswith("/"):
+            shown += "/"
+        label = m.group(1)
+        return label if f"`{shown}`" in label else f"{label} (`{shown}`)"
+    return _LINK.sub(keep_or_unlink, text)
+
+
 def _math_page(text: str) -> str:
     """The notes with their HTML anchors as MyST labels (``(sN)=`` before the heading),
     so that Sphinx knows the targets ``#sN``."""
@@ -123,7 +167,8 @@ def stage(src: Path = SITE_SRC, profile: str = "full", executed_dirs=None,
     ----------
     profile : ``"full"`` or ``"smoke"``, the run the site should show.
     executed_dirs : list of folders holding executed notebooks, searched in order;
-        default ``build/executed/<profile>`` then (for ``"full"``)
+        default for ``"full"`` the committed ``notebooks/executed``, then
+        ``build/executed/full`` and ``build/executed/smoke``; for ``"smoke"``
         ``build/executed/smoke``. A notebook found in none of them is shown unexecuted.
     log : function taking a line (the fall-backs are reported through it).
     """
@@ -132,7 +177,8 @@ def stage(src: Path = SITE_SRC, profile: str = "full", executed_dirs=None,
     if executed_dirs is None:
         executed_dirs = [paths.BUILD / "executed" / profile]
         if profile == "full":
-            executed_dirs.append(paths.BUILD / "executed" / "smoke")
+            executed_dirs = [paths.NOTEBOOKS / "executed", *executed_dirs,
+                             paths.BUILD / "executed" / "smoke"]
     executed_dirs = [Path(d) for d in executed_dirs]
     src = Path(src)
     if src.exists():
@@ -140,11 +186,18 @@ def stage(src: Path = SITE_SRC, profile: str = "full", executed_dirs=None,
     src.mkdir(parents=True)
     staged = Staged(src=src)
 
-    # the README as the front page, the notes, the data README
-    readme = (paths.ROOT / "README.md").read_text(encoding="utf-8")
+    # the README as the front page, the pages of docs/ (the math notes with their
+    # anchors as labels), the data README
+    readme = _link_executed(_read_text(paths.ROOT / "README.md"))
     (src / "docs").mkdir()
-    math = (paths.ROOT / "docs" / "math.md").read_text(encoding="utf-8")
-    (src / "docs" / "math.md").write_text(_math_page(math), encoding="utf-8")
+    pages = []
+    for page in sorted((paths.ROOT / "docs").glob("*.md")):
+        text = _read_text(page)
+        text = _math_page(text) if page.name == "math.md" else \
+            _link_math_refs(_link_executed(text), "../")
+        (src / "docs" / page.name).write_text(text, encoding="utf-8")
+        pages.append(f"docs/{page.stem}")
+    pages.sort(key=lambda p: p != "docs/math")
     (src / "data").mkdir()
     data_readme = (paths.ROOT / "data" / "README.md").read_text(encoding="utf-8")
     (src / "data" / "README.md").write_text(_link_math_refs(data_readme, "../"),
@@ -182,13 +235,23 @@ def stage(src: Path = SITE_SRC, profile: str = "full", executed_dirs=None,
             f"{', '.join(str(d) for d in executed_dirs[:1])} (run `make reproduce` for "
             "the full runs); shown instead:\n" + "\n".join(fallbacks))
 
-    toc = ["", "", "```{toctree}", ":hidden:", ":caption: Notes", "", "docs/math", "```",
+    listing = ["---", "orphan: true", "---", "", "# The executed notebooks", "",
+               "Every notebook as `make reproduce` last executed it (the committed copies "
+               "in `notebooks/executed/`):", ""]
+    listing += [f"- [{n}]({n}.ipynb)" for n in names]
+    (src / "notebooks" / "index.md").write_text("\n".join(listing) + "\n", encoding="utf-8")
+    toc = ["", "", "```{toctree}", ":hidden:", ":caption: Notes", "", *pages, "```",
            "", "```{toctree}", ":hidden:", ":caption: Notebooks", ""]
     toc += [f"notebooks/{n}" for n in names] + ["```", ""]
     toc += ["```{toctree}", ":hidden:", ":caption: Tables and data", ""]
     toc += [f"tables/{t}" for t in staged.tables] + ["data/README", "```", ""]
     (src / "index.md").write_text(_link_math_refs(readme, "") + "\n".join(toc),
                                   encoding="utf-8")
+    for page in sorted(src.rglob("*.md")):
+        text = _read_text(page)
+        kept = _unlink_outside(text, page, src)
+        if kept != text:
+            page.write_text(kept, encoding="utf-8")
     return staged
 
 
