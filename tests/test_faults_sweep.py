@@ -119,7 +119,7 @@ def _write_project(root):
             import matplotlib
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
-            from scalable_softmax.repro import derivations as checks
+            from scalable_softmax.repro import outputs as checks
             from scalable_softmax.repro import runs as ex""")),
         nbformat.v4.new_code_cell('cache_dir = ""\nout_dir = ""\nmarkers = ""\ntag = "a"\n'
                                   'pause = 0.0\nfail = False',

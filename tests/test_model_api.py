@@ -329,13 +329,15 @@ def test_load_rejects_bad_files_naming_them(tmp_path, trained):
 
 
 # ---------------------------------------------------------------------------
-# the README's example on svmlight data
+# the docs page's example on svmlight data (docs/own-data.md, linked from the README)
 # ---------------------------------------------------------------------------
 
 def _readme_section(title):
-    text = (paths.ROOT / "README.md").read_text(encoding="utf-8")
-    m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", text, re.M | re.S)
-    assert m, f"README has no section {title!r}"
+    """The part of ``docs/own-data.md`` under its title ``# title``, up to its first
+    ``##`` section."""
+    text = (paths.ROOT / "docs" / "own-data.md").read_text(encoding="utf-8")
+    m = re.search(rf"^# {re.escape(title)}\n(.*?)(?=^## )", text, re.M | re.S)
+    assert m, f"docs/own-data.md has no page {title!r}"
     return m.group(1)
 
 

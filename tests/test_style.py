@@ -15,7 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from scalable_softmax import paths, progress, style  # noqa: E402
+from scalable_softmax import paths, progress  # noqa: E402
+from scalable_softmax.repro import style  # noqa: E402
 from scalable_softmax.repro.instability import REPLAY_METHODS  # noqa: E402
 from scalable_softmax.methods import METHODS  # noqa: E402
 from scalable_softmax.protocols import PROTOCOL_METHODS  # noqa: E402
@@ -54,11 +55,11 @@ def test_every_notebook_draws_with_the_style_and_decides_its_outputs_by_profile(
     assert len(notebooks) >= 10
     for name, code in notebooks:
         assert "style.use()" in code, f"{name}: call scalable_softmax.repro.style.use()"
-        assert f'notebooks.profile_outputs("{name}", globals())' in code, name
+        assert f'runner.profile_outputs("{name}", globals())' in code, name
         assert "paths.TABLES" not in code and "paths.FIGURES" not in code, \
             f"{name}: write under out.tables / out.figures (profile_outputs), never paths.TABLES"
         assert "tight_layout" not in code, f"{name}: the style uses constrained layout"
-        assert "checks.save_figure" not in code, f"{name}: save with style.save"
+        assert "outputs.save_figure" not in code, f"{name}: save with style.save"
         assert "display(fig)" not in code and "plt.show()" not in code, \
             f"{name}: show figures with style.show(fig)"
         assert "tqdm.auto" not in code, f"{name}: use scalable_softmax.progress.tqdm"
