@@ -555,11 +555,44 @@ def _run_producer(name: str, profile: str) -> None:
                            + "\n".join((proc.stdout + proc.stderr).splitlines()[-30:]))
 
 
+#: threads of the BLAS under numpy/scipy in a notebook run, whatever launched it (the
+#: Makefile's OPENBLAS_NUM_THREADS=1): a multi-threaded BLAS sums in another order,
+#: which moves the last digits and, through them, iteration counts
+BLAS_THREADS = 1
+_PINNED: dict = {}
+
+
+def pin_threads(blas: int = BLAS_THREADS, numba_threads: int | None = None) -> dict:
+    """Fix the threads a notebook's numbers depend on, inside the process (so Run All in
+    JupyterLab, nbconvert, papermill and ``make reproduce`` compute alike): the BLAS
+    libraries to ``blas`` threads (threadpoolctl; also ``OPENBLAS_NUM_THREADS`` and
+    friends for processes started later), numba's parallel kernels to
+    ``numba_threads`` (None: numba's configured count, ``NUMBA_NUM_THREADS``, all cores
+    unless set, as under make). Returns what was set."""
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+        os.environ[var] = str(blas)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:                     # an environment without it: the variables
+        limiter = None
+    else:
+        limiter = threadpool_limits(limits=blas, user_api="blas")
+    import numba
+
+    n = numba.config.NUMBA_NUM_THREADS if numba_threads is None else int(numba_threads)
+    n = max(1, min(n, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(n)
+    _PINNED.update(blas=blas, numba=n, limiter=limiter)
+    return {"blas": blas, "numba": n}
+
+
 def profile_outputs(name: str, namespace: dict, announce: bool = True) -> Outputs:
     """Decide, inside notebook ``name``, where this run writes (see the module's doc):
     ``namespace`` is the notebook's ``globals()`` after its parameters cell (and any
     injected parameters). Creates the folders; for an exploring run also writes
-    ``params.yaml`` there. Prints one line saying which profile this is."""
+    ``params.yaml`` there. Prints one line saying which profile this is. Pins the
+    threads the numbers depend on first (:func:`pin_threads`)."""
+    pin_threads()
     declared = declared_parameters(name)
     missing = [k for k in declared if k not in namespace]
     if missing:
