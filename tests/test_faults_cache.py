@@ -83,8 +83,9 @@ def test_the_code_version_covers_every_module_a_run_imports(tmp_path):
                                    monitor_rows=50, data_options={"scale": 0.02},
                                    **({"iters_per_epoch": 2} if full else {}))
             ex.run(spec, cache_dir=False)
-        print(json.dumps(sorted(k for k in sys.modules if k.split(".")[0] ==
-                                "scalable_softmax")))
+        # (a namespace package without an __init__.py has no source to hash)
+        print(json.dumps(sorted(k for k, m in sys.modules.items() if k.split(".")[0] ==
+                                "scalable_softmax" and getattr(m, "__file__", None))))
     """)
     env = dict(os.environ, SOFTMAX_CACHE_DIR=str(tmp_path / "processed"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -160,3 +161,78 @@ def test_stale_temporary_files_of_killed_processes_are_removed(tmp_path):
                            data_options={"scale": 0.02})
     ex.run_all([spec], cache_dir=runs, progress=False)
     assert not stale.exists() and live.exists()
+
+
+# ----------------------------------------------------------------- issue 23, points 2, 5
+_LOAD = textwrap.dedent("""
+    import json
+    import numpy as np
+    from scalable_softmax.data import CODE_VERSION, load_dataset
+    ds = load_dataset("eurlex", "train")
+    norms = np.sqrt(np.asarray(ds.X.multiply(ds.X).sum(axis=1)).ravel())
+    print(json.dumps([CODE_VERSION, bool(ds.info["from_cache"]), float(norms.max())]))
+""")
+
+
+def _load_with(lib, eurlex_dir, processed):
+    env = dict(os.environ, PYTHONPATH=str(lib), SOFTMAX_DATA_DIR=str(eurlex_dir),
+               SOFTMAX_CACHE_DIR=str(processed), NUMBA_DISABLE_JIT="1")
+    out = subprocess.run([sys.executable, "-c", _LOAD], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_changed_preprocessing_gives_new_processed_arrays(eurlex_dir, tmp_path):
+    """The processed-data cache is keyed by the source of the code that shapes the
+    arrays: a copy of lib/ whose normalize_rows scales rows to norm 2 gets new arrays
+    (not the cached unit rows), and the original code still reads its own."""
+    import shutil
+
+    from scalable_softmax.data import cache as data_cache
+
+    lib = ex._ROOT.parent
+    shared = tmp_path / "processed"
+    version, cached, norm = _load_with(lib, eurlex_dir, shared)
+    assert (cached, round(norm, 9)) == (False, 1.0)
+    assert _load_with(lib, eurlex_dir, shared) == [version, True, norm]
+    other = tmp_path / "other-lib"
+    shutil.copytree(lib / "scalable_softmax", other / "scalable_softmax",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    pre = other / "scalable_softmax" / "data" / "preprocess.py"
+    text = pre.read_text()
+    assert "    return X\n\n\ndef _take_columns" in text
+    pre.write_text(text.replace("    return X\n\n\ndef _take_columns",
+                                "    X.data *= 2.0\n    return X\n\n\ndef _take_columns"))
+    v2, cached2, norm2 = _load_with(other, eurlex_dir, shared)
+    assert v2 != version and not cached2 and round(norm2, 9) == 2.0
+    assert _load_with(lib, eurlex_dir, shared) == [version, True, norm]
+    assert len(list(shared.glob("eurlex-train-*.npz"))) == 2
+    assert "scalable_softmax.data.preprocess" in data_cache.shaping_modules()
+
+
+def test_an_edited_cache_entry_is_recomputed_and_entries_are_group_readable(tmp_path):
+    """An entry whose content was edited (a number changed, still well formed) does not
+    match its checksum: recomputed with a warning. Entries are 0644 (0640 under a
+    strict umask), never 0600."""
+    spec = ex.RunSpec.make("eurlex-surrogate", "umax", 0.5, epochs=2, monitor_rows=50,
+                           data_options={"scale": 0.02})
+    runs = tmp_path / "runs"
+    good = ex.run(spec, cache_dir=runs)
+    path = runs / f"{spec.key}.json"
+    assert path.stat().st_mode & 0o777 == ex._entry_mode()
+    assert path.stat().st_mode & 0o040                     # readable by the group
+    payload = json.loads(path.read_text())
+    payload["final"]["train_log_loss"] += 1.0              # well formed, but edited
+    path.write_text(json.dumps(payload))
+    with pytest.warns(ex.RunCacheWarning, match=rf"{path}.*checksum.*recomputing"):
+        got = ex.run_all([spec], cache_dir=runs, progress=False)[0]
+    assert not got.from_cache
+    assert got.final["train_log_loss"] == good.final["train_log_loss"]
+    old = os.umask(0o077)
+    try:
+        ex._UMASK.clear()
+        assert ex._entry_mode() == 0o640
+    finally:
+        os.umask(old)
+        ex._UMASK.clear()

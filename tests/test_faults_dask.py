@@ -71,9 +71,44 @@ def test_a_worker_that_read_other_data_is_an_error(tmp_path, monkeypatch):
     def wrong(todo, specs):
         for i in todo:
             h, f = ex._train(specs[i])
-            yield i, h, f, {"files": {"train": "0" * 64}}
+            yield i, h, f, {"files": {"train": "0" * 64}}, None
 
     monkeypatch.setattr(ex, "_serial", wrong)
     with pytest.raises(RuntimeError, match="worker read different data.*SOFTMAX_DATA_DIR"):
         ex.run_all(_specs()[:1], cache_dir=tmp_path, progress=False)
     assert not list(tmp_path.glob("*.json"))
+
+
+# ----------------------------------------------------------------- issue 23, points 1, 3
+def test_a_result_from_other_code_is_refused_and_nothing_is_stored(tmp_path, monkeypatch):
+    """Every result carries its worker's code fingerprint; one from a worker whose
+    source or library versions differ (say, a worker whose files were edited during the
+    sweep) is refused with an error naming the worker and the difference."""
+    def other_code(todo, specs):
+        for i in todo:
+            h, f = ex._train(specs[i])
+            report = ex.worker_report()
+            report.update(worker="tcp://10.0.0.9:40000", code="0" * 12)
+            report["modules"] = dict(report["modules"],
+                                     **{"scalable_softmax.evaluate": "f" * 16})
+            report["libraries"] = dict(report["libraries"], numba="0.0.1")
+            yield i, h, f, ex.data_fingerprint(specs[i].dataset), report
+
+    monkeypatch.setattr(ex, "_serial", other_code)
+    with pytest.raises(ex.WorkerMismatchError,
+                       match=r"worker tcp://10\.0\.0\.9:40000 .*scalable_softmax\.evaluate "
+                             r"differs; numba 0\.0\.1 \(there\) != .*nothing of it was stored"):
+        ex.run_all(_specs()[:1], cache_dir=tmp_path, progress=False)
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_threads_follow_the_cores_of_each_machine():
+    """No machine runs more numba threads than it has cores: a host's cores are shared
+    by the Dask threads of all its workers."""
+    assert ex.threads_per_task(8, 2) == 4
+    assert ex.threads_per_task(8, 8) == 1
+    assert ex.threads_per_task(2, 16) == 1
+    reports = {"tcp://a:1": {"host": "a", "cores": 8, "nthreads": 1},
+               "tcp://a:2": {"host": "a", "cores": 8, "nthreads": 3},
+               "tcp://b:1": {"host": "b", "cores": 4, "nthreads": 1}}
+    assert ex.dask_thread_plan(reports) == {"tcp://a:1": 2, "tcp://a:2": 2, "tcp://b:1": 4}

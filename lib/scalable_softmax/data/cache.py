@@ -3,13 +3,17 @@
 A cache file is ``<processed dir>/<name>-<split>-<key>.npz`` where ``key`` is the first
 16 hex digits of the sha256 of the canonical JSON of everything the result depends on:
 the data set name and split, the preprocessing parameters, the sha256 of the raw input
-files, and :data:`CODE_VERSION` (bump it whenever a reader, the preprocessing or a
-surrogate generator changes its output). Changing any of them selects another file, so
+files, and :data:`CODE_VERSION`: a hash of the **source** of the code that shapes the
+arrays (:func:`shaping_modules`: ``data.core`` and every module of the package it
+imports, i.e. the readers, the preprocessing, the surrogate generators, this module's
+file format, the numba helpers), so an edited reader or preprocessing step gets new
+arrays without anyone bumping a version. Changing any of them selects another file, so
 a stale cache is never read. Files are written to a temporary file in the same folder
 and renamed (``os.replace``), so a reader never sees a half-written cache.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import zipfile
@@ -20,10 +24,67 @@ import scipy.sparse as sp
 
 from .._atomic import atomic_open
 
-__all__ = ["CODE_VERSION", "cache_key", "cache_path", "save", "load"]
+__all__ = ["CODE_VERSION", "cache_key", "cache_path", "save", "load", "shaping_modules"]
 
-#: version of everything that shapes a cached array; part of every cache key
-CODE_VERSION = "data-4"
+_PKG_ROOT = Path(__file__).resolve().parents[1]          # scalable_softmax/
+_PKG = _PKG_ROOT.name
+
+
+def _module_file(name: str) -> Path | None:
+    """Source file of the package module ``name`` (``scalable_softmax.a.b``), or None."""
+    if name != _PKG and not name.startswith(_PKG + "."):
+        return None
+    rel = Path(*name.split(".")[1:])
+    for cand in (_PKG_ROOT / rel / "__init__.py", (_PKG_ROOT / rel).with_suffix(".py")):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _package_imports(name: str, path: Path) -> set[str]:
+    """Package modules that module ``name`` (file ``path``) imports anywhere (lazy
+    imports in functions included)."""
+    base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                mod = ".".join(base[:len(base) - (node.level - 1)] + ([mod] if mod else []))
+            found.add(mod)
+            found.update(f"{mod}.{a.name}" for a in node.names)
+    # the package itself only re-exports (``from .. import paths`` names a module)
+    return {mod for mod in found if mod != _PKG and _module_file(mod) is not None}
+
+
+def shaping_modules(root: str = f"{_PKG}.data.core") -> dict[str, Path]:
+    """The modules whose source shapes a processed array: ``root`` (``load_dataset``)
+    and every package module it imports, recursively (the readers, the preprocessing,
+    the surrogate generators, this module). ``{module name: file}``."""
+    todo, seen = [root, __name__], {}
+    while todo:
+        name = todo.pop()
+        path = _module_file(name)
+        if name in seen or path is None:
+            continue
+        seen[name] = path
+        todo.extend(_package_imports(name, path) - set(seen))
+    return dict(sorted(seen.items()))
+
+
+def _source_version() -> str:
+    """``data-`` and 12 hex digits of the sha256 of the sources of :func:`shaping_modules`."""
+    h = hashlib.sha256()
+    for name, path in shaping_modules().items():
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return "data-" + h.hexdigest()[:12]
+
+
+#: hash of the source of everything that shapes a cached array (:func:`shaping_modules`,
+#: read when this module is imported); part of every cache key
+CODE_VERSION = _source_version()
 
 
 def cache_key(payload: dict) -> str:

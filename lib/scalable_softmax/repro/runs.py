@@ -21,8 +21,10 @@ the result depends on (:func:`key_inputs`):
 so a notebook re-executed with the same settings, code and data reads its runs back
 instead of training again, two notebooks that need the same run train it once, and a
 change of code or data never reuses a stale result. A cache file that cannot be used
-(not JSON, not an object, missing or malformed fields, written for another run) is
-recomputed with a :class:`RunCacheWarning` naming the file.
+(not JSON, not an object, missing or malformed fields, written for another run, content
+that does not match the checksum stored with it) is recomputed with a
+:class:`RunCacheWarning` naming the file. Entries are created readable by the group
+(``0644``, ``0640`` under a strict umask), so a cache can be shared.
 
 Evaluation (docs/math.md section 1: the exact log-loss over all ``K`` classes):
 
@@ -40,9 +42,22 @@ Engines. Runs are independent; :func:`run_all` trains the runs that are not stor
   pool (the training kernels are single-threaded), or
 * on a `Dask distributed <https://distributed.dask.org>`_ cluster, when a scheduler
   address is given (``scheduler=`` or the environment variable
-  ``SOFTMAX_DASK_SCHEDULER``, e.g. ``tcp://10.0.0.5:8786``); the workers need this
-  package and the same data files (checked: a worker that read different data is an
-  error).
+  ``SOFTMAX_DASK_SCHEDULER``, e.g. ``tls://10.0.0.5:8786``); docs/cluster.md shows
+  how to start one safely. The workers must run this process's code: at the start of
+  a sweep every worker reports its :func:`worker_report` (the hash of each module's
+  source, the numerical libraries' versions, the fingerprint of the sweep's data) and
+  every result carries it again; a worker whose code, libraries or data differ is
+  refused with a :class:`WorkerMismatchError` naming it and the difference, and
+  nothing of it is stored.
+
+Threads: every run uses ``threads_per_task(cores, runs sharing the machine)`` numba and
+BLAS threads (:func:`threads_per_task`): ``cores // workers`` in a loky pool, and on
+Dask the host's cores divided by the Dask threads of all the workers on that host
+(:func:`dask_thread_plan`), so no machine runs more threads than it has cores. A worker
+without ``NUMBA_CACHE_DIR`` uses the checkout's ``build/numba-cache``
+(:func:`worker_setup`). Cancellation: a Dask task checks after every epoch whether its
+sweep still wants it (the client cancels its tasks on an error, Ctrl-C or ``SIGTERM``;
+the scheduler releases a lost client's tasks) and stops with :class:`RunCancelled`.
 
 Only this process writes the cache: every result is stored as soon as it arrives, by
 a temporary file and a rename, so an interrupted sweep keeps what it finished and a
@@ -63,6 +78,7 @@ import math
 import os
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -76,7 +92,9 @@ __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories
            "CODE_VERSION", "default_cache_dir", "PAPER_METHODS", "PAPER_DATASETS",
            "PAPER_TABLE2", "PAPER_TABLE3", "dataset_for", "load_split", "key_inputs",
            "data_fingerprint", "run_modules", "RunCacheWarning", "PREPROCESSING",
-           "dask_scheduler"]
+           "dask_scheduler", "WorkerMismatchError", "RunCancelled", "worker_report",
+           "check_worker", "library_versions", "machine_cores", "threads_per_task",
+           "dask_thread_plan", "worker_setup"]
 
 from scalable_softmax.repro.paper import (PAPER_DATASETS, PAPER_METHODS, PAPER_TABLE2,  # noqa: E402,F401
                                          PAPER_TABLE3, PAPER_TABLE3_AVERAGE)
@@ -152,23 +170,41 @@ def run_modules(root: str = __name__) -> dict[str, Path]:
     return dict(sorted(seen.items()))
 
 
-def _code_version() -> str:
+def library_versions() -> dict[str, str]:
+    """``{library: version}`` of the numerical libraries that shape results
+    (:data:`_LIBRARIES`; ``"missing"`` when one is not installed)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    h = hashlib.sha256()
-    for name, path in run_modules().items():
-        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    out = {}
     for lib in _LIBRARIES:
         try:
-            h.update(f"{lib}=={version(lib)}\0".encode())
+            out[lib] = version(lib)
         except PackageNotFoundError:
-            h.update(f"{lib} missing\0".encode())
+            out[lib] = "missing"
+    return out
+
+
+def _code_version(sources: dict | None = None) -> str:
+    """12 hex digits of the sha256 of the sources of :func:`run_modules` and of
+    :func:`library_versions`; ``sources`` (a dict), when given, receives
+    ``{module: sha256 of its source}`` (what a worker's fingerprint reports)."""
+    h = hashlib.sha256()
+    for name, path in run_modules().items():
+        text = path.read_bytes()
+        if sources is not None:
+            sources[name] = hashlib.sha256(text).hexdigest()[:16]
+        h.update(name.encode() + b"\0" + text + b"\0")
+    for lib, ver in library_versions().items():
+        h.update((f"{lib}=={ver}\0" if ver != "missing" else f"{lib} missing\0").encode())
     return h.hexdigest()[:12]
 
 
+#: ``{module: sha256 of its source}`` of the modules hashed into :data:`CODE_VERSION`
+#: (read once, when this module is imported: the code this process runs)
+_SOURCE_SHA: dict = {}
 #: hash of the sources of every library module a run imports (:func:`run_modules`) and
 #: of the numerical libraries' versions (part of every cache key)
-CODE_VERSION = _code_version()
+CODE_VERSION = _code_version(_SOURCE_SHA)
 
 
 class RunCacheWarning(UserWarning):
@@ -514,7 +550,7 @@ def _train(spec: RunSpec) -> tuple[pd.DataFrame, dict]:
         warnings.simplefilter("ignore", DivergenceWarning)    # result records it
         res = fit(X, y, spec.method, spec.lr, epochs=spec.epochs, lr_decay=spec.lr_decay,
                   seed=spec.seed, K=K, progress=False, eval_rows=spec.monitor_rows,
-                  u_init=spec.u_init,
+                  u_init=spec.u_init, on_epoch=_epoch_check,
                   eval_epochs=list(spec.eval_epochs) if spec.eval_epochs is not None
                   else None, **opts)
     h = res.history
@@ -571,8 +607,8 @@ def _from_json(v):
     return v
 
 
-#: version of the cache file layout
-CACHE_FORMAT = 2
+#: version of the cache file layout (3: with a ``checksum`` of the content)
+CACHE_FORMAT = 3
 #: fields every stored ``final`` holds (and ``test_*`` when the spec has ``test``)
 _FINAL_KEYS = ("N", "D", "K", "synthetic", "diverged", "diverged_at", "epochs_run",
                "train_seconds", "seconds_per_epoch", "train_log_loss", "train_error",
@@ -594,16 +630,21 @@ def _tmp_prefix(path: Path) -> str:
 def _store(path: Path, spec: RunSpec, history: pd.DataFrame, final: dict,
            inputs: dict | None = None) -> None:
     """Write a run's result atomically (temporary file named with this process's id in
-    the same folder, then rename; the temporary file is removed on any error)."""
+    the same folder, then rename; the temporary file is removed on any error). The
+    entry carries the sha256 of its content (:func:`_content_checksum`) and is readable
+    by the group (:func:`_entry_mode`), so a shared cache serves colleagues."""
     inputs = inputs if inputs is not None else key_inputs(spec)
     payload = {"format": CACHE_FORMAT, "key": path.stem, "inputs": inputs,
                "spec": spec.as_dict(), "code_version": CODE_VERSION,
                "final": {k: _to_json(v) for k, v in final.items()},
                "history": {c: [_to_json(v) for v in history[c].tolist()]
                            for c in history.columns}}
+    payload = json.loads(json.dumps(payload, default=str))     # as it will be read back
+    payload["checksum"] = _content_checksum(payload)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _entry_mode())
         with os.fdopen(fd, "w") as fh:
             json.dump(payload, fh)
         os.replace(tmp, path)
@@ -611,6 +652,27 @@ def _store(path: Path, spec: RunSpec, history: pd.DataFrame, final: dict,
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _content_checksum(payload: dict) -> str:
+    """sha256 of a cache entry's canonical JSON without its ``checksum`` field."""
+    body = {k: v for k, v in payload.items() if k != "checksum"}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_UMASK: list = []
+
+
+def _entry_mode() -> int:
+    """Mode of a new cache entry: ``0644`` under this process's umask, but always
+    readable and writable by its owner and readable by the group (``0640`` under a
+    strict umask such as 077), never ``0600``."""
+    if not _UMASK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        _UMASK.append(mask)
+    return (0o644 & ~_UMASK[0]) | 0o640
 
 
 def _number(v):
@@ -632,6 +694,9 @@ def _check_payload(payload, spec: RunSpec, key: str, inputs: dict) -> str | None
             or payload["code_version"] != CODE_VERSION \
             or payload["inputs"] != json.loads(json.dumps(inputs, default=str)):
         return "was written for another run (its spec, code or data differ)"
+    if payload.get("checksum") != _content_checksum(payload):
+        return ("does not match the checksum of its content (it was edited or damaged "
+                "after it was written)")
     final, hist = payload["final"], payload["history"]
     if not isinstance(final, dict):
         return f"'final' is a {type(final).__name__}, not an object"
@@ -789,39 +854,217 @@ def _watch_parent(interval: float = 0.2) -> None:
     _WATCHDOG["started"] = True
 
 
+def machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity; ``os.cpu_count()`` where
+    the system does not tell)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def threads_per_task(cores: int, slots: int) -> int:
+    """Numba/BLAS threads of each run when ``slots`` runs share a machine of ``cores``
+    cores: ``max(1, cores // slots)``, so that the machine never runs more threads
+    than it has cores (no ``slots * cores`` oversubscription)."""
+    return max(1, int(cores) // max(1, int(slots)))
+
+
+def _numba_cache_default() -> None:
+    """Give this process the shared numba cache of the checkout (``build/numba-cache``,
+    as ``make`` does) when ``NUMBA_CACHE_DIR`` is not set, so that a worker started by
+    hand loads the compiled kernels instead of compiling each again."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    os.environ["NUMBA_CACHE_DIR"] = str(paths.BUILD / "numba-cache")
+    if "numba" in sys.modules:
+        from numba.core import config
+
+        config.reload_config()
+
+
 def worker_setup(threads: int | None, watch: bool = True) -> None:
     """First call in a worker process (the sweeps here, notebook 10's data sets): with
     ``watch`` it exits at once when the process that started it is gone (so an
-    interrupted run leaves no worker behind), and its numba kernels use ``threads``
-    threads (capped by ``NUMBA_NUM_THREADS``; None: unchanged)."""
+    interrupted run leaves no worker behind); its numba kernels and BLAS use
+    ``threads`` threads (numba's capped by ``NUMBA_NUM_THREADS``; None: unchanged); and
+    without ``NUMBA_CACHE_DIR`` it uses the checkout's shared numba cache
+    (``build/numba-cache``)."""
+    _numba_cache_default()
     if watch:
         _watch_parent()
     if threads is not None:
         import numba
 
         numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:             # BLAS then keeps OPENBLAS_NUM_THREADS & co.
+            return
+        threadpool_limits(limits=max(1, int(threads)))
 
 
-def _remote_train(index: int, spec: RunSpec, threads: int | None, watch: bool):
-    """One run in a worker: ``(index, history, final, data fingerprint)``."""
+class WorkerMismatchError(RuntimeError):
+    """A worker runs other code or other library versions than this process (or
+    cannot read the sweep's data): its results are refused and nothing of it is stored."""
+
+
+def _dask_worker():
+    """The Dask worker this code runs in, or None."""
+    if "distributed" not in sys.modules:
+        return None
+    try:
+        from distributed import get_worker
+
+        return get_worker()
+    except (ValueError, ImportError):
+        return None
+
+
+def worker_report(datasets=(), dask_worker=None) -> dict:
+    """What a worker process runs: its name (Dask address, else host and process id),
+    host, cores, Dask threads, :data:`CODE_VERSION`, the sha256 of each module's source,
+    :func:`library_versions` and, for each of ``datasets``, its
+    :func:`data_fingerprint` (or the error reading it). Called in each worker at the
+    start of a sweep (``Client.run`` passes ``dask_worker``) and returned with every
+    result."""
+    import socket
+
+    _numba_cache_default()          # before the data readers import their kernels
+    w = dask_worker if dask_worker is not None else _dask_worker()
+    host = socket.gethostname()
+    data = {}
+    for ds in datasets:
+        try:
+            data[ds] = data_fingerprint(ds)
+        except Exception as exc:                       # reported to the client
+            data[ds] = {"error": f"{type(exc).__name__}: {exc}"}
+    return {"worker": w.address if w is not None else f"{host} (process {os.getpid()})",
+            "host": host, "cores": machine_cores(),
+            "nthreads": getattr(getattr(w, "state", w), "nthreads", None) if w else None,
+            "code": CODE_VERSION, "modules": dict(_SOURCE_SHA),
+            "libraries": library_versions(), "data": data}
+
+
+def check_worker(report: dict, here: dict | None = None) -> None:
+    """Refuse a worker whose code fingerprint differs from this process's.
+
+    Raises
+    ------
+    WorkerMismatchError
+        Naming the worker and what differs: the modules whose source differs (or that
+        only one side has), the library versions, or the data sets it read otherwise.
+    """
+    here = here if here is not None else worker_report()
+    name = report.get("worker", "a worker")
+    problems = []
+    if report.get("code") != here["code"]:
+        theirs, ours = report.get("modules") or {}, here["modules"]
+        diff = sorted(m for m in set(theirs) | set(ours) if theirs.get(m) != ours.get(m))
+        if diff:
+            problems.append("the source of " + ", ".join(diff) + " differs")
+        libs = [f"{lib} {report.get('libraries', {}).get(lib)} (there) != {v} (here)"
+                for lib, v in here["libraries"].items()
+                if (report.get("libraries") or {}).get(lib) != v]
+        problems.extend(libs)
+        if not problems:
+            problems.append(f"code version {report.get('code')} != {here['code']}")
+    for ds, fp in (report.get("data") or {}).items():
+        ours = here["data"].get(ds) if ds in here["data"] else data_fingerprint(ds)
+        if fp != ours:
+            what = fp["error"] if isinstance(fp, dict) and "error" in fp else \
+                f"{fp} != {ours}"
+            problems.append(f"it read different data for {ds!r} ({what}): give every "
+                            "worker the same data files (SOFTMAX_DATA_DIR)")
+    if problems:
+        raise WorkerMismatchError(
+            f"worker {name} (code {report.get('code')}) does not run this process's code "
+            f"(code {here['code']}): " + "; ".join(problems) + ". Start the worker on "
+            "the same checkout of lib/ and the same library versions as the client; "
+            "nothing of it was stored")
+
+
+class RunCancelled(RuntimeError):
+    """The sweep that asked for this run is gone (interrupted client, cancelled task)."""
+
+
+_TASK = threading.local()      # the running task's cancellation check
+
+
+def _epoch_check(epoch: int) -> None:
+    """Called by ``fit`` after each epoch of a run: raise :class:`RunCancelled` when the
+    task running it was cancelled (its client stopped or was lost)."""
+    check = getattr(_TASK, "check", None)
+    if check is not None:
+        check(epoch)
+
+
+def _dask_cancel_check():
+    """In a Dask task: a check that raises :class:`RunCancelled` once the scheduler has
+    released the task (the client cancelled it on Ctrl-C or ``SIGTERM``, or the client
+    was lost: the scheduler forgets a gone client's tasks); None elsewhere."""
+    w = _dask_worker()
+    if w is None:
+        return None
+    from distributed.worker import thread_state
+
+    key = getattr(thread_state, "key", None)
+    state = getattr(w, "state", None)
+    if key is None or state is None:
+        return None
+
+    def check(epoch):
+        ts = state.tasks.get(key)
+        if ts is None or ts.state not in ("executing", "long-running"):
+            raise RunCancelled(f"run {key} stopped after epoch {epoch}: its sweep is gone "
+                               f"({'released' if ts is None else ts.state})")
+    return check
+
+
+def _remote_train(index: int, spec: RunSpec, threads, watch: bool):
+    """One run in a worker: ``(index, history, final, data fingerprint, worker report)``.
+    ``threads``: an int, or ``{worker address: int}`` (a Dask sweep's plan; a worker
+    not in it takes :func:`threads_per_task` of its cores and Dask threads). A Dask task
+    stops at its next epoch once its sweep is gone (:func:`_dask_cancel_check`)."""
+    if isinstance(threads, dict):
+        w = _dask_worker()
+        threads = threads.get(w.address) if w is not None else None
+        if threads is None:
+            threads = threads_per_task(machine_cores(), getattr(
+                getattr(w, "state", w), "nthreads", 1) if w is not None else 1)
     worker_setup(threads, watch)
-    history, final = _train(spec)
-    return index, history, final, data_fingerprint(spec.dataset)
+    _TASK.check = _dask_cancel_check()
+    try:
+        history, final = _train(spec)
+    finally:
+        _TASK.check = None
+    return index, history, final, data_fingerprint(spec.dataset), worker_report()
 
 
 def _serial(todo, specs):
     for i in todo:
         history, final = _train(specs[i])
-        yield i, history, final, None
+        yield i, history, final, None, None
 
 
 def _loky(todo, specs, workers):
     from joblib import Parallel, delayed
 
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = threads_per_task(machine_cores(), workers)
     par = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered",
                    pre_dispatch="n_jobs", inner_max_num_threads=threads)
     yield from par(delayed(_remote_train)(i, specs[i], threads, True) for i in todo)
+
+
+def dask_thread_plan(reports: dict) -> dict:
+    """``{worker address: threads}`` for a Dask sweep: the workers on one host share its
+    cores, so each run gets ``threads_per_task(cores, Dask threads of all the host's
+    workers)`` (``dask worker --nworkers 4 --nthreads 1`` on 8 cores: 2 each)."""
+    slots: dict = {}
+    for r in reports.values():
+        slots[r["host"]] = slots.get(r["host"], 0) + int(r["nthreads"] or 1)
+    return {addr: threads_per_task(r["cores"], slots[r["host"]])
+            for addr, r in reports.items()}
 
 
 def _dask(todo, specs, scheduler):
@@ -831,7 +1074,14 @@ def _dask(todo, specs, scheduler):
     client = Client(scheduler) if own else scheduler
     futures = []
     try:
-        futures = [client.submit(_remote_train, i, specs[i], None, False, pure=False,
+        # fail fast: every worker proves its code, libraries and data before any run
+        datasets = sorted({specs[i].dataset for i in todo})
+        here = worker_report(datasets)
+        reports = client.run(worker_report, datasets)
+        for addr in sorted(reports):
+            check_worker(reports[addr], here)
+        plan = dask_thread_plan(reports)
+        futures = [client.submit(_remote_train, i, specs[i], plan, False, pure=False,
                                  key=f"softmax-run-{i}-{specs[i].method}-{os.getpid()}-"
                                      f"{time.time_ns()}")
                    for i in todo]
@@ -840,7 +1090,7 @@ def _dask(todo, specs, scheduler):
     finally:
         pending = [f for f in futures if not f.done()]
         if pending:
-            client.cancel(pending)
+            client.cancel(pending)      # their tasks stop at their next epoch
         if own:
             client.close()
 
@@ -906,12 +1156,15 @@ def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
         engine = _serial(todo, specs)
     else:
         engine = _loky(todo, specs, workers)
+    here = worker_report()
     bar = tqdm(total=len(todo), desc=f"{desc} ({len(specs) - len(todo)} cached)",
                disable=not progress or not todo, mininterval=30, file=sys.stderr)
     try:
         with terminate_raises():
-            for i, history, final, fingerprint in engine:
+            for i, history, final, fingerprint, report in engine:
                 spec = specs[i]
+                if report is not None:      # from another process: its code, proven
+                    check_worker(report, here)
                 if fingerprint is not None and fingerprint != inputs[i]["data"]:
                     raise RuntimeError(
                         f"a worker read different data for {spec.dataset!r} than this "
@@ -993,6 +1246,7 @@ def compile_kernels(methods=("ove", "nce", "is", "vanilla", "umax", "implicit"),
         print(f"numba kernels of {len(methods)} method(s) ready in {seconds:.1f} s "
               f"(cache: {os.environ.get('NUMBA_CACHE_DIR', 'numba default')})")
     return seconds
+
 
 # --------------------------------------------------------------------------- tasks
 def task_key(task) -> str:
