@@ -22,7 +22,7 @@ PY_VERSION := 3.11
 PY_VERSION_OF = $(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null
 VENV_VERSION := $(shell test -x $(BIN)/python && $(call PY_VERSION_OF,$(BIN)/python))
 
-.PHONY: help venv data table1 reproduce reproduce-extra test bench lab site site-check clean clean-all FORCE
+.PHONY: help venv data table1 reproduce reproduce-extra test verify smoke-record bench lab site site-check clean clean-all FORCE
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -100,6 +100,22 @@ test: $(STAMP)  ## run the unit tests and every notebook's smoke run (nbval)
 	  $(BIN)/python -m scalable_softmax.repro.runner prepare all --profile smoke >/dev/null; fi
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
 	  --nbval-lax --nbval-current-env tests $$(test -d build/prepared/smoke && echo build/prepared/smoke)
+	test ! -d build/prepared/smoke || $(BIN)/python -m scalable_softmax.repro.verify --tables build/smoke/tables --record $(SMOKE_RECORD)
+
+# a rerun checked against the record: every table of tables/ (or VERIFY_TABLES) against
+# git HEAD (or VERIFY_RECORD, a revision or a folder), with params/tolerances.yaml
+VERIFY_TABLES ?= tables
+VERIFY_RECORD ?= HEAD
+verify: $(STAMP)  ## compare tables/ (e.g. after make reproduce) with the committed record, within params/tolerances.yaml
+	$(BIN)/python -m scalable_softmax.repro.verify --tables $(VERIFY_TABLES) --record $(VERIFY_RECORD)
+
+# the smoke profile's tables that make test checks its smoke runs against; regenerate
+# (and commit) after a change that moves the results on purpose
+SMOKE_RECORD := tests/smoke-record
+smoke-record: $(STAMP)  ## rerun every notebook's smoke profile and store its tables in tests/smoke-record
+	rm -rf build/smoke/tables
+	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m scalable_softmax.repro.runner run all --profile smoke
+	mkdir -p $(SMOKE_RECORD) && rm -f $(SMOKE_RECORD)/*.csv && cp build/smoke/tables/*.csv $(SMOKE_RECORD)/
 
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'

@@ -189,3 +189,11 @@ def test_table_level_report_never_fails(tmp_path):
                                    tolerances)
     assert not result.failed and "wall-clock cap" in result.line()
     assert verify.compare_tables("other.csv", rec.iloc[:2], rec, tolerances).failed
+
+
+def test_smoke_record_is_consistent_with_the_declarations(capsys):
+    """The stored smoke tables verify against themselves (keys name each row once)."""
+    record = paths.ROOT / "tests" / "smoke-record"
+    status, out = _run(record, record=record, capsys=capsys)
+    assert status == 0, out
+    assert "09-ove-toy-2d.csv: identical" in out
