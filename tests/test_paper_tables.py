@@ -14,8 +14,8 @@ SYNTHETIC = pd.Series({"mnist": False, "eurlex": True})
 
 
 def _used(scale=1.0):
-    """choose_used()-like rows: exact log-loss 2 * (method index + 1) * scale, defective
-    metric 5, Implicit SGD's exact log-loss 2 * 6 * scale... divided below."""
+    """choose_used()-like rows: on data set number k (1, 2) the exact log-loss of the i-th
+    method (from 1) is k * i * scale, the defective metric 5 * k."""
     rows = []
     for d, k in zip(DATASETS, (1.0, 2.0)):
         for i, m in enumerate(METHODS):
@@ -156,7 +156,7 @@ def test_class_maps_number_test_classes_by_their_own_rank():
                                  test_error_recorded=[0.5, 0.7],
                                  test_error_own_map=[0.5, 0.68],
                                  test_error_right_map=[0.4, 0.6]))
-    own, right = pt.test_map_gaps(test_map, 50)
+    own, right = pt.class_map_gaps(test_map, 50)
     assert own["umax"] == pytest.approx(0.02) and right["umax"] == pytest.approx(0.1)
 
 

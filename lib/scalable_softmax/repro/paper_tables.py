@@ -25,9 +25,9 @@ from scalable_softmax.repro import reporting as rp
 __all__ = ["surrogate_labeller", "panel_title_labeller", "study_settings",
            "run_protocols", "with_average", "ratio_tables", "table3_versions",
            "table3_long", "table3_titles", "table3_preamble", "notebook06_captions",
-           "recorded_comparison",
-           "recorded_test_comparison", "relabel_some", "resplit", "bibtex_implicit_variants",
-           "labelled_split", "bibtex_test_maps", "test_map_gaps", "judge_claims",
+           "recorded_comparison", "recorded_test_comparison", "relabel_some", "resplit",
+           "bibtex_implicit_variants", "labelled_split", "class_maps", "bibtex_test_maps",
+           "class_map_gaps", "DOUBLE_SUM", "BIASED", "judge_claims",
            "check_table3", "series_figure", "recorded_curves_figure", "initial_rates_md",
            "tuned_rates", "lowest_method", "tuned_summary_lines", "read_table3_columns",
            "tuned_table3_long"]
@@ -529,7 +529,7 @@ def bibtex_test_maps(name, methods, recorded_runs, protocol, seeds, epochs):
     return test_map
 
 
-def test_map_gaps(test_map, epochs):
+def class_map_gaps(test_map, epochs):
     """``(gap_own, gap_right)``: per method, |recorded - ours| of the test error after
     ``epochs`` under the test split's own class map and under the right one."""
     e50 = test_map[test_map.epoch == epochs].set_index("method")
