@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
 
-from scalable_softmax.fit import fit
+from scalable_softmax.fit import DivergenceWarning, fit
 from scalable_softmax.progress import tqdm
 
 __all__ = ["FORMULATIONS", "SUMMARY_RATES", "dataset_label", "run_formulations",
@@ -47,9 +48,11 @@ def run_formulations(data: dict, learning_rates, epochs: int, lr_decay: float, m
         for lr in learning_rates:
             for form, spec in FORMULATIONS.items():
                 t0 = time.perf_counter()
-                res = fit(ds.X, ds.y, lr=lr, epochs=epochs, lr_decay=lr_decay, mu=mu, K=ds.K,
-                          seed=seed, eval_epochs=[epochs], eval_rows=eval_rows,
-                          progress=False, delta0=delta0, **spec)
+                with warnings.catch_warnings():   # recorded in the row (diverged, log_loss)
+                    warnings.simplefilter("ignore", DivergenceWarning)
+                    res = fit(ds.X, ds.y, lr=lr, epochs=epochs, lr_decay=lr_decay, mu=mu,
+                              K=ds.K, seed=seed, eval_epochs=[epochs], eval_rows=eval_rows,
+                              progress=False, delta0=delta0, **spec)
                 last = res.history.iloc[-1]
                 rows.append(dict(dataset=name, synthetic=bool(ds.synthetic), lr=lr,
                                  formulation=form, log_loss=float(last["train_log_loss"]),

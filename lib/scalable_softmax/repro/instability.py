@@ -20,6 +20,7 @@ parameters become non-finite (that step is recorded, with ``finite = False``).
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -184,7 +185,7 @@ def overflow_runs(X, y, K, methods, lrs, *, epochs, seed=0, u_init=None, progres
     """
     import time
 
-    from scalable_softmax.fit import fit
+    from scalable_softmax.fit import DivergenceWarning, fit
     from scalable_softmax.progress import tqdm
 
     N = X.shape[0]
@@ -194,8 +195,10 @@ def overflow_runs(X, y, K, methods, lrs, *, epochs, seed=0, u_init=None, progres
     for method in methods:
         for lr in lrs:
             t0 = time.perf_counter()
-            res = fit(X, y, method, lr, epochs=epochs, lr_decay=0.9, seed=seed, K=K,
-                      eval_epochs=[0, epochs], progress=False, **extra)
+            with warnings.catch_warnings():   # the divergence is the finding: recorded below
+                warnings.simplefilter("ignore", DivergenceWarning)
+                res = fit(X, y, method, lr, epochs=epochs, lr_decay=0.9, seed=seed, K=K,
+                          eval_epochs=[0, epochs], progress=False, **extra)
             ep, st = res.diverged_at if res.diverged else (np.nan, np.nan)
             records.append(dict(
                 method=method, lr=lr, epochs=epochs, diverged=res.diverged,

@@ -23,6 +23,7 @@ import datetime
 import math
 import os
 import platform
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -144,7 +145,7 @@ def time_fit(X, y, method, lr, *, K, epochs=3, rows=None, seed=0, lr_retries=0,
     (= ``seconds_per_epoch / rows``), ``seconds_per_step``, ``diverged`` (of the
     reported run) and ``retries``.
     """
-    from scalable_softmax.fit import fit
+    from scalable_softmax.fit import DivergenceWarning, fit
 
     N = X.shape[0]
     if rows is not None:
@@ -156,8 +157,10 @@ def time_fit(X, y, method, lr, *, K, epochs=3, rows=None, seed=0, lr_retries=0,
     Xs, ys = (X, y) if n == N else (X[:n], np.asarray(y)[:n])
     rate = float(lr)
     for attempt in range(lr_retries + 1):
-        res = fit(Xs, ys, method, lr=rate, epochs=epochs, seed=seed, eval_epochs=[],
-                  progress=False, K=K, **fit_options)
+        with warnings.catch_warnings():   # a diverging pilot is retried at a lower rate
+            warnings.simplefilter("ignore", DivergenceWarning)
+            res = fit(Xs, ys, method, lr=rate, epochs=epochs, seed=seed, eval_epochs=[],
+                      progress=False, K=K, **fit_options)
         if not res.diverged or attempt == lr_retries:
             break
         rate *= lr_retry_factor
