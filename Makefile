@@ -99,7 +99,8 @@ test: $(STAMP)  ## run the unit tests and every notebook's smoke run (nbval)
 	@if ls notebooks/[0-9][0-9]-*.ipynb >/dev/null 2>&1; then \
 	  $(BIN)/python -m scalable_softmax.repro.runner prepare all --profile smoke >/dev/null; fi
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
-	  --nbval-lax --nbval-current-env tests $$(test -d build/prepared/smoke && echo build/prepared/smoke)
+	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval/sanitize.cfg \
+	  tests $$(test -d build/prepared/smoke && echo build/prepared/smoke)
 	test ! -d build/prepared/smoke || $(BIN)/python -m scalable_softmax.repro.verify --tables build/smoke/tables --record $(SMOKE_RECORD)
 
 # a rerun checked against the record: every table of tables/ (or VERIFY_TABLES) against
@@ -116,6 +117,7 @@ smoke-record: $(STAMP)  ## rerun every notebook's smoke profile and store its ta
 	rm -rf build/smoke/tables
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m scalable_softmax.repro.runner run all --profile smoke
 	mkdir -p $(SMOKE_RECORD) && rm -f $(SMOKE_RECORD)/*.csv && cp build/smoke/tables/*.csv $(SMOKE_RECORD)/
+	$(BIN)/python -m scalable_softmax.repro.runner record-nbval all
 
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'

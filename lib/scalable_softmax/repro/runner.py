@@ -648,7 +648,8 @@ def _atomic_output(out: Path) -> Path:
 def prepare(name: str, profile: str, out: Path | None = None,
             overrides: dict | None = None) -> Path:
     """Write a copy of the notebook with ``profile``'s parameters (and ``overrides``)
-    injected, not executed."""
+    injected, not executed; a smoke copy also gets the stored outputs of its key cells
+    for nbval (:func:`apply_nbval_record`)."""
     import papermill as pm
 
     check_full_profile(name)
@@ -660,6 +661,10 @@ def prepare(name: str, profile: str, out: Path | None = None,
     try:
         pm.execute_notebook(str(notebook_path(name)), str(tmp), parameters=params,
                             prepare_only=True, kernel_name=KERNEL, progress_bar=False)
+        if profile == "smoke" and not overrides:     # the stored key outputs, for nbval
+            nb = json.loads(tmp.read_text())
+            if apply_nbval_record(nb, name):
+                tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
         os.replace(tmp, out)
     finally:
         if tmp.exists():
@@ -812,6 +817,111 @@ def write_stripped(executed: Path, out: Path, name: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
     return out
+
+
+#: the stored outputs of the smoke runs' key cells (tables, findings), which ``make
+#: test`` compares under nbval with those of the current notebooks' smoke runs
+NBVAL_DIR = Path("tests") / "nbval"
+#: the tag that tells nbval (run with --nbval-lax) to compare a cell's outputs
+NBVAL_CHECK = "nbval-check-output"
+#: a key result: a table (HTML or markdown) or a finding
+_KEY_OUTPUT = re.compile(r"<table|\|---|finding|hold", re.I)
+#: what changes from run to run with the same results (seconds, progress bars, time
+#: caps): a cell showing one is run but not compared
+_VOLATILE_OUTPUT = re.compile(r"second|\d\s*s\b|\ds/it|it/s|time cap|timed|ready in|ran in"
+                              r"|elapsed|\r", re.I)
+
+
+def _output_text(cell: dict) -> str:
+    text = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            text.append("".join(output.get("text", "")))
+        for mime in ("text/html", "text/markdown", "text/plain"):
+            value = output.get("data", {}).get(mime)
+            if value is not None:
+                text.append("".join(value) if isinstance(value, list) else value)
+        if output.get("output_type") == "error":
+            text.append(output.get("ename", ""))
+    return "\n".join(text)
+
+
+def is_key_cell(cell: dict) -> bool:
+    """True for a code cell whose outputs show a result (a table or a finding) and no
+    timing: the cells nbval compares with the stored smoke run."""
+    text = _output_text(cell)
+    return cell.get("cell_type") == "code" and bool(_KEY_OUTPUT.search(text)) \
+        and not _VOLATILE_OUTPUT.search(text)
+
+
+def nbval_record_path(name: str, root: Path | None = None) -> Path:
+    """``tests/nbval/NAME.json``: the stored outputs of notebook ``name``'s key cells."""
+    return Path(root or paths.ROOT) / NBVAL_DIR / f"{name}.json"
+
+
+def record_nbval(name: str, executed: Path | None = None, root: Path | None = None) -> Path:
+    """Store the key cells (:func:`is_key_cell`) of notebook ``name``'s executed smoke
+    run (``executed``; default ``build/executed/smoke/NAME.ipynb``) in
+    ``tests/nbval/NAME.json``: each cell's id, source and text outputs (nbval compares
+    no images). ``make test`` grafts them onto the freshly prepared notebook
+    (:func:`apply_nbval_record`), so nbval runs today's code and compares those cells'
+    outputs with the stored ones. ``make smoke-record`` calls this after running every
+    smoke profile: the way to accept changed numbers on purpose."""
+    executed = Path(executed or paths.BUILD / "executed" / "smoke" / f"{name}.ipynb")
+    if not executed.is_file():
+        raise FileNotFoundError(
+            f"{executed}: no smoke run of {name} to record; run it first: python -m "
+            f"scalable_softmax.repro.runner run {name} --profile smoke (or make smoke-record)")
+    nb = strip_volatile(json.loads(executed.read_text()), name)
+    cells = []
+    for cell in nb["cells"]:
+        if not is_key_cell(cell) or not cell.get("id"):
+            continue
+        outputs = []
+        for output in cell["outputs"]:
+            output = dict(output)
+            if isinstance(output.get("data"), dict):
+                output["data"] = {m: v for m, v in output["data"].items()
+                                  if not m.startswith("image/")}
+                output["metadata"] = {}
+            outputs.append(output)
+        cells.append({"id": cell["id"], "source": "".join(cell["source"]),
+                      "outputs": outputs})
+    record = {"notebook": name, "profile": "smoke",
+              "regenerate": "make smoke-record (after a change that moves results on purpose)",
+              "cells": cells}
+    out = nbval_record_path(name, root)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    os.replace(tmp, out)
+    print(f"{name}: {len(cells)} key cell(s) stored for nbval in {_shown(out.parent)}{out.name}")
+    return out
+
+
+def apply_nbval_record(nb: dict, name: str, root: Path | None = None) -> int:
+    """Give the cells of ``nb`` (a prepared notebook as JSON) the stored outputs of
+    ``tests/nbval/NAME.json`` (matched by cell id) and the tag :data:`NBVAL_CHECK`, so
+    that nbval compares them; returns how many cells were given outputs (0 without a
+    record)."""
+    path = nbval_record_path(name, root)
+    if not path.is_file():
+        return 0
+    stored = {c["id"]: c for c in json.loads(path.read_text())["cells"]}
+    count = 0
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code" or cell.get("id") not in stored:
+            continue
+        count += 1
+        cell["outputs"] = stored[cell["id"]]["outputs"]
+        cell["execution_count"] = count
+        for output in cell["outputs"]:
+            if "execution_count" in output:
+                output["execution_count"] = count
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+        if NBVAL_CHECK not in tags:
+            tags.append(NBVAL_CHECK)
+    return count
 
 
 def _set_output_path(executed: Path, out: Path) -> None:
@@ -971,7 +1081,12 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0],
                                      epilog=USAGE_EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["run", "prepare", "check", "provenance"])
+    parser.add_argument("action", choices=["run", "prepare", "check", "provenance",
+                                           "record-nbval"],
+                        help="run: execute; prepare: inject the parameters only; check: "
+                             "check the parameters; provenance: write tables/PROVENANCE.md; "
+                             "record-nbval: store the last smoke runs in tests/nbval/ for "
+                             "make test (make smoke-record)")
     parser.add_argument("names", nargs="*", default=[],
                         help="notebook names (NN-slug), or 'all' for every notebook")
     parser.add_argument("--profile", default="full", choices=["full", "smoke"],
@@ -1021,7 +1136,9 @@ def main(argv: list[str] | None = None) -> int:
         if overrides and args.publish:
             return usage_error("--publish publishes the committed full profile: no -p")
         for name in names:
-            if args.action == "check":
+            if args.action == "record-nbval":
+                record_nbval(name)
+            elif args.action == "check":
                 check_full_profile(name)
                 params = effective_params(name, args.profile, overrides)
                 check_params(name, params)
@@ -1039,7 +1156,7 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
                 print(run(name, args.profile, timeout=args.timeout, overrides=overrides,
                           publish=args.publish))
-    except (NotebookParameterError, ValueError) as exc:
+    except (NotebookParameterError, ValueError, FileNotFoundError) as exc:
         return usage_error(str(exc))
     return 0
 
