@@ -240,3 +240,24 @@ def test_length_checks_see_a_long_function_and_spare_a_kernel(tmp_path, monkeypa
         test_no_non_compiled_function_over_120_lines()
     with pytest.raises(AssertionError, match=r"fit\(\) is \d+ lines"):
         test_fit_is_at_most_100_lines_with_its_loop_and_history_apart()
+
+
+def _notebook_code_lines(path: Path) -> int:
+    """Non-blank lines of a notebook's code cells (comments count)."""
+    nb = json.loads(path.read_text())
+    return sum(1 for c in nb["cells"] if c["cell_type"] == "code"
+               for line in "".join(c["source"]).splitlines() if line.strip())
+
+
+@pytest.mark.parametrize("path", sorted((PKG.parents[1] / "notebooks").glob("[0-9][0-9]-*.ipynb")),
+                         ids=lambda p: p.stem)
+def test_notebooks_are_glue_not_programs(path):
+    """A notebook reads as claim, parameters, runs, tables, figures, findings: at most
+    200 non-blank code lines and no function definitions of its own (what it computes
+    lives in tested functions of ``scalable_softmax.repro``)."""
+    n = _notebook_code_lines(path)
+    assert n <= 200, f"{path.name}: {n} code lines (at most 200; move computation into repro)"
+    nb = json.loads(path.read_text())
+    defs = [line.strip() for c in nb["cells"] if c["cell_type"] == "code"
+            for line in "".join(c["source"]).splitlines() if line.lstrip().startswith("def ")]
+    assert len(defs) <= 2, f"{path.name} defines functions: {defs}"
