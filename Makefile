@@ -26,6 +26,12 @@ VENV_VERSION := $(shell test -x $(BIN)/python && $(call PY_VERSION_OF,$(BIN)/pyt
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@echo
+	@echo "One notebook at its small smoke settings (seconds to minutes; writes under build/smoke/):"
+	@echo "  $(BIN)/python -m scalable_softmax.repro.runner run 09-ove-toy-2d --profile smoke"
+	@echo "At the papers' settings without touching the record (writes under build/explore/):"
+	@echo "  $(BIN)/python -m scalable_softmax.repro.runner run 09-ove-toy-2d --profile full"
+	@echo "Only make reproduce / reproduce-extra write tables/, figures/ and notebooks/executed/."
 
 # remade when pyproject.toml changes or when .venv's Python is not $(PY_VERSION)
 $(STAMP): pyproject.toml $(if $(filter $(PY_VERSION),$(VENV_VERSION)),,FORCE)
@@ -141,11 +147,14 @@ lab: $(STAMP)  ## open the notebooks in JupyterLab (prints the URL to open; Ctrl
 site: $(STAMP)  ## static HTML site in build/site from the executed notebooks, README, docs/math.md
 	$(BIN)/python -m scalable_softmax.repro.site build
 
-site-check: site  ## open the site in headless Chromium; screenshots in build/site-screenshots/
+# headless Chromium is installed only when asked: make site-check INSTALL=1
+INSTALL ?=
+site-check: site  ## open the site in headless Chromium; screenshots in build/site-screenshots/ (INSTALL=1 installs Chromium)
 	@command -v chromium >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then echo "installing Debian's chromium package"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
-	  else echo "error: headless Chromium is missing: sudo apt-get install chromium"; exit 1; fi; }
+	  if [ "$(INSTALL)" = 1 ]; then echo "installing Debian's chromium package (INSTALL=1)"; \
+	    SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	    $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-upgrade chromium; \
+	  else echo "error: headless Chromium is missing: install it (Debian/Ubuntu: sudo apt-get install chromium), or run make site-check INSTALL=1 to have make install it"; exit 1; fi; }
 	$(BIN)/python -m scalable_softmax.repro.site screenshots
 
 clean:  ## remove executed notebooks and caches (keeps data, figures, tables)

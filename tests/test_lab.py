@@ -123,3 +123,15 @@ def test_readme_says_how_to_read_and_run_the_notebooks():
     for needle in ("make lab", "make site", "notebooks/executed/", "build/explore/",
                    "--profile smoke", "build/site/index.html"):
         assert needle in m.group(1), needle
+
+
+def test_make_help_shows_the_smoke_profile_and_site_check_never_installs_unasked():
+    out = subprocess.run(["make", "-s", "help"], cwd=paths.ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert "--profile smoke" in out and "build/explore/" in out
+    makefile = (paths.ROOT / "Makefile").read_text()
+    recipe = makefile.split("\nsite-check:", 1)[1].split("\n\n", 1)[0]
+    install = recipe.index('[ "$(INSTALL)" = 1 ]')
+    assert "apt-get" in recipe and recipe.index("apt-get") > install, \
+        "site-check may run apt-get only under INSTALL=1"
+    assert "make site-check INSTALL=1" in recipe     # the error says how to install
