@@ -97,7 +97,7 @@ def main(argv=None) -> int:
             fetch(args.datasets, data_dir=args.data_dir, mirror=args.mirror,
                   download=not args.no_download)
         elif args.cmd == "table1":
-            df = paper_table1(data_dir=args.data_dir)
+            df = paper_table1(data_dir=args.data_dir, ours=True)
             print(format_table1_markdown(df))
             if args.write:
                 for p in _write_table(args.write, df):

@@ -196,6 +196,8 @@ DATASET_FILES: dict[str, dict[str, str]] = {
                   "test": "delicious/delicious-test.arff.gz",
                   "xml": "delicious/delicious.xml.gz"},
     "20news": {"tar": "20newsgroups/20news-bydate.tar.gz"},
+    # next-word prediction on the same corpus (scalable_softmax.data.words)
+    "20news-words": {"tar": "20newsgroups/20news-bydate.tar.gz"},
     "authors-results": {"csv": "authors-results/table3-runs-6f9129b.csv"},
 }
 
