@@ -164,3 +164,79 @@ def test_pattern_runner_uses_the_kernels_draws(bench_sampled):
         want, _ = _pattern_replay(X, order, cls, ncls, np.zeros((K, D)), 8, 2, False, False,
                                   1e-300)
         np.testing.assert_array_equal(W, want)
+
+
+# ---------------------------------------------------------------------------
+# benchmarks/bench_many_classes.py: the bound loops of the many-class steps
+# ---------------------------------------------------------------------------
+
+MANY = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_many_classes.py"
+
+
+@pytest.fixture(scope="module")
+def bench_many():
+    import sys
+    sys.path.insert(0, str(MANY.parent))      # it imports _common and bench_sgd
+    try:
+        spec = importlib.util.spec_from_file_location("bench_many_classes", MANY)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(MANY.parent))
+    return mod
+
+
+def _inf_rows(N, D, density, seed):
+    """A CSR matrix whose stored values are all inf: ``W += 0 * x`` turns exactly the
+    touched entries of ``W`` into NaN."""
+    X = _csr(N, D, density, seed)
+    X.data[:] = np.inf
+    return (np.ascontiguousarray(X.indptr, dtype=np.int64),
+            np.ascontiguousarray(X.indices, dtype=np.int32), X.data.copy(), X)
+
+
+@pytest.mark.parametrize("m, ahead", [(1, 0), (1, 2), (4, 0), (4, 2)])
+def test_rw_rows_touches_the_rows_the_kernel_draws(bench_many, m, ahead):
+    from scalable_softmax.methods import sgd
+    indptr, indices, data, X = _inf_rows(30, 25, 0.2, seed=7)
+    K = 11
+    rng = np.random.default_rng(8)
+    y = rng.integers(0, K, 30).astype(np.int64)
+    order = rng.permutation(30).astype(np.int64)
+    W = np.zeros((K, 25))
+    n = bench_many._rw_rows(W, indptr, indices, data, y, order, m, np.int64(5), ahead)
+    want = np.zeros((K, 25), bool)
+    for i, ks in zip(order, sgd.draw_classes(5, order, y, K, m)):
+        cols = X.indices[X.indptr[i]:X.indptr[i + 1]]
+        for k in list(ks) + [y[i]]:
+            want[k, cols] = True
+    assert np.array_equal(np.isnan(W), want)
+    assert n == (m + 1) * X.nnz
+
+
+@pytest.mark.parametrize("ahead", [0, 1])
+def test_rw_batches_touches_each_batch_row_at_its_points_columns(bench_many, ahead):
+    indptr, indices, data, X = _inf_rows(23, 25, 0.2, seed=9)
+    K, nb, m = 13, 5, 3
+    rng = np.random.default_rng(10)
+    y = rng.integers(0, K, 23).astype(np.int64)
+    order = rng.permutation(23).astype(np.int64)
+    steps = -(-23 // nb)
+    classes = np.empty((steps, m), np.int64)           # distinct, not a batch label
+    for j in range(steps):
+        free = np.setdiff1d(np.arange(K), y[order[j * nb:(j + 1) * nb]])
+        classes[j] = rng.choice(free, m, replace=False)
+    classes[1, 2] = -1                                   # padding is skipped
+    W = np.zeros((K, 25))
+    touched = bench_many._rw_batches(W, indptr, indices, data, y, order, nb, classes, ahead)
+    want = np.zeros((K, 25), bool)
+    count = 0
+    for j in range(steps):
+        pts = order[j * nb:(j + 1) * nb]
+        rows = set(y[pts]) | {c for c in classes[j] if c >= 0}
+        for k in rows:
+            for i in pts:
+                want[k, X.indices[X.indptr[i]:X.indptr[i + 1]]] = True
+                count += X.indptr[i + 1] - X.indptr[i]
+    assert np.array_equal(np.isnan(W), want)
+    assert touched == count

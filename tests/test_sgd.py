@@ -121,6 +121,40 @@ def test_prefetch_modes_do_not_change_results(dense):
         assert np.array_equal(res[0][0], W) and np.array_equal(res[0][1], u)
 
 
+
+@pytest.mark.parametrize("kind, m, mu, sample_from", [
+    (KIND_UMAX, 5, 0.1, "others"), (KIND_UMAX, 5, 0.0, "all"),
+    (KIND_VANILLA, 4, 0.0, "others"), (KIND_VANILLA, 5, 0.01, "all"),
+    (KIND_RAMAN_UMAX, 3, 0.1, "others")])
+def test_many_class_prefetch_modes_do_not_change_results(kind, m, mu, sample_from):
+    """The pipelined m > 1 kernel (classes drawn ahead, rows prefetched) gives the plain
+    loop's results bit for bit: same class stream, same arithmetic, same counters."""
+    X, y, K = _problem(N=300, D=30, K=20, density=0.2, seed=5, scale=0.3)
+    res = []
+    for pf in (0, 1, 2, 3, True):
+        t = _trainer(kind, X, y, K, mu=mu, m=m, prefetch=pf, sample_from=sample_from)
+        lr = 0.01 if kind == KIND_VANILLA else 0.1
+        rep = t.run_epoch(np.random.default_rng(1).permutation(300), lr, 7)
+        assert rep.steps == 300
+        res.append((t.weights().copy(), t.u.copy(), rep.extra))
+    for W, u, extra in res[1:]:
+        assert np.array_equal(res[0][0], W) and np.array_equal(res[0][1], u)
+        assert extra == res[0][2]
+
+
+def test_many_class_overflow_inside_the_row_update_is_detected():
+    """m > 1: the per-entry check runs once the running bound on max |V| is large."""
+    K = 6
+    X = sp.csr_matrix(np.tile([0.5, 0.5, 0.0, 0.5], (10, 1)))
+    y = np.arange(10) % K
+    t = _trainer(KIND_UMAX, X, y, K, m=3)
+    W0 = np.zeros((K, 4))
+    W0[:, 0], W0[:, 1] = 1.75e308, -1.75e308      # scores x.w = 0 exactly
+    t.set_params(W0, np.zeros(10))
+    rep = t.run_epoch(np.arange(10), 1e307, 0)
+    assert rep.diverged_at == 0 and rep.steps == 0
+    assert not np.all(np.isfinite(t.weights()))
+
 def test_projection_active_and_matches_reference():
     # large mu: B_W^2 = 2 N log K / mu is small, so the projection fires
     X, y, K = _problem(N=30, D=6, K=5, dense=True, seed=5)

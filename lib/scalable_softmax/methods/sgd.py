@@ -47,7 +47,11 @@ Implementation
   ``t + 6`` are prefetched earlier still. A ``W`` of at most 512 KiB stays in cache and
   only the data are prefetched. Prefetches are hints: the arithmetic is exactly that of
   the plain loop (``prefetch=False``), and the random draws happen in step order, so
-  every mode gives bit-identical results.
+  every mode gives bit-identical results. The ``m > 1`` kernel (:func:`_epoch_multi`)
+  is pipelined the same way: its ``m`` classes drawn ``_LW`` steps ahead, the ``m + 1``
+  rows of step ``t + 2`` prefetched one per dot-product loop of step ``t``; it too is
+  bit-identical to its plain loop (``prefetch=False``) and to the kernel before it was
+  pipelined, and it skips the per-entry overflow check below the ``max |V|`` bound.
 * **Dense rows.** When every row of ``X`` stores all ``D`` columns (e.g. a dense
   MNIST), the kernel works on contiguous rows: dot products by BLAS ``ddot`` (numba's
   ``np.dot``; vectorised, so its summation order differs from the sparse path's by
@@ -508,58 +512,141 @@ def _epoch_m1_hogwild(kind, indptr, indices, data, dense, y, order, W, rs, u,
 
 
 # ---------------------------------------------------------------------------
-# the m > 1 epoch kernel (straightforward)
+# the m > 1 epoch kernel (pipelined)
 # ---------------------------------------------------------------------------
 
 @numba.njit(**JIT)
+def _draw_step(state, yi, K, m, from_all, out):
+    """The classes of one ``m > 1`` step into ``out[:mS]``; returns ``(state, mS)``
+    (``mS = m``, or ``m - 1`` when ``from_all`` drew the label)."""
+    if from_all:
+        return _draw_all_drop_label(state, yi, K, m, out)
+    return _draw_distinct(state, yi, K, m, out), m
+
+
+@numba.njit(**JIT)
+def _prefetch_row_rest(W, k, indices, q, q1):
+    """Prefetch (write intent) ``W[k, indices[q:q1]]``."""
+    for p in range(q, q1):
+        _prefetch_w(W, k, indices[p])
+
+
+@numba.njit(**JIT)
 def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m, from_all,
-                 lr, mu_n, delta0, u_lo, u_hi, bw2, project, seed, counters):
+                 lr, mu_n, delta0, u_lo, u_hi, bw2, project, seed, counters,
+                 prefetch, xmax, guard):
     """One epoch with ``m`` distinct sampled classes per step (weight ``(K-1)/m``).
 
-    Same arguments as :func:`_epoch_m1` plus ``m`` (no ``dense``/``prefetch``) and
-    ``from_all``: draw the ``m`` classes from all ``K`` and drop the label when drawn
-    (the authors' code), so a step has ``|S| = m`` or ``m - 1`` classes, each weighted
+    Same arguments as :func:`_epoch_m1` plus ``m`` (no ``dense``) and ``from_all``:
+    draw the ``m`` classes from all ``K`` and drop the label when drawn (the authors'
+    code), so a step has ``|S| = m`` or ``m - 1`` classes, each weighted
     ``(K-1)/|S|`` (``|S| = 0``, possible only for ``m = 1``: a step on ``u_i`` alone).
     ``counters[4]`` counts the steps whose draw hit the label.
+
+    Software pipelining (``prefetch`` non-zero): the classes are drawn ``_LW`` steps
+    ahead (in step order, so the random stream is that of the plain loop), and the
+    ``m + 1`` rows' entries of step ``t + _LW`` are prefetched (modes 1 and 2), one row
+    per dot-product loop of step ``t``; the ``x`` row of step ``t + _LX`` and ``indptr``/``y``/``u`` of
+    step ``t + _LI`` earlier still. The arithmetic is that of the plain loop, term by
+    term in the same order, so every mode gives bit-identical results. The per-entry
+    overflow check of the row update runs only once the running bound ``guard`` on
+    ``max |V|`` passes ``_GUARD`` (as in :func:`_epoch_m1`).
     """
     n = order.shape[0]
     K = W.shape[0]
-    r = (K - 1) / m
     hits = 0
     ridge = mu_n > 0.0
     state = _seed_state(seed)
-    ks = np.empty(m, np.int64)
-    z = np.empty(m, np.float64)
-    g = np.empty(m, np.float64)
+    ksr = np.empty((_RING, max(m, 1)), np.int64)   # classes of steps t .. t + _LW
+    msr = np.empty(_RING, np.int64)                # their |S|
+    for t in range(min(_LW, n)):
+        state, ms_ = _draw_step(state, y[order[t]], K, m, from_all, ksr[t & _MASK])
+        msr[t & _MASK] = ms_
+    z = np.empty(max(m, 1), np.float64)
+    g = np.empty(max(m, 1), np.float64)
     resets = 0
     projections = 0
     diverged = -1
     steps = 0
     for t in range(n):
+        # ---- pipeline: draw step t + _LW, prefetch what later steps touch ----------
+        if prefetch:
+            if t + _LI < n:
+                j = order[t + _LI]
+                _prefetch_r(indptr, j)
+                _prefetch_r(y, j)
+                _prefetch_r(u, j)
+            if t + _LX < n:
+                j = order[t + _LX]
+                b0 = indptr[j]
+                b1 = indptr[j + 1]
+                if b1 > b0:
+                    for p in range(b0, b1, 8):
+                        _prefetch_r(data, p)
+                    _prefetch_r(data, b1 - 1)
+                    for p in range(b0, b1, 16):
+                        _prefetch_r(indices, p)
+                    _prefetch_r(indices, b1 - 1)
+        f0 = 0
+        f1 = 0
+        fy = 0
+        mf = 0
+        kf = ksr[(t + _LW) & _MASK]
+        if t + _LW < n:
+            j = order[t + _LW]
+            fy = y[j]
+            state, mf = _draw_step(state, fy, K, m, from_all, kf)
+            msr[(t + _LW) & _MASK] = mf
+            if prefetch == 1 or prefetch == 2:    # mode 3: W stays in cache
+                f0 = indptr[j]
+                f1 = indptr[j + 1]
+                if ridge:
+                    _prefetch_w(rs, fy, 0)
+                    for q in range(mf):
+                        _prefetch_w(rs, kf[q], 0)
+        # ---- step t -----------------------------------------------------------------
         i = order[t]
         yi = y[i]
-        mS = m
+        ks = ksr[t & _MASK]
+        mS = msr[t & _MASK]
         if from_all:
-            state, mS = _draw_all_drop_label(state, yi, K, m, ks)
             if mS < m:
                 hits += 1
             r = (K - 1) / mS if mS > 0 else 0.0
         else:
-            state = _draw_distinct(state, yi, K, m, ks)
+            r = (K - 1) / m
         a0 = indptr[i]
         a1 = indptr[i + 1]
+        # the label's dot product, the next label row prefetched alongside
         dy = 0.0
+        qf = f0
         for p in range(a0, a1):
             dy += data[p] * W[yi, indices[p]]
+            if qf < f1:
+                _prefetch_w(W, fy, indices[qf])
+                qf += 1
+        if f1 > f0:
+            _prefetch_row_rest(W, fy, indices, qf, f1)
         zy = rs[yi, 0] * dy
         ok = math.isfinite(zy)
         for q in range(mS):
             kq = ks[q]
             dq = 0.0
+            qf = f0
+            qe = f1 if q < mf else f0
+            kfq = kf[q] if q < mf else 0
             for p in range(a0, a1):
                 dq += data[p] * W[kq, indices[p]]
+                if qf < qe:
+                    _prefetch_w(W, kfq, indices[qf])
+                    qf += 1
+            if qe > f0:
+                _prefetch_row_rest(W, kfq, indices, qf, qe)
             z[q] = rs[kq, 0] * dq
             ok = ok and math.isfinite(z[q])
+        if f1 > f0:
+            for q in range(mS, mf):       # the next step has more rows than this one
+                _prefetch_row_rest(W, kf[q], indices, f0, f1)
         ui = u[i]
         if kind <= KIND_UMAX:
             if kind == KIND_UMAX:
@@ -621,28 +708,42 @@ def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m, from_all,
             if ridge:
                 s = s * (1.0 - lr * mu_n * rs[j, 2])
                 if not (_SCALE_LO <= abs(s) <= _SCALE_HI):
+                    if abs(s) > 1.0:
+                        guard[0] = np.inf
                     _fold_row(W, j, s, rs)
                     s = 1.0
             a = -lr * coef / s
             if not math.isfinite(a):
                 diverged = t
                 break
-            qj = rs[j, 1]
-            for p in range(a0, a1):
-                c = indices[p]
-                old = W[j, c]
-                new = old + a * data[p]
-                W[j, c] = new
-                chk += new * 0.0
-                if project:
-                    qj += (new - old) * (new + old)
+            # a running bound on max |V|: below _GUARD no entry can overflow
+            step = abs(a) * xmax
+            checked = not (guard[0] + step < _GUARD)
+            guard[0] += step
             if project:
+                qj = rs[j, 1]
+                for p in range(a0, a1):
+                    c = indices[p]
+                    old = W[j, c]
+                    new = old + a * data[p]
+                    W[j, c] = new
+                    chk += new * 0.0
+                    qj += (new - old) * (new + old)
                 qj = max(qj, 0.0)
                 rs[j, 1] = qj
                 nj2 = s * s * qj
                 if nj2 > bw2:
                     s *= math.sqrt(bw2 / nj2)
                     projections += 1
+            elif checked:
+                for p in range(a0, a1):
+                    c = indices[p]
+                    new = W[j, c] + a * data[p]
+                    W[j, c] = new
+                    chk += new * 0.0
+            else:
+                for p in range(a0, a1):
+                    W[j, indices[p]] += a * data[p]
             rs[j, 0] = s
         if diverged >= 0:
             break
@@ -824,8 +925,8 @@ class _DoubleSumTrainer(Trainer):
     among the ``K-1`` classes other than the label; ``"all"``: the authors' code's
     draw, ``m`` distinct classes from all ``K`` with the label dropped when drawn, each
     remaining term weighted ``(K-1)/|S|``; the epoch's ``extra`` then counts
-    ``label_draws``). With ``n_sampled > 1`` or ``sample_from="all"`` a straightforward
-    kernel runs (no prefetching, no Hogwild).
+    ``label_draws``). With ``n_sampled > 1`` or ``sample_from="all"`` the many-class
+    kernel runs (:func:`_epoch_multi`: pipelined as well, no Hogwild).
     """
 
     has_u = True
@@ -991,7 +1092,7 @@ class _DoubleSumTrainer(Trainer):
             _epoch_multi(kind, self._indptr, self._indices, self._data, self._y, order,
                          self.W, self._rs, self.u, np.int64(self.n_sampled),
                          self._from_all, float(lr), mu_n, self.delta0, u_lo, u_hi, bw2, project,
-                         np.int64(seed), out)
+                         np.int64(seed), out, self._pf_mode, self._xmax, self._guard)
         return out
 
     def run_epoch(self, order: np.ndarray, lr: float, seed: int) -> EpochReport:

@@ -1,0 +1,338 @@
+"""Speed of the many-class steps against their memory traffic (issue 26).
+
+U-max and vanilla SGD with ``m = 10`` classes per step (``methods/sgd.py``) and
+implicit-batch with ``n = m = 10`` (``methods/implicit_batch.py``), beside U-max with
+``m = 1``, on the K = 18,000 shape of ``bench_sgd.py``: N = 20,000, D = 10,000, about
+50 non-zeros per row (uniform columns, unit rows), uniform labels.
+
+Each kernel is timed beside a *bound loop* run in the same process, epoch by epoch
+interleaved (so that the load of the shared machine hits both alike), that makes exactly
+the kernel's memory accesses and nothing else:
+
+* ``bound_m{m}``: per datapoint, the ``m + 1`` rows of ``W`` the step touches (the label
+  and the kernel's own class draws, same random stream), each entry at the row's
+  non-zero columns read and written once (``W[j, c] += 0 * x_c``), the rows of the step
+  ``ahead`` steps later prefetched as the pipelined kernel does (the faster of
+  ``ahead = 0`` and ``2`` is the bound);
+* ``bound_batch``: per minibatch of ``n`` points, its touched classes (distinct labels
+  and ``m`` sampled classes), each row read and written once at every point's columns
+  (the entries the implicit-batch kernel's scores and update touch); the unavoidable
+  arithmetic of implicit-batch, the Newton solve of its reduced problem, is stated in
+  flops beside it (an estimate from the measured Newton iterations).
+
+The variants share one ``W`` array (``mu = 0``, so no row scales): one 1.4 GB matrix
+instead of one per variant. Times are seconds per datapoint over wall time (best and
+median of the timed epochs) and process CPU time (best).
+
+Usage: ``python benchmarks/bench_many_classes.py [--quick] [--repeats R]``; writes
+``benchmarks/results/many_classes[-quick].{json,md}``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numba
+import numpy as np
+
+from _common import RESULTS, machine_info, write_atomic
+from bench_sgd import sparse_data, time_variants
+from scalable_softmax.methods import sgd
+from scalable_softmax.methods.implicit_batch import ImplicitBatchTrainer
+
+#: the issue's targets: U-max m = 10 per step / U-max m = 1 per step; implicit-batch
+#: n = m = 10 per datapoint / U-max m = 1 per step; kernel / same-run bound
+TARGET_UMAX_M10 = 6.0
+TARGET_IMPLICIT_BATCH = 15.0
+TARGET_BOUND = 2.0
+
+
+# ---------------------------------------------------------------------------
+# bound loops
+# ---------------------------------------------------------------------------
+
+@numba.njit(nogil=True, boundscheck=False)
+def _rw_rows(W, indptr, indices, data, y, order, m, seed, ahead):
+    """The memory accesses of an epoch of ``m``-class SGD steps and nothing else: per
+    step, ``W[j, c] += 0 * x_c`` over the step's non-zero columns ``c`` for the label
+    and the ``m`` classes the kernel draws (same stream, same ``seed``); with
+    ``ahead > 0`` the rows of step ``t + ahead`` are prefetched (write intent) first.
+    Returns the number of entries touched."""
+    n = order.shape[0]
+    K = W.shape[0]
+    if m == 1:
+        ks = sgd._draw_classes_m1(seed, order, y, K).reshape(n, 1)
+    else:
+        ks = sgd._draw_classes_multi(seed, order, y, K, m)
+    touched = 0
+    for t in range(n):
+        if ahead > 0 and t + ahead < n:
+            j = order[t + ahead]
+            yj = y[j]
+            for p in range(indptr[j], indptr[j + 1]):
+                sgd._prefetch_w(W, yj, indices[p])
+            for q in range(m):
+                kq = ks[t + ahead, q]
+                for p in range(indptr[j], indptr[j + 1]):
+                    sgd._prefetch_w(W, kq, indices[p])
+        i = order[t]
+        a0 = indptr[i]
+        a1 = indptr[i + 1]
+        for q in range(m + 1):
+            k = y[i] if q == m else ks[t, q]
+            for p in range(a0, a1):
+                W[k, indices[p]] += 0.0 * data[p]
+        touched += (m + 1) * (a1 - a0)
+    return touched
+
+
+@numba.njit(nogil=True, boundscheck=False)
+def _rw_batches(W, indptr, indices, data, y, order, nb, classes, ahead):
+    """The memory accesses of an epoch of implicit-batch steps: per chunk of ``nb``
+    entries of ``order``, every touched class (the chunk's distinct labels and its
+    sampled classes ``classes[step]``, ``-1`` padded) read and written once at every
+    point's non-zero columns; with ``ahead > 0`` the chunk ``ahead`` chunks later is
+    prefetched first. Returns the number of entries touched."""
+    total = order.shape[0]
+    nsteps = classes.shape[0]
+    m = classes.shape[1]
+    rows = np.empty(nb + m, np.int64)
+    touched = 0
+    for step in range(nsteps):
+        start = step * nb
+        stop = min(start + nb, total)
+        if ahead > 0 and step + ahead < nsteps:
+            fs = (step + ahead) * nb
+            fe = min(fs + nb, total)
+            for t in range(fs, fe):
+                i = order[t]
+                for p in range(indptr[i], indptr[i + 1]):
+                    sgd._prefetch_w(W, y[i], indices[p])
+                    for c in range(m):
+                        if classes[step + ahead, c] >= 0:
+                            sgd._prefetch_w(W, classes[step + ahead, c], indices[p])
+        q = 0
+        for t in range(start, stop):
+            lab = y[order[t]]
+            seen = False
+            for b in range(q):
+                if rows[b] == lab:
+                    seen = True
+                    break
+            if not seen:
+                rows[q] = lab
+                q += 1
+        for c in range(m):
+            if classes[step, c] >= 0:
+                rows[q] = classes[step, c]
+                q += 1
+        for b in range(q):
+            k = rows[b]
+            for t in range(start, stop):
+                i = order[t]
+                for p in range(indptr[i], indptr[i + 1]):
+                    W[k, indices[p]] += 0.0 * data[p]
+                touched += indptr[i + 1] - indptr[i]
+    return touched
+
+
+# ---------------------------------------------------------------------------
+# runners for bench_sgd.time_variants: callable(order, epoch) -> datapoints
+# ---------------------------------------------------------------------------
+
+def sgd_runner(trainer, lr, mode=None):
+    """One epoch of an explicit-SGD trainer (kernel ``mode``: 0 plain, 2 pipelined)."""
+    def run(order, e):
+        if mode is not None:
+            trainer._pf_mode = mode
+        rep = trainer.run_epoch(order, lr, 1000 + e)
+        if rep.diverged_at >= 0:
+            raise RuntimeError(f"{trainer.name} m={trainer.n_sampled} diverged at "
+                               f"{rep.diverged_at}: lower its learning rate")
+        return order.size
+    return run
+
+
+def rows_bound_runner(trainer, m, ahead):
+    """:func:`_rw_rows` with the classes the kernel draws in epoch ``e``."""
+    def run(order, e):
+        _rw_rows(trainer.W, trainer._indptr, trainer._indices, trainer._data, trainer._y,
+                 order, m, np.int64(1000 + e), ahead)
+        return order.size
+    return run
+
+
+class BatchRunner:
+    """One implicit-batch epoch; keeps its Newton iterations per step and the classes
+    it drew (which :meth:`bound` replays in :func:`_rw_batches`)."""
+
+    def __init__(self, trainer, lr):
+        self.trainer, self.lr = trainer, lr
+        self.newton = []
+        self.classes = {}
+
+    def __call__(self, order, e):
+        rep = self.trainer.run_epoch(order, self.lr, 1000 + e)
+        if rep.diverged_at >= 0:
+            raise RuntimeError(f"implicit-batch diverged at {rep.diverged_at}")
+        self.newton.append(rep.extra["newton_iterations_mean"])
+        self.classes[e] = (order, self.trainer.last_epoch_classes.copy())
+        return order.size
+
+    def bound(self, ahead):
+        tr = self.trainer
+
+        def run(order, e):
+            # the classes of the kernel's epoch e (drawn by its own random stream)
+            order_e, classes = self.classes[e]
+            _rw_batches(tr.W, tr._indptr, tr._indices, tr._data, tr._y, order_e,
+                        tr.batch_size, classes, ahead)
+            return order.size
+        return run
+
+
+def newton_flops(n, m, r=None):
+    """An estimate of the flops of one Newton iteration of implicit-batch's reduced
+    problem with ``s = n`` points, ``q <= n + m`` classes and rank ``r = n``: two
+    evaluations of the objective and gradient (scores ``B C^T``, ``s q`` exponentials
+    counted as 20 flops each, the gradient ``P^T B``) and the structured direction
+    (about as much again)."""
+    s, q = n, n + m
+    r = s if r is None else r
+    per_eval = 2 * s * q * r + 20 * s * q + 2 * s * q * r
+    return 3 * per_eval
+
+
+# ---------------------------------------------------------------------------
+# the benchmark
+# ---------------------------------------------------------------------------
+
+def run(quick=False, repeats=5):
+    N, D, nnz, K = (5_000, 10_000, 50, 18_000) if quick else (20_000, 10_000, 50, 18_000)
+    m, nb = 10, 10
+    X, y = sparse_data(N, D, nnz, K)
+    res = {"machine": machine_info(), "quick": quick, "repeats": repeats,
+           "shape": {"N": N, "D": D, "K": K, "nnz_per_row": X.nnz / N, "m": m, "n": nb}}
+    print("shape", res["shape"], flush=True)
+    um1 = sgd.UmaxTrainer(X, y, K)
+    um1.init_params("zero")
+    W = um1.W                                   # the one shared weight matrix
+    trainers = {}
+    for name, cls, ms in (("umax_m10", sgd.UmaxTrainer, m),
+                          ("vanilla_m10", sgd.VanillaTrainer, m)):
+        t = cls(X, y, K, n_sampled=ms)
+        t.init_params("zero")
+        t.W = W
+        trainers[name] = t
+    ib = ImplicitBatchTrainer(X, y, K, batch_size=nb, n_sampled=m)
+    ib.W = W
+    ib.u = np.zeros(N)
+    for t in (um1, *trainers.values()):
+        t.warmup()
+    ib.warmup()
+    batch = BatchRunner(ib, 10.0)
+    fast = sgd._PREFETCH_DEFAULT
+    variants = {
+        "umax_m1": sgd_runner(um1, 0.01),
+        "bound_m1_plain": rows_bound_runner(um1, 1, 0),
+        "bound_m1_prefetch2": rows_bound_runner(um1, 1, 2),
+        "umax_m10_plain": sgd_runner(trainers["umax_m10"], 0.01, 0),
+        "umax_m10": sgd_runner(trainers["umax_m10"], 0.01, fast),
+        "vanilla_m10": sgd_runner(trainers["vanilla_m10"], 1e-4, fast),
+        "bound_m10_plain": rows_bound_runner(um1, m, 0),
+        "bound_m10_prefetch2": rows_bound_runner(um1, m, 2),
+        "implicit_batch_n10_m10": batch,
+        "bound_batch_plain": batch.bound(0),
+        "bound_batch_prefetch1": batch.bound(1),
+    }
+    t0 = time.perf_counter()
+    res["variants"] = time_variants(variants, N, repeats)
+    res["seconds"] = time.perf_counter() - t0
+    res["newton_iterations_per_step"] = float(np.mean(batch.newton))
+    res["newton_flops_per_step_estimate"] = (res["newton_iterations_per_step"]
+                                             * newton_flops(nb, m))
+    res["ratios"] = ratios(res)
+    res["machine_end"] = machine_info()
+    return res
+
+
+def _us(v, key):
+    """Microseconds per datapoint of a time_variants entry (``key``: best/median)."""
+    return 1.0 / v[key]
+
+
+def ratios(res):
+    """The issue's ratios, for the best and the median epoch."""
+    v = res["variants"]
+    out = {}
+    for key in ("best_M_per_s", "median_M_per_s", "cpu_best_M_per_s"):
+        b1 = min(_us(v["bound_m1_plain"], key), _us(v["bound_m1_prefetch2"], key))
+        b10 = min(_us(v["bound_m10_plain"], key), _us(v["bound_m10_prefetch2"], key))
+        bb = min(_us(v["bound_batch_plain"], key), _us(v["bound_batch_prefetch1"], key))
+        u1 = _us(v["umax_m1"], key)
+        out[key] = {
+            "umax_m10_over_umax_m1": _us(v["umax_m10"], key) / u1,
+            "umax_m10_plain_over_umax_m1": _us(v["umax_m10_plain"], key) / u1,
+            "implicit_batch_over_umax_m1": _us(v["implicit_batch_n10_m10"], key) / u1,
+            "umax_m1_over_bound": u1 / b1,
+            "umax_m10_over_bound": _us(v["umax_m10"], key) / b10,
+            "vanilla_m10_over_bound": _us(v["vanilla_m10"], key) / b10,
+            "implicit_batch_over_bound": _us(v["implicit_batch_n10_m10"], key) / bb,
+            "bound_m10_over_bound_m1": b10 / b1,
+            "bound_batch_over_bound_m1": bb / b1,
+        }
+    return out
+
+
+def markdown(res):
+    s, v, r = res["shape"], res["variants"], res["ratios"]
+    L = ["# Many classes per step against their memory traffic", "",
+         f"Machine: {res['machine']['cpu_model']}, {res['machine']['cpus']} cores (shared); "
+         f"load average at start {res['machine']['load_average']}, at end "
+         f"{res['machine_end']['load_average']}; {res['machine']['date']}. "
+         f"{res['repeats']} timed epochs per variant, interleaved.", "",
+         f"N = {s['N']:,}, D = {s['D']:,}, K = {s['K']:,}, {s['nnz_per_row']:.1f} non-zeros "
+         f"per row; m = {s['m']} classes per step, implicit-batch n = {s['n']} points per "
+         "step (lr 10). Bound loops: the same rows and columns read and written once "
+         "(`W[j, c] += 0 * x_c`), nothing else.", "",
+         "| variant | us/datapoint (best) | us/datapoint (median) | us/datapoint (CPU, best) |",
+         "|---|---|---|---|"]
+    for name, x in v.items():
+        L.append(f"| {name} | {_us(x, 'best_M_per_s'):.3f} | {_us(x, 'median_M_per_s'):.3f} "
+                 f"| {_us(x, 'cpu_best_M_per_s'):.3f} |")
+    L += ["", "| ratio | target | best | median | CPU best |", "|---|---|---|---|---|"]
+    targets = {"umax_m10_over_umax_m1": TARGET_UMAX_M10,
+               "implicit_batch_over_umax_m1": TARGET_IMPLICIT_BATCH,
+               "umax_m1_over_bound": TARGET_BOUND, "umax_m10_over_bound": TARGET_BOUND,
+               "vanilla_m10_over_bound": TARGET_BOUND,
+               "implicit_batch_over_bound": TARGET_BOUND}
+    for name in r["best_M_per_s"]:
+        tgt = targets.get(name)
+        vals = [r[k][name] for k in ("best_M_per_s", "median_M_per_s", "cpu_best_M_per_s")]
+        mark = "" if tgt is None else (" (met)" if vals[0] <= tgt else " (NOT met)")
+        L.append(f"| {name} | {'' if tgt is None else f'<= {tgt:g}'} | "
+                 f"{vals[0]:.2f}{mark} | {vals[1]:.2f} | {vals[2]:.2f} |")
+    fl = res["newton_flops_per_step_estimate"]
+    L += ["", f"implicit-batch: {res['newton_iterations_per_step']:.2f} Newton iterations "
+          f"per step, about {fl / 1e3:.0f} kflop per step ({fl / s['n'] / 1e3:.1f} kflop per "
+          "datapoint; an estimate, see `newton_flops`) beside the bound loop's memory "
+          "traffic."]
+    return "\n".join(L) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="N = 5,000, a smoke run")
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+    res = run(quick=args.quick, repeats=args.repeats)
+    stem = "many_classes-quick" if args.quick else "many_classes"
+    write_atomic(RESULTS / f"{stem}.json", json.dumps(res, indent=1))
+    md = markdown(res)
+    write_atomic(RESULTS / f"{stem}.md", md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
