@@ -90,7 +90,8 @@ def test_changed_label_fails(rerun, capsys):
     _edit(rerun, "03-learning-rate-tuning-table2.csv", "ove", 0, lambda v: v + " changed")
     status, out = _run(rerun, capsys=capsys)
     assert status == 1
-    line = next(line for line in out.splitlines() if line.startswith("03-learning-rate-tuning-table2"))
+    line = next(line for line in out.splitlines()
+                if line.startswith("03-learning-rate-tuning-table2"))
     assert "OUT of tolerance" in line and "column ove" in line
 
 

@@ -321,7 +321,8 @@ def _equal_exact(a, b) -> bool:
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+    return (isinstance(v, (int, float, np.integer, np.floating))
+            and not isinstance(v, (bool, np.bool_)))
 
 
 def compare_column(column: str, new: pd.Series, record: pd.Series, labels: list[str],
