@@ -299,6 +299,34 @@ def _small_chol_solve(Lc, rhs, out):
 
 
 @numba.njit(**JIT)
+def _small_chol_solve_many(Lc, Bt, out):
+    """``out[:, i]`` = the solution of :func:`_small_chol_solve` for the right-hand
+    side ``Bt[i]``, for every row ``i`` of ``Bt`` at once: each entry goes through the
+    same operations in the same order, with the independent right-hand sides
+    innermost."""
+    n = Lc.shape[0]
+    ns = Bt.shape[0]
+    for i in range(n):
+        for c in range(ns):
+            out[i, c] = Bt[c, i]
+        for p in range(i):
+            lip = Lc[i, p]
+            for c in range(ns):
+                out[i, c] -= lip * out[p, c]
+        d = Lc[i, i]
+        for c in range(ns):
+            out[i, c] = out[i, c] / d
+    for i in range(n - 1, -1, -1):
+        for p in range(i + 1, n):
+            lpi = Lc[p, i]
+            for c in range(ns):
+                out[i, c] -= lpi * out[p, c]
+        d = Lc[i, i]
+        for c in range(ns):
+            out[i, c] = out[i, c] / d
+
+
+@numba.njit(**JIT)
 def _structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p):
     """Newton direction ``p = -H⁻¹ ∇Φ`` from the Hessian's structure
     ``H = A + V S Vᵀ``: ``A`` block diagonal over the classes,
@@ -314,6 +342,7 @@ def _structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p):
     F = np.empty((q, s, r))
     Ah = np.empty((q, r))
     tmp = np.empty(r)
+    Ft = np.empty((r, s))
     for k in range(q):
         for a in range(r):
             for b in range(r):
@@ -328,10 +357,10 @@ def _structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p):
                         Ab[k, a, b] += fa * Bm[i, b]
         if not _small_chol(Ab[k]):
             return False
+        _small_chol_solve_many(Ab[k], Bm, Ft)
         for i in range(s):
-            _small_chol_solve(Ab[k], Bm[i], tmp)
             for a in range(r):
-                F[k, i, a] = tmp[a]
+                F[k, i, a] = Ft[a, i]
         for a in range(r):
             tmp[a] = -grad[k, a]
         _small_chol_solve(Ab[k], tmp, Ah[k])
@@ -349,38 +378,59 @@ def _structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p):
     # Q[k, i, i2] = b_i · A_k⁻¹ b_i2 ; bAh[k, i] = b_i · A_k⁻¹ h_k
     Q = np.empty((q, s, s))
     bAh = np.empty((q, s))
+    Fk = np.empty((r, s))
     for k in range(q):
+        for i2 in range(s):
+            for a in range(r):
+                Fk[a, i2] = F[k, i2, a]
         for i in range(s):
             acc = 0.0
             for a in range(r):
                 acc += Bm[i, a] * Ah[k, a]
             bAh[k, i] = acc
+            # Q[k, i, i2] = sum_a Bm[i, a] F[k, i2, a], summed over a in order; the
+            # independent i2 innermost (no chain of dependent adds)
             for i2 in range(s):
-                acc = 0.0
-                for a in range(r):
-                    acc += Bm[i, a] * F[k, i2, a]
-                Q[k, i, i2] = acc
+                Q[k, i, i2] = 0.0
+            for a in range(r):
+                ba = Bm[i, a]
+                for i2 in range(s):
+                    Q[k, i, i2] += ba * Fk[a, i2]
     cap = np.empty((ns, ns))
     rhs = np.empty(ns)
+    coefT = np.empty((q, ns))
+    for j in range(ns):
+        for k in range(q):
+            coefT[k, j] = coef[j, k]
+    accs = np.empty(ns)
     for j in range(ns):
         i = j // 2
         acc = 0.0
         for k in range(q):
             acc += coef[j, k] * bAh[k, i]
         rhs[j] = sig[j] * acc
+        # cap[j, j2] = sig_j sum_k coef[j, k] coef[j2, k] Q[k, i, i2], summed over k in
+        # order, j2 innermost
         for j2 in range(ns):
-            i2 = j2 // 2
-            acc = 0.0
-            for k in range(q):
-                acc += coef[j, k] * coef[j2, k] * Q[k, i, i2]
-            cap[j, j2] = sig[j] * acc
+            accs[j2] = 0.0
+        for k in range(q):
+            cjk = coef[j, k]
+            for j2 in range(ns):
+                accs[j2] += cjk * coefT[k, j2] * Q[k, i, j2 // 2]
+        for j2 in range(ns):
+            cap[j, j2] = sig[j] * accs[j2]
         cap[j, j] += 1.0
     w = np.linalg.solve(cap, rhs)
+    pk = np.empty(r)
     for k in range(q):
         for a in range(r):
-            v = Ah[k, a]
-            for j in range(ns):
-                v -= w[j] * coef[j, k] * F[k, j // 2, a]
+            pk[a] = Ah[k, a]
+        for j in range(ns):
+            wc = w[j] * coef[j, k]
+            for a in range(r):
+                pk[a] -= wc * F[k, j // 2, a]
+        for a in range(r):
+            v = pk[a]
             if not math.isfinite(v):
                 return False
             p[k * r + a] = v
