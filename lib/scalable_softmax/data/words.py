@@ -60,9 +60,9 @@ def corpus_tokens(tar_path) -> dict:
     dict
         ``ranking`` (list of str: training words by decreasing count, ties
         alphabetical), ``counts`` (ndarray int64, aligned), and for ``"train"`` /
-        ``"test"``: ``{"ids": int64 rank of each token (-1 never happens: test words
-        unseen in train get rank ``len(ranking)``), "doc_start": int64 index of the
-        first token of each token's post, "posts": number of posts}``.
+        ``"test"``: ``{"ids": int64 training rank of each token (test words unseen in
+        train get ``len(ranking)``), "doc_start": int64 index of the first token of each
+        token's post, "posts": number of posts}``.
     """
     st = tar_path.stat()
     key = (str(tar_path), st.st_size, st.st_mtime_ns)
