@@ -12,16 +12,18 @@ the kernel's memory accesses and nothing else:
 * ``bound_m{m}``: per datapoint, the ``m + 1`` rows of ``W`` the step touches (the label
   and the kernel's own class draws, same random stream), each entry at the row's
   non-zero columns read and written once (``W[j, c] += 0 * x_c``), the rows of the step
-  ``ahead`` steps later prefetched as the pipelined kernel does (the faster of
-  ``ahead = 0`` and ``2`` is the bound);
+  ``ahead`` steps later prefetched as the pipelined kernels do (``ahead`` 2 for
+  ``m = 1``, 1 for ``m = 10``; the faster of that and ``ahead = 0`` is the bound);
 * ``bound_batch``: per minibatch of ``n`` points, its touched classes (distinct labels
   and ``m`` sampled classes), each row read and written once at every point's columns
-  (the entries the implicit-batch kernel's scores and update touch); the unavoidable
-  arithmetic of implicit-batch, the Newton solve of its reduced problem, is stated in
-  flops beside it (an estimate from the measured Newton iterations).
+  (the entries the implicit-batch kernel's scores and update touch); the arithmetic
+  of implicit-batch, the Newton solve of its reduced problem, is stated beside it in
+  flops per iteration (:func:`newton_flops`) and in seconds per iteration measured in
+  the same run (:func:`newton_iteration_seconds`).
 
-The variants share one ``W`` array (``mu = 0``, so no row scales): one 1.4 GB matrix
-instead of one per variant. Times are seconds per datapoint over wall time (best and
+U-max (m = 1 and 10), implicit-batch and the bound loops share one ``W`` array
+(``mu = 0``, so no row scales; the bound loops add zeros): one 1.4 GB matrix instead of
+one per variant. Vanilla SGD, which is allowed to overflow, trains its own ``W``. Times are seconds per datapoint over wall time (best and
 median of the timed epochs) and process CPU time (best).
 
 Usage: ``python benchmarks/bench_many_classes.py [--quick] [--repeats R]``; writes
@@ -38,6 +40,7 @@ import numpy as np
 
 from _common import RESULTS, machine_info, write_atomic
 from bench_sgd import sparse_data, time_variants
+from scalable_softmax.methods import implicit_batch as ib
 from scalable_softmax.methods import sgd
 from scalable_softmax.methods.implicit_batch import ImplicitBatchTrainer
 
@@ -192,16 +195,63 @@ class BatchRunner:
         return run
 
 
-def newton_flops(n, m, r=None):
-    """An estimate of the flops of one Newton iteration of implicit-batch's reduced
-    problem with ``s = n`` points, ``q <= n + m`` classes and rank ``r = n``: two
-    evaluations of the objective and gradient (scores ``B C^T``, ``s q`` exponentials
-    counted as 20 flops each, the gradient ``P^T B``) and the structured direction
-    (about as much again)."""
-    s, q = n, n + m
-    r = s if r is None else r
-    per_eval = 2 * s * q * r + 20 * s * q + 2 * s * q * r
-    return 3 * per_eval
+def newton_flops(s, q, r):
+    """Flops (multiply and add counted apart) of one Newton iteration of
+    implicit-batch's reduced problem with ``s`` points, ``q`` classes and rank ``r``,
+    as :func:`scalable_softmax.methods.implicit_batch._structured_direction` and
+    ``_reduced_eval`` compute it: the per-class blocks ``A_k`` (``q s r(r+1)/2``), their
+    Cholesky factors (``q r^3/6``), ``A_k^{-1} B^T`` (``q s r^2``) and ``A_k^{-1} h_k``
+    (``q r^2``), ``Q_k = B A_k^{-1} B^T`` (``q s^2 r``) and ``B A_k^{-1} h_k``
+    (``q s r``), the ``2s x 2s`` capacitance matrix (``2 q (2s)^2``, two products per
+    term) and its solve (``(2s)^3/3``), the direction (``2 q (2s) r``), and two
+    evaluations of the objective with its gradient (``2 (2 s q r)``; the ``s q``
+    exponentials and ``s`` Lambert W are left out). Multiply-adds times 2."""
+    ns = 2 * s
+    madds = (q * s * r * (r + 1) / 2 + q * r ** 3 / 6 + q * s * r * r + q * r * r
+             + q * s * s * r + q * s * r + 2 * q * ns * ns + ns ** 3 / 3
+             + 2 * q * ns * r + 2 * (2 * s * q * r))
+    return 2.0 * madds
+
+
+def newton_iteration_seconds(s, q, r, calls=2000, seed=0):
+    """Seconds of one Newton iteration's arithmetic measured in this run: the
+    structured direction, one objective evaluation with gradient and one without (the
+    line search's first try), on a random reduced problem of ``s`` points, ``q``
+    classes, rank ``r`` (all in cache); best of three batches of ``calls``."""
+    rng = np.random.default_rng(seed)
+    Bm = rng.standard_normal((s, r)) * 0.3
+    S0 = rng.standard_normal((s, q)) * 0.1
+    ypos = (np.arange(s) % q).astype(np.int64)
+    logw = np.zeros(q)
+    logw[s:] = np.log(1000.0)
+    args = (rng.standard_normal((q, r)) * 0.01, Bm, S0, ypos, logw, np.ones(s),
+            np.ones(s), np.zeros(q), np.zeros((q, r)))
+    out = (np.empty((q, r)), np.empty((0, 0)), np.empty(s), np.empty((s, q)),
+           np.empty(s), np.empty(s))
+    p = np.empty(q * r)
+    _newton_iterations(1, args, out, p)
+    best = np.inf
+    for _ in range(3):
+        t0 = time.process_time()
+        _newton_iterations(calls, args, out, p)
+        best = min(best, time.process_time() - t0)
+    return best / calls
+
+
+@numba.njit(nogil=True)
+def _newton_iterations(calls, args, out, p):
+    """``calls`` times the arithmetic of one Newton iteration (see
+    :func:`newton_iteration_seconds`)."""
+    Cm, Bm, S0, ypos, logw, alpha, ubar, rho, g = args
+    grad, H, uout, PI, D1, D2 = out
+    v = 0.0
+    for _ in range(calls):
+        v += ib._reduced_eval(Cm, Bm, S0, ypos, logw, alpha, ubar, rho, g, 1, grad, H,
+                              uout, PI, D1, D2)
+        ib._structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p)
+        v += ib._reduced_eval(Cm, Bm, S0, ypos, logw, alpha, ubar, rho, g, 0, grad, H,
+                              uout, PI, D1, D2)
+    return v
 
 
 # ---------------------------------------------------------------------------
@@ -223,7 +273,8 @@ def run(quick=False, repeats=5):
                           ("vanilla_m10", sgd.VanillaTrainer, m)):
         t = cls(X, y, K, n_sampled=ms)
         t.init_params("zero")
-        t.W = W
+        if cls is sgd.UmaxTrainer:
+            t.W = W
         trainers[name] = t
     ib = ImplicitBatchTrainer(X, y, K, batch_size=nb, n_sampled=m)
     ib.W = W
@@ -241,7 +292,7 @@ def run(quick=False, repeats=5):
         "umax_m10": sgd_runner(trainers["umax_m10"], 0.01, fast),
         "vanilla_m10": sgd_runner(trainers["vanilla_m10"], 1e-4, fast),
         "bound_m10_plain": rows_bound_runner(um1, m, 0),
-        "bound_m10_prefetch2": rows_bound_runner(um1, m, 2),
+        "bound_m10_prefetch1": rows_bound_runner(um1, m, 1),
         "implicit_batch_n10_m10": batch,
         "bound_batch_plain": batch.bound(0),
         "bound_batch_prefetch1": batch.bound(1),
@@ -250,8 +301,10 @@ def run(quick=False, repeats=5):
     res["variants"] = time_variants(variants, N, repeats)
     res["seconds"] = time.perf_counter() - t0
     res["newton_iterations_per_step"] = float(np.mean(batch.newton))
-    res["newton_flops_per_step_estimate"] = (res["newton_iterations_per_step"]
-                                             * newton_flops(nb, m))
+    q = nb + m
+    res["newton_flops_per_iteration"] = newton_flops(nb, q, nb)
+    res["newton_iteration_s"] = newton_iteration_seconds(nb, q, nb)
+    res["newton_flops_per_s"] = res["newton_flops_per_iteration"] / res["newton_iteration_s"]
     res["ratios"] = ratios(res)
     res["machine_end"] = machine_info()
     return res
@@ -268,7 +321,7 @@ def ratios(res):
     out = {}
     for key in ("best_M_per_s", "median_M_per_s", "cpu_best_M_per_s"):
         b1 = min(_us(v["bound_m1_plain"], key), _us(v["bound_m1_prefetch2"], key))
-        b10 = min(_us(v["bound_m10_plain"], key), _us(v["bound_m10_prefetch2"], key))
+        b10 = min(_us(v["bound_m10_plain"], key), _us(v["bound_m10_prefetch1"], key))
         bb = min(_us(v["bound_batch_plain"], key), _us(v["bound_batch_prefetch1"], key))
         u1 = _us(v["umax_m1"], key)
         out[key] = {
@@ -313,11 +366,23 @@ def markdown(res):
         mark = "" if tgt is None else (" (met)" if vals[0] <= tgt else " (NOT met)")
         L.append(f"| {name} | {'' if tgt is None else f'<= {tgt:g}'} | "
                  f"{vals[0]:.2f}{mark} | {vals[1]:.2f} | {vals[2]:.2f} |")
-    fl = res["newton_flops_per_step_estimate"]
-    L += ["", f"implicit-batch: {res['newton_iterations_per_step']:.2f} Newton iterations "
-          f"per step, about {fl / 1e3:.0f} kflop per step ({fl / s['n'] / 1e3:.1f} kflop per "
-          "datapoint; an estimate, see `newton_flops`) beside the bound loop's memory "
-          "traffic."]
+    it, fl, sec = (res["newton_iterations_per_step"], res["newton_flops_per_iteration"],
+                   res["newton_iteration_s"])
+    b1 = min(_us(v["bound_m1_plain"], "cpu_best_M_per_s"),
+             _us(v["bound_m1_prefetch2"], "cpu_best_M_per_s"))
+    bb = min(_us(v["bound_batch_plain"], "cpu_best_M_per_s"),
+             _us(v["bound_batch_prefetch1"], "cpu_best_M_per_s"))
+    u1 = _us(v["umax_m1"], "cpu_best_M_per_s")
+    L += ["", f"implicit-batch's arithmetic: {it:.2f} Newton iterations per step in these "
+          f"epochs; one iteration of the reduced problem (s = {s['n']}, q = "
+          f"{s['n'] + s['m']} classes, rank {s['n']}) is {fl / 1e3:.0f} kflop "
+          f"(`newton_flops`) and takes {sec * 1e6:.1f} us in this run "
+          f"({res['newton_flops_per_s'] / 1e9:.2f} Gflop/s, all in cache), i.e. "
+          f"{sec / s['n'] * 1e6:.2f} us per datapoint per iteration. At 4 iterations per "
+          "step (Bibtex, `implicit_batch.md`) the arithmetic alone is "
+          f"{4 * sec / s['n'] * 1e6:.1f} us per datapoint; with the batch bound "
+          f"({bb:.2f} us, CPU) that is {(4 * sec / s['n'] * 1e6 + bb) / u1:.1f}x U-max "
+          f"m = 1 ({u1:.2f} us, CPU) against the target {TARGET_IMPLICIT_BATCH:g}x."]
     return "\n".join(L) + "\n"
 
 

@@ -48,8 +48,10 @@ Implementation
   only the data are prefetched. Prefetches are hints: the arithmetic is exactly that of
   the plain loop (``prefetch=False``), and the random draws happen in step order, so
   every mode gives bit-identical results. The ``m > 1`` kernel (:func:`_epoch_multi`)
-  is pipelined the same way: its ``m`` classes drawn ``_LW`` steps ahead, the ``m + 1``
-  rows of step ``t + 2`` prefetched one per dot-product loop of step ``t``; it too is
+  is pipelined the same way, one step ahead (``_LWM = 1``: a step of ``m + 1`` rows
+  lasts longer than a memory access, and two steps' rows would overflow the L1 cache):
+  its ``m`` classes drawn a step ahead, the ``m + 1`` rows of step ``t + 1`` prefetched
+  one per dot-product loop of step ``t``; it too is
   bit-identical to its plain loop (``prefetch=False``) and to the kernel before it was
   pipelined, and it skips the per-entry overflow check below the ``max |V|`` bound.
 * **Dense rows.** When every row of ``X`` stores all ``D`` columns (e.g. a dense
@@ -109,6 +111,7 @@ _LW = 2
 _LX = 4
 _LI = 6
 _RING = 8          # power of two > _LW
+_LWM = 1           # the m > 1 kernel's distance (a step touches m + 1 rows)
 _PREFETCH_DEFAULT = 2   # mode used by prefetch=True (see _epoch_m1) ...
 _SMALL_W_BYTES = 1 << 19  # ... unless W is at most this big (then mode 3)
 _MASK = _RING - 1
@@ -543,9 +546,9 @@ def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m, from_all,
     ``(K-1)/|S|`` (``|S| = 0``, possible only for ``m = 1``: a step on ``u_i`` alone).
     ``counters[4]`` counts the steps whose draw hit the label.
 
-    Software pipelining (``prefetch`` non-zero): the classes are drawn ``_LW`` steps
+    Software pipelining (``prefetch`` non-zero): the classes are drawn ``_LWM`` steps
     ahead (in step order, so the random stream is that of the plain loop), and the
-    ``m + 1`` rows' entries of step ``t + _LW`` are prefetched (modes 1 and 2), one row
+    ``m + 1`` rows' entries of step ``t + _LWM`` are prefetched (modes 1 and 2), one row
     per dot-product loop of step ``t``; the ``x`` row of step ``t + _LX`` and ``indptr``/``y``/``u`` of
     step ``t + _LI`` earlier still. The arithmetic is that of the plain loop, term by
     term in the same order, so every mode gives bit-identical results. The per-entry
@@ -557,9 +560,9 @@ def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m, from_all,
     hits = 0
     ridge = mu_n > 0.0
     state = _seed_state(seed)
-    ksr = np.empty((_RING, max(m, 1)), np.int64)   # classes of steps t .. t + _LW
+    ksr = np.empty((_RING, max(m, 1)), np.int64)   # classes of steps t .. t + _LWM
     msr = np.empty(_RING, np.int64)                # their |S|
-    for t in range(min(_LW, n)):
+    for t in range(min(_LWM, n)):
         state, ms_ = _draw_step(state, y[order[t]], K, m, from_all, ksr[t & _MASK])
         msr[t & _MASK] = ms_
     z = np.empty(max(m, 1), np.float64)
@@ -569,7 +572,7 @@ def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m, from_all,
     diverged = -1
     steps = 0
     for t in range(n):
-        # ---- pipeline: draw step t + _LW, prefetch what later steps touch ----------
+        # ---- pipeline: draw step t + _LWM, prefetch what later steps touch ----------
         if prefetch:
             if t + _LI < n:
                 j = order[t + _LI]
@@ -591,12 +594,12 @@ def _epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m, from_all,
         f1 = 0
         fy = 0
         mf = 0
-        kf = ksr[(t + _LW) & _MASK]
-        if t + _LW < n:
-            j = order[t + _LW]
+        kf = ksr[(t + _LWM) & _MASK]
+        if t + _LWM < n:
+            j = order[t + _LWM]
             fy = y[j]
             state, mf = _draw_step(state, fy, K, m, from_all, kf)
-            msr[(t + _LW) & _MASK] = mf
+            msr[(t + _LWM) & _MASK] = mf
             if prefetch == 1 or prefetch == 2:    # mode 3: W stays in cache
                 f0 = indptr[j]
                 f1 = indptr[j + 1]
