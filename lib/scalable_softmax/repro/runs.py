@@ -1067,6 +1067,21 @@ def dask_thread_plan(reports: dict) -> dict:
             for addr, r in reports.items()}
 
 
+def _ask_every_worker(client, datasets) -> dict:
+    """``{address: worker_report(datasets)}`` of every worker of ``client``'s cluster,
+    each computed by a task pinned to that worker (in its thread pool, so hashing large
+    data files does not stall the worker's event loop)."""
+    stamp = f"{os.getpid()}-{time.time_ns()}"
+    futures = {addr: client.submit(worker_report, datasets, workers=[addr],
+                                   allow_other_workers=False, pure=False,
+                                   key=f"softmax-worker-report-{addr}-{stamp}")
+               for addr in client.scheduler_info()["workers"]}
+    if not futures:
+        raise RuntimeError(f"the Dask cluster at {client.scheduler.address} has no "
+                           "worker: start one (docs/cluster.md)")
+    return dict(zip(futures, client.gather(list(futures.values()))))
+
+
 def _dask(todo, specs, scheduler):
     from distributed import Client, as_completed
 
@@ -1077,7 +1092,7 @@ def _dask(todo, specs, scheduler):
         # fail fast: every worker proves its code, libraries and data before any run
         datasets = sorted({specs[i].dataset for i in todo})
         here = worker_report(datasets)
-        reports = client.run(worker_report, datasets)
+        reports = _ask_every_worker(client, datasets)
         for addr in sorted(reports):
             check_worker(reports[addr], here)
         plan = dask_thread_plan(reports)
