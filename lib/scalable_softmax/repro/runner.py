@@ -51,6 +51,7 @@ from pathlib import Path
 import yaml
 
 from scalable_softmax import paths
+from scalable_softmax._atomic import atomic_open
 
 KERNEL = "python3"
 DEFAULT_TIMEOUT = 3600  # seconds per cell
@@ -960,6 +961,58 @@ def _record_duration(name: str, profile: str, seconds: float) -> None:
 EXTENSIONS = ("11-tuned-rates", "12-peers")
 
 
+def _make_runs_log(profile: str) -> Path:
+    return paths.BUILD / "executed" / profile / "make-runs.yaml"
+
+
+def record_make_run(target: str, started: str, profile: str = "full",
+                    ended: str | None = None) -> dict:
+    """Record in ``build/executed/<profile>/make-runs.yaml`` that ``make target`` ran from
+    ``started`` to ``ended`` (default: now), both UTC ISO 8601; returns the entry. The
+    Makefile calls this at the end of ``make reproduce`` and ``make reproduce-extra``, so
+    the end-to-end times in PROVENANCE.md are measured, never typed."""
+    import datetime
+
+    def parse(text, what):
+        try:
+            t = datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{what} {text!r} is not an ISO 8601 time "
+                             f"(e.g. 2026-11-26T04:00:00Z)") from None
+        return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
+
+    t0 = parse(started, "--started")
+    t1 = (parse(ended, "ended") if ended
+          else datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0))
+    if t1 < t0:
+        raise ValueError(f"the run ended ({t1.isoformat()}) before it started "
+                         f"({t0.isoformat()})")
+    entry = {"started": t0.isoformat(), "ended": t1.isoformat(),
+             "seconds": round((t1 - t0).total_seconds())}
+    log = _make_runs_log(profile)
+    runs = (yaml.safe_load(log.read_text()) if log.exists() else None) or {}
+    runs[target] = entry
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(log, "w") as fh:
+        yaml.safe_dump(runs, fh, sort_keys=True)
+    return entry
+
+
+def _make_runs_lines(profile: str) -> list[str]:
+    log = _make_runs_log(profile)
+    runs = (yaml.safe_load(log.read_text()) if log.exists() else None) or {}
+    if not runs:
+        return []
+    lines = ["## The make runs (measured by the Makefile)", "",
+             "| target | started (UTC) | ended (UTC) | end to end |", "|---|---|---|---|"]
+    for target in sorted(runs):
+        r = runs[target]
+        m, s = divmod(int(r["seconds"]), 60)
+        lines.append(f"| `make {target}` | {r['started']} | {r['ended']} | {m} min {s} s |")
+    return lines + ["", "`make reproduce-extra` also runs what `make reproduce` runs (nothing "
+                        "when that has just run), then the extensions.", ""]
+
+
 def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
     """Write ``PROVENANCE.md`` beside the tables: the commit, date, machine, the
     duration of every notebook's last ``profile`` run (from ``durations.yaml``) and, when
@@ -1011,6 +1064,7 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
                   f"| of which the extensions (`make reproduce-extra`) | "
                   f"{round(sum(ext.values()), 1)} |"]
     lines.append("")
+    lines += _make_runs_lines(profile)
     breakdown = (out or paths.TABLES / "PROVENANCE.md").parent / "02-dataset-run-time.md"
     if breakdown.exists():
         body = breakdown.read_text().split("\n", 1)[1].strip()   # without its title
@@ -1104,8 +1158,22 @@ def main(argv: list[str] | None = None) -> int:
                              "under build/explore/, never to tables/ or figures/")
     parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT,
                         help="execution timeout per cell, seconds")
+    parser.add_argument("--run", metavar="TARGET",
+                        help="provenance: record that make TARGET (reproduce or "
+                             "reproduce-extra) ran from --started until now")
+    parser.add_argument("--started", metavar="ISO_TIME",
+                        help="provenance: when make TARGET started (UTC, ISO 8601)")
     args = parser.parse_args(argv)
     if args.action == "provenance":
+        if bool(args.run) != bool(args.started):
+            print("error: provenance: --run and --started go together", file=sys.stderr)
+            return 2
+        if args.run:
+            try:
+                record_make_run(args.run, args.started, args.profile)
+            except ValueError as exc:
+                print(f"error: provenance: {exc}", file=sys.stderr)
+                return 2
         print(write_provenance(args.profile))
         return 0
 
