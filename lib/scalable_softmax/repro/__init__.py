@@ -1,0 +1,19 @@
+"""The reproduction collection: what the notebooks of Fagan & Iyengar (2018) and
+Titsias (2016) compute, as tested functions, and the machinery that runs them.
+
+Nothing of the model library (``scalable_softmax`` outside this package) imports it; it
+imports the library. By concern:
+
+* the papers' printed numbers and the authors' recorded runs -- :mod:`.paper`;
+* training runs, their cache and executors (local pool, Dask) -- :mod:`.runs`; the
+  paper's main study -- :mod:`.main_study`;
+* what each notebook computes -- :mod:`.derivations` (00), :mod:`.instability` (01),
+  :mod:`.main_study` (02), :mod:`.tuning` (03, 04), :mod:`.formulations` (05),
+  :mod:`.paper_tables` (06, 11), :mod:`.timing` (07), :mod:`.nonparametric` (08),
+  :mod:`.toy2d` (09), :mod:`.ove_classification` (10), :mod:`.peers` (12), with
+  :mod:`.reporting` for summaries of many runs;
+* outputs: staged tables and figures -- :mod:`.outputs`; one figure style -- :mod:`.style`;
+* the notebook runner and publishing the record -- :mod:`.runner`; the HTML site --
+  :mod:`.site`; a rerun against the record -- :mod:`.verify`; the numbers the README
+  and docs quote -- :mod:`.numbers`.
+"""
