@@ -161,7 +161,8 @@ def test_recorder_points_are_the_evaluator_on_the_weights():
     assert rec.seconds == 0.0 and rec.pending == []
 
 
-@pytest.mark.parametrize("method,lr", [("umax", 0.1), ("implicit", 1.0), ("is", 10.0)])
+@pytest.mark.parametrize("method,lr", [("umax", 0.1), ("implicit", 1.0), ("is", 10.0),
+                                       ("implicit-batch", 1.0), ("implicit-batch-5", 1.0)])
 def test_our_methods_run_and_start_at_log_k(method, lr):
     X, y, K = _problem(N=400, K=8)          # IS samples 5 classes besides the label
     res = P.run_job(_job(method, lr, max_epochs=4, checkpoints=[1e-9]),
@@ -173,6 +174,56 @@ def test_our_methods_run_and_start_at_log_k(method, lr):
     assert np.isfinite(pts.train_log_loss).all()
     assert pts.train_log_loss.iloc[-1] < math.log(K)           # it learned something
     assert np.all(np.diff(pts.seconds) >= 0)
+
+
+@pytest.mark.parametrize("method", ["implicit-batch", "implicit-batch-5"])
+def test_minibatch_implicit_is_the_library_trainer_with_its_n_and_m(method):
+    """A minibatch Implicit SGD job is the library's ``implicit-batch`` trainer with the
+    (n, m) of ``BATCH_IMPLICIT`` and Implicit SGD's paper-text settings (shuffled data,
+    u = log K, lr * 0.9**(epoch - 1)): replaying its two epochs gives its last point."""
+    from scalable_softmax.fit import make_order
+    from scalable_softmax.methods import get_trainer_class
+
+    X, y, K = _problem(N=300, K=8)
+    res = P.run_job(_job(method, 2.0, max_epochs=2), problem=(X, y, K, _sets(X, y)))
+    assert res["status"] == "completed", res["reason"]
+    n, m = P.BATCH_IMPLICIT[method]
+    tr = get_trainer_class("implicit-batch")(X, y, K, mu=0.0, batch_size=n, n_sampled=m)
+    assert (tr.batch_size, tr.n_sampled) == (n, m)
+    tr.init_params("logK")
+    rng = np.random.default_rng(0)
+    for e in (1, 2):
+        tr.run_epoch(make_order(rng, X.shape[0], "shuffle"), 2.0 * 0.9 ** (e - 1),
+                     int(rng.integers(0, 2 ** 63 - 1)))
+    last = res["points"][-1]
+    assert last["epoch"] == 2
+    assert last["train_log_loss"] == pytest.approx(evaluate(X, y, tr.weights()).log_loss,
+                                                   rel=1e-9)
+
+
+def test_minibatch_findings_compare_with_one_datapoint_one_class():
+    table = pd.DataFrame([
+        dict(dataset="a", method="implicit", best_test_log_loss=2.2, ratio_to_best=1.1,
+             seconds_to_5pct=np.nan, seconds_to_1pct=np.nan, train_seconds=1.0),
+        dict(dataset="a", method="implicit-batch", best_test_log_loss=2.0, ratio_to_best=1.0,
+             seconds_to_5pct=3.0, seconds_to_1pct=4.0, train_seconds=8.0),
+        dict(dataset="b", method="implicit-batch", best_test_log_loss=2.0, ratio_to_best=1.0,
+             seconds_to_5pct=3.0, seconds_to_1pct=4.0, train_seconds=8.0)])
+    runs = pd.DataFrame(dict(dataset=["a", "a", "b"],
+                             method=["implicit", "implicit-batch", "implicit-batch"],
+                             info=['{"epochs": 10}', '{"epochs": 4}', '{"epochs": 4}']))
+    frame, lines = P.minibatch_findings(table, runs, datasets=["a", "b"],
+                                        shown={"a": "A", "b": "B"}, tolerances=[0.05, 0.01])
+    assert len(frame) == 1 and len(lines) == 1          # b has no n = m = 1 run
+    r = frame.iloc[0]
+    assert (r.method, r.n, r.m, r.best, r.best_single) == ("implicit-batch", 10, 10, 2.0, 2.2)
+    assert r.s_per_epoch == 2.0 and r.s_per_epoch_single == 0.1
+    assert r.seconds_to_5pct == 3.0 and math.isnan(r.seconds_to_5pct_single)
+    assert lines[0] == (
+        "**A**, Implicit SGD (n=m=10) against n = m = 1: best test log-loss 2 against 2.2 "
+        "(ratios to the best of any method 1 and 1.1); seconds to within 5% of the best: 3 s "
+        "against never; seconds to within 1% of the best: 4 s against never; 4 against 10 epochs at 2 against 0.1 training "
+        "seconds per epoch (20x).")
 
 
 def test_our_method_stops_at_the_time_cap():

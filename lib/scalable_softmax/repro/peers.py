@@ -11,7 +11,11 @@ Methods (:data:`METHODS`), every one with 2 threads where it can use them:
   ``"paper-text"`` protocol (:mod:`scalable_softmax.protocols`), ``mu = 0``:
   ``implicit`` (Implicit SGD; its kernel is serial), ``umax`` (U-max, Hogwild on 2
   threads), ``is`` (importance sampling, n = 100, m = 5; the library's default serial
-  kernel, see ``_OUR_THREAD_OPTIONS``), all at ``lr * 0.9**(epoch - 1)`` for at most
+  kernel, see ``_OUR_THREAD_OPTIONS``), ``implicit-batch`` and ``implicit-batch-5``
+  (the library's minibatch Implicit SGD, ``fit(..., "implicit-batch", ...)``, with
+  n = m = 10 and n = m = 5 datapoints and sampled classes per step, its serial kernel,
+  the paper-text settings of ``implicit``: shuffled data, ``u = log K``; see
+  :data:`BATCH_IMPLICIT`), all at ``lr * 0.9**(epoch - 1)`` for at most
   ``max_epochs`` epochs; and ``exact``: full-batch L-BFGS on the exact objective
   (the library's :class:`~scalable_softmax.methods.full.ExactTrainer` objective kernel,
   driven here by one ``scipy.optimize.minimize(method="L-BFGS-B")`` call whose callback
@@ -69,31 +73,38 @@ __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_
            "run_jobs", "run_isolated", "time_to_quality", "available", "split_for_tuning",
            "torch_layouts", "classify_failure", "tune_rates", "choose_rates", "run_final",
            "save_problem", "STATUSES", "PEER_STYLES", "plan_methods", "dataset_shapes",
-           "chosen_rates", "add_skipped", "peer_table", "table_columns", "table_preamble",
+           "chosen_rates", "add_skipped", "BATCH_IMPLICIT", "minibatch_findings", "peer_table", "table_columns", "table_preamble",
            "log_axis_ticks", "curve_figure", "findings", "check_results", "worst_of_ours"]
 
 #: method -> family ("ours", "sklearn", "torch")
 METHODS = {
     "implicit": "ours", "umax": "ours", "is": "ours", "exact": "ours",
+    "implicit-batch": "ours", "implicit-batch-5": "ours",
     "sklearn-lbfgs": "sklearn", "sklearn-saga": "sklearn",
     "torch-sgd": "torch", "torch-adam": "torch", "torch-sampled": "torch",
 }
 #: labels for tables and figures
 LABELS = {
-    "implicit": "Implicit SGD", "umax": "U-max", "is": "IS (n=100, m=5)",
+    "implicit": "Implicit SGD", "umax": "U-max",
+    "implicit-batch": "Implicit SGD (n=m=10)", "implicit-batch-5": "Implicit SGD (n=m=5)", "is": "IS (n=100, m=5)",
     "exact": "L-BFGS (ours, exact)", "sklearn-lbfgs": "sklearn lbfgs",
     "sklearn-saga": "sklearn saga", "torch-sgd": "torch SGD (full softmax)",
     "torch-adam": "torch Adam (full softmax)",
     "torch-sampled": "torch sampled softmax (uniform)",
 }
 #: methods with a learning rate to choose
-RATE_METHODS = ("implicit", "umax", "is", "torch-sgd", "torch-adam", "torch-sampled")
+RATE_METHODS = ("implicit", "umax", "is", "implicit-batch", "implicit-batch-5", "torch-sgd", "torch-adam", "torch-sampled")
 
 _OUR_PROTOCOL = "paper-text"
 #: thread options of our trainers: U-max runs Hogwild on 2 threads; Implicit's kernel is
 #: serial; IS keeps the library's default serial kernel (its threaded variant synchronises
 #: twice per minibatch and was 5-50x slower per epoch on Bibtex on this shared machine)
-_OUR_THREAD_OPTIONS = {"umax": dict(hogwild=True, threads=2), "is": {}, "implicit": {}}
+_OUR_THREAD_OPTIONS = {"umax": dict(hogwild=True, threads=2), "is": {}, "implicit": {},
+                       "implicit-batch": {}, "implicit-batch-5": {}}
+
+#: minibatch Implicit SGD of notebook 12: method -> (batch_size n, n_sampled m); the
+#: library trainer is ``implicit-batch``, with the paper-text settings of ``implicit``
+BATCH_IMPLICIT = {"implicit-batch": (10, 10), "implicit-batch-5": (5, 5)}
 
 
 def available(family: str) -> tuple[bool, str]:
@@ -330,13 +341,16 @@ def _run_ours(job, X, y, K, rec):
     from scalable_softmax.methods import get_trainer_class
     from scalable_softmax.protocols import fit_kwargs
 
-    kw = fit_kwargs(_OUR_PROTOCOL, job.method)
+    library = "implicit-batch" if job.method in BATCH_IMPLICIT else job.method
+    kw = fit_kwargs(_OUR_PROTOCOL, "implicit" if job.method in BATCH_IMPLICIT else job.method)
     order, u_init, decay = kw.pop("order"), kw.pop("u_init"), kw.pop("lr_decay")
     batch_size, n_sampled = kw.pop("batch_size", None), kw.pop("n_sampled", None)
+    if job.method in BATCH_IMPLICIT:
+        batch_size, n_sampled = BATCH_IMPLICIT[job.method]
     kw.update(_OUR_THREAD_OPTIONS[job.method])
     kw.update(job.options)
-    tr = get_trainer_class(job.method)(X, y, K, mu=0.0, batch_size=batch_size,
-                                       n_sampled=n_sampled, **kw)
+    tr = get_trainer_class(library)(X, y, K, mu=0.0, batch_size=batch_size,
+                                    n_sampled=n_sampled, **kw)
     tr.init_params(u_init)
     tr.warmup()
     rng = np.random.default_rng(job.seed)
@@ -1276,7 +1290,10 @@ def curve_figure(curves, ttq, metric, title, *, datasets, methods, shown, shapes
                 col, ls, mk = PEER_STYLES[m]
                 kw = dict(color=style.SERIES_COLORS[col], ls=ls, marker=mk, label=LABELS[m])
             else:
-                kw = style.line(m, label=LABELS[m])
+                kw = style.line("implicit-batch" if m in BATCH_IMPLICIT else m,
+                                label=LABELS[m])
+                if m == "implicit-batch-5":
+                    kw.update(marker="x", ls="-.")
             ax.plot(c.seconds, c[metric], ms=3, lw=1.3, **kw)
         if metric == "test_log_loss" and len(ttq) and (ttq.dataset == d).any():
             best = float(ttq[ttq.dataset == d].group_best.iloc[0])
@@ -1331,6 +1348,74 @@ def findings(table, ttq, *, datasets, methods, shown, tolerances):
             line.append(f"{LABELS[m]}: {r.status}: {r.reason}.")
         out.append(" ".join(line))
     return out
+
+
+def _epochs(info) -> float:
+    """The epochs of a run from its ``info`` (a dict or its JSON text; NaN if unknown)."""
+    if isinstance(info, str):
+        try:
+            info = json.loads(info)
+        except ValueError:
+            return math.nan
+    e = info.get("epochs") if isinstance(info, dict) else None
+    return float(e) if isinstance(e, (int, float)) else math.nan
+
+
+def minibatch_findings(table, runs, *, datasets, shown, tolerances):
+    """What ``n, m > 1`` changes for Implicit SGD against ``n = m = 1`` (``implicit``),
+    from notebook 12's ``table`` and ``runs``: per data set and minibatch method of
+    :data:`BATCH_IMPLICIT` present in both, the best test log-loss of each and its ratio
+    to the data set's best, the seconds of each to every tolerance, the epochs run and
+    the training seconds per epoch.
+
+    Returns ``(frame, lines)``: one row per data set and minibatch method (columns
+    ``dataset``, ``method``, ``n``, ``m``, ``best``, ``best_single``, ``ratio_to_best``,
+    ``ratio_to_best_single``, ``seconds_to_<p>pct`` and ``..._single``, ``epochs``,
+    ``epochs_single``, ``s_per_epoch``, ``s_per_epoch_single``) and one Markdown
+    sentence per row.
+    """
+    pct = [_pct(t) for t in tolerances]
+    info = {(r.dataset, r.method): r.info for r in runs.itertuples()} \
+        if "info" in runs else {}
+    T = table.set_index(["dataset", "method"])
+    rows, lines = [], []
+
+    def _s(v):
+        return f"{v:.3g} s" if np.isfinite(v) else "never"
+
+    for d in datasets:
+        if (d, "implicit") not in T.index:
+            continue
+        one = T.loc[(d, "implicit")]
+        for m, (n, k) in BATCH_IMPLICIT.items():
+            if (d, m) not in T.index:
+                continue
+            b = T.loc[(d, m)]
+            row = dict(dataset=d, method=m, n=n, m=k)
+            for key, r, suffix in ((m, b, ""), ("implicit", one, "_single")):
+                ep = _epochs(info.get((d, key)))
+                row["best" + suffix] = float(r.get("best_test_log_loss", math.nan))
+                row["ratio_to_best" + suffix] = float(r.get("ratio_to_best", math.nan))
+                for p in pct:
+                    row[f"seconds_to_{p}pct{suffix}"] = float(r.get(f"seconds_to_{p}pct",
+                                                                     math.nan))
+                row["epochs" + suffix] = ep
+                row["s_per_epoch" + suffix] = float(r.train_seconds) / ep \
+                    if ep and np.isfinite(ep) and np.isfinite(float(r.train_seconds)) \
+                    else math.nan
+            rows.append(row)
+            reach = "; ".join(
+                f"seconds to within {p}% of the best: {_s(row[f'seconds_to_{p}pct'])} "
+                f"against {_s(row[f'seconds_to_{p}pct_single'])}" for p in pct)
+            lines.append(
+                f"**{shown[d]}**, {LABELS[m]} against n = m = 1: best test log-loss "
+                f"{row['best']:.4g} against {row['best_single']:.4g} (ratios to the best "
+                f"of any method {row['ratio_to_best']:.3g} and "
+                f"{row['ratio_to_best_single']:.3g}); {reach}; "
+                f"{row['epochs']:.0f} against {row['epochs_single']:.0f} epochs at "
+                f"{row['s_per_epoch']:.3g} against {row['s_per_epoch_single']:.3g} training "
+                f"seconds per epoch ({np.float64(row['s_per_epoch']) / row['s_per_epoch_single']:.3g}x).")
+    return pd.DataFrame(rows), lines
 
 
 def check_results(table, curves, ttq, *, n_rows, tolerances):
