@@ -264,7 +264,7 @@ class TableResult:
             worst = max(self.within, key=lambda c: c.excess)
             return (head + f"within tolerance (largest difference: {_describe(worst)}; "
                     f"{len(self.within)} cells differ)" + note)
-        return head + "identical" + note
+        return head + ("identical in every checked cell" if self.reported else "identical") + note
 
 
 def _fmt(value) -> str:
