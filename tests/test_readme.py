@@ -72,7 +72,7 @@ def test_binding_syntax(tmp_path):
     t.mkdir()
     pd.DataFrame({"k": ["a", "b"], "v": [1.23456, 2.5]}).to_csv(t / "x.csv", index=False)
     md = tmp_path / "p.md"
-    md.write_text("v is <!--= cell('x', 'v', k='a') | .2f -->9<!--/--> and "
+    md.write_text("v is <!--= cell('x', 'v', k='a') # .2f -->9<!--/--> and "
                   "<!--= len(table('x')) -->2<!--/-->; "
                   "<!--= cell('x', 'v', k='zz') -->1<!--/-->\n")
     problems = numbers.check_files([md], t)
@@ -92,3 +92,12 @@ def test_binding_syntax(tmp_path):
 def test_stale_statements_are_gone(stale):
     for md in [README] + sorted(DOCS.glob("*.md")):
         assert stale not in md.read_text(), f"{md.name} still says {stale!r}"
+
+
+def test_no_bound_number_breaks_a_markdown_table():
+    """GitHub and MyST split a table row at every ``|``, comments included: a binding
+    (expression and format) must hold none, or the row falls apart on the page."""
+    for md in [README] + sorted(DOCS.glob("*.md")):
+        for n, line in enumerate(md.read_text().splitlines(), 1):
+            for m in numbers.BINDING.finditer(line):
+                assert "|" not in m.group("expr"), f"{md.name}:{n}: '|' in {m.group('expr')!r}"

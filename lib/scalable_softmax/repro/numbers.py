@@ -6,7 +6,7 @@ GitHub and on the site)::
 
     Implicit SGD is lowest on <!--= lowest('authors_code_exact') -->6<!--/--> of 7 data sets;
     OVE averages <!--= cell('06-paper-tables-table3', 'authors_code_as_published',
-    dataset='Average', method='ove') | .2f -->11.74<!--/--> times Implicit SGD.
+    dataset='Average', method='ove') # .2f -->11.74<!--/--> times Implicit SGD.
 
 (one line each: an expression never spans lines). ``render`` rewrites every shown value
 from the tables; ``check`` recomputes them and lists every value that differs (file,
@@ -29,7 +29,7 @@ The expression is Python, evaluated with these names only:
 
 A ``|`` in a shown value is escaped (``\\|``), so that it can stand in a markdown table.
 
-After ``|`` comes a format spec (``.2f``, ``,.0f``, ``.3g``); without one, ``str``.
+After ``#`` comes a format spec (``.2f``, ``,.0f``, ``.3g``); without one, ``str``.
 """
 from __future__ import annotations
 
@@ -62,7 +62,9 @@ class Binding:
 
 
 def _split(spec: str) -> tuple[str, str]:
-    """``"EXPR | FMT"`` -> ``(EXPR, FMT)``; the last ``|`` outside brackets and quotes."""
+    """``"EXPR # FMT"`` -> ``(EXPR, FMT)``; the last ``#`` outside brackets and quotes.
+    (Not ``|``: GitHub and MyST split a markdown table row at every ``|``, comments
+    included, so a bound number could not stand in a table.)"""
     depth, quote = 0, None
     for i in range(len(spec) - 1, -1, -1):
         ch = spec[i]
@@ -75,7 +77,7 @@ def _split(spec: str) -> tuple[str, str]:
             depth += 1
         elif ch in "([{":
             depth -= 1
-        elif ch == "|" and depth == 0:
+        elif ch == "#" and depth == 0:
             return spec[:i].strip(), spec[i + 1:].strip()
     return spec.strip(), ""
 
