@@ -1032,8 +1032,10 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
         except (OSError, subprocess.CalledProcessError):
             return "unknown"
 
+    # the run's own outputs (notebooks/executed/) are not a change of the code
     dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--", "lib",
-                                                  "notebooks", "params") else ""
+                                                  "notebooks", "params",
+                                                  ":(exclude)notebooks/executed") else ""
     cpu = "unknown"
     try:
         for line in open("/proc/cpuinfo"):
