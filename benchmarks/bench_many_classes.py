@@ -197,38 +197,63 @@ class BatchRunner:
 
 
 def newton_flops(s, q, r):
-    """Flops (multiply and add counted apart) of one Newton iteration of
-    implicit-batch's reduced problem with ``s`` points, ``q`` classes and rank ``r``,
-    as :func:`scalable_softmax.methods.implicit_batch._structured_direction` and
-    ``_reduced_eval`` compute it: the per-class blocks ``A_k`` (``q s r(r+1)/2``), their
-    Cholesky factors (``q r^3/6``), ``A_k^{-1} B^T`` (``q s r^2``) and ``A_k^{-1} h_k``
-    (``q r^2``), ``Q_k = B A_k^{-1} B^T`` (``q s^2 r``) and ``B A_k^{-1} h_k``
-    (``q s r``), the ``2s x 2s`` capacitance matrix (``2 q (2s)^2``, two products per
-    term) and its solve (``(2s)^3/3``), the direction (``2 q (2s) r``), and two
-    evaluations of the objective with its gradient (``2 (2 s q r)``; the ``s q``
-    exponentials and ``s`` Lambert W are left out). Multiply-adds times 2."""
-    ns = 2 * s
-    madds = (q * s * r * (r + 1) / 2 + q * r ** 3 / 6 + q * s * r * r + q * r * r
-             + q * s * s * r + q * s * r + 2 * q * ns * ns + ns ** 3 / 3
-             + 2 * q * ns * r + 2 * (2 * s * q * r))
-    return 2.0 * madds
+    """Flops (a multiply and an add counted apart; a square root or a division counted
+    as one) of one Newton iteration of implicit-batch's reduced problem with ``s``
+    points, ``q`` classes and rank ``r``, counted loop by loop as
+    :func:`scalable_softmax.methods.implicit_batch._solve_reduced` does them with the
+    structured direction: the objective with its gradient at the iterate
+    (``_scores_value``, ``_ridge_value``, ``_gradient``), the direction
+    (``_structured_direction``: the ``q`` blocks ``A_k``, their Cholesky factors,
+    ``L_k⁻¹ Bᵀ`` and ``L_k⁻¹ h_k``, ``B A_k⁻¹ h_k``, the ``2s x 2s`` capacitance
+    contracted from ``Q_k = W_kᵀ W_k``, its LU solve, ``h - V w`` and the two triangular
+    solves), the change of the scores along it (``_score_change``) and one trial point
+    of the line search. The ``s q`` exponentials and ``s`` Lambert W of each of the two
+    evaluations are left out."""
+    f = 0
+    # objective, gradient and the convergence test at the iterate
+    f += 5 * s * q + 4 * q * r + 5 * q              # _scores_value (order 1), _ridge_value
+    f += s * q + 2 * s * q * r + 5 * q * r          # _gradient
+    f += 2 * q * r + 2 * q * r                      # ||grad||, slope
+    # _structured_direction
+    f += s * q + s                                  # ψ' π, e
+    f += 2 * r * q + s * (r * (r + 1) // 2) * (1 + 2 * q)  # A_k
+    for j in range(r):                              # Cholesky, q in lockstep
+        f += 2 * j * q + 2 * q
+        f += (r - j - 1) * (2 * j * q + q)
+    for a in range(r):                              # L⁻¹ Bᵀ and L⁻¹ h
+        f += a * (2 * s * q + 2 * q) + s * q + q
+    f += 2 * s * r * q                              # B A⁻¹ h
+    npair = s * (s + 1) // 2
+    f += npair * (2 * r * q + 10 * q) + 4 * s + 8 * (npair - s)  # capacitance
+    f += s * (4 * q + 2) + 2 * s
+    n = 2 * s                                       # LU with partial pivoting
+    for j in range(n):
+        f += 1 + (n - j - 1) * (1 + 2 * (n - j - 1) + 2)
+    f += n * (n - 1) + n
+    f += s * (3 * q + 2 * r * q)                    # h - V w
+    f += 2 * sum(2 * a * q + q for a in range(r))   # L⁻ᵀ L⁻¹
+    # along the direction: ZP = B Pᵀ and one trial point
+    f += 2 * s * r * q
+    f += 2 * q * r + 2 * s * q + 4 * s * q + 4 * q * r + 5 * q
+    return float(f)
 
 
 def newton_iteration_seconds(s, q, r, calls=2000, seed=0):
     """Seconds of one Newton iteration's arithmetic measured in this run: the
-    structured direction, one objective evaluation with gradient and one without (the
-    line search's first try), on a random reduced problem of ``s`` points, ``q``
-    classes, rank ``r`` (all in cache); best of three batches of ``calls``."""
+    objective with its gradient, the structured direction, the change of the scores
+    along it and one trial point of the line search (the calls ``_solve_reduced``
+    makes), on a random reduced problem of ``s`` points, ``q`` classes, rank ``r``
+    (all in cache); best of three batches of ``calls``."""
     rng = np.random.default_rng(seed)
     Bm = rng.standard_normal((s, r)) * 0.3
-    S0 = rng.standard_normal((s, q)) * 0.1
+    Z = rng.standard_normal((s, q)) * 0.1
     ypos = (np.arange(s) % q).astype(np.int64)
     logw = np.zeros(q)
     logw[s:] = np.log(1000.0)
-    args = (rng.standard_normal((q, r)) * 0.01, Bm, S0, ypos, logw, np.ones(s),
+    args = (rng.standard_normal((q, r)) * 0.01, Bm, Z, ypos, logw, np.ones(s),
             np.ones(s), np.zeros(q), np.zeros((q, r)))
-    out = (np.empty((q, r)), np.empty((0, 0)), np.empty(s), np.empty((s, q)),
-           np.empty(s), np.empty(s))
+    out = (np.empty((q, r)), np.empty(s), np.empty((s, q)), np.empty(s), np.empty(s),
+           np.empty((r, q)), np.empty((s, q)), np.empty((s, q)), np.empty((s, q)))
     p = np.empty(q * r)
     _newton_iterations(1, args, out, p)
     best = np.inf
@@ -243,15 +268,23 @@ def newton_iteration_seconds(s, q, r, calls=2000, seed=0):
 def _newton_iterations(calls, args, out, p):
     """``calls`` times the arithmetic of one Newton iteration (see
     :func:`newton_iteration_seconds`)."""
-    Cm, Bm, S0, ypos, logw, alpha, ubar, rho, g = args
-    grad, H, uout, PI, D1, D2 = out
+    Cm, Bm, Z, ypos, logw, alpha, ubar, rho, g = args
+    grad, uout, PI, D1, D2, PT, ZP, Zt, PIt = out
+    s, r = Bm.shape
+    q = Z.shape[1]
+    ws = ib._direction_workspace(s, r, q)
     v = 0.0
     for _ in range(calls):
-        v += ib._reduced_eval(Cm, Bm, S0, ypos, logw, alpha, ubar, rho, g, 1, grad, H,
-                              uout, PI, D1, D2)
-        ib._structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p)
-        v += ib._reduced_eval(Cm, Bm, S0, ypos, logw, alpha, ubar, rho, g, 0, grad, H,
-                              uout, PI, D1, D2)
+        v += ib._scores_value(Z, ypos, logw, alpha, ubar, 1, PI, D1, D2, uout)
+        v += ib._ridge_value(Cm, rho, g)
+        ib._gradient(Bm, PI, D1, ypos, Cm, rho, g, grad)
+        ib._structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p, ws)
+        ib._score_change(Bm, p, PT, ZP)
+        for i in range(s):
+            for k in range(q):
+                Zt[i, k] = Z[i, k] + 0.5 * ZP[i, k]
+        v += ib._scores_value(Zt, ypos, logw, alpha, ubar, 0, PIt, D1, D2, uout)
+        v += ib._ridge_value(Cm, rho, g)
     return v
 
 

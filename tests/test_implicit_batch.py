@@ -297,6 +297,143 @@ def test_duplicate_and_collinear_points_in_a_batch():
 
 
 # ------------------------------------------------------------------------------------
+# the pieces of the Newton solve against plain NumPy
+# ------------------------------------------------------------------------------------
+def _reduced_instance(rng, s, q, deficient=False):
+    """A reduced problem as a step builds it: the basis B of a chunk's rows (some
+    repeated or collinear when ``deficient``: then rank r < s), the ω-weighted
+    softmax π of random scores, labels shared by several points, ψ', ψ'' from the
+    kernel's ψ (both the u > 0 and the u = 0 branch) and a random gradient."""
+    D = int(rng.integers(s, s + 8))
+    X = rng.normal(size=(s, D)) * (rng.random((s, D)) < 0.6)
+    X[np.abs(X).sum(1) == 0, 0] = 1.0
+    if deficient and s > 1:
+        X[-1] = X[0] if rng.random() < 0.5 else 2.0 * X[0]
+        if s > 3:
+            X[-2] = X[1] - 0.5 * X[2]
+    lam, U = np.linalg.eigh(X @ X.T)
+    keep = lam > ib._EIG_RTOL * lam[-1]
+    Bm = np.ascontiguousarray(U[:, keep] * np.sqrt(lam[keep]))
+    r = Bm.shape[1]
+    ny = int(rng.integers(1, min(s, q) + 1))
+    ypos = np.r_[np.arange(ny), rng.integers(0, ny, s - ny)].astype(np.int64)
+    rng.shuffle(ypos)
+    logw = np.r_[np.zeros(ny), np.full(q - ny, np.log(rng.uniform(1, 1e4)))]
+    Z = rng.normal(size=(s, q)) * 10 ** rng.uniform(-1, 1.5)
+    ex = np.exp(logw + Z - (logw + Z).max(1, keepdims=True))
+    PI = ex / ex.sum(1, keepdims=True)
+    D1 = np.empty(s)
+    D2 = np.empty(s)
+    for i in range(s):
+        L = max(0.0, np.log(ex[i].sum()) + (logw + Z)[i].max() - Z[i, ypos[i]])
+        al = 10 ** rng.uniform(-3, 4)
+        ub = L + rng.uniform(-20, 20) if rng.random() < 0.8 else L + 40.0
+        _, D1[i], D2[i], _ = ib._psi(L, ub, al)
+    rho = rng.uniform(0, 3, q) * (rng.random() < 0.5)
+    grad = rng.normal(size=(q, r)) * 10 ** rng.uniform(-3, 3)
+    return Bm, PI, ypos, D1, D2, rho, grad
+
+
+def _dense_hessian(Bm, PI, ypos, D1, D2, rho):
+    """The Hessian of Φ exactly as the module docstring (and the NumPy reference)
+    writes it, index ``k r + a``."""
+    s, r = Bm.shape
+    q = PI.shape[1]
+    e = PI.copy()
+    e[np.arange(s), ypos] -= 1.0
+    Mi = (D2[:, None, None] * e[:, :, None] * e[:, None, :]
+          - D1[:, None, None] * PI[:, :, None] * PI[:, None, :])
+    Mi[:, np.arange(q), np.arange(q)] += D1[:, None] * PI
+    H = np.einsum("ikl,ia,ib->kalb", Mi, Bm, Bm).reshape(q * r, q * r)
+    return H + np.diag(np.repeat(2 * (1 + rho), r))
+
+
+@pytest.mark.parametrize("deficient", [False, True])
+def test_structured_direction_solves_the_dense_newton_system(deficient):
+    rng = np.random.default_rng(11 + deficient)
+    ranks = set()
+    for trial in range(300):
+        s = int(rng.integers(1, 12))
+        q = int(rng.integers(1, 23))
+        Bm, PI, ypos, D1, D2, rho, grad = _reduced_instance(rng, s, q, deficient)
+        r = Bm.shape[1]
+        ranks.add(r < s)
+        p = np.full(q * r, np.nan)
+        ok = ib._structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p,
+                                      ib._direction_workspace(s, r, q))
+        assert ok, trial
+        H = _dense_hessian(Bm, PI, ypos, D1, D2, rho)
+        want = np.linalg.solve(H, -grad.ravel())
+        np.testing.assert_allclose(p, want, rtol=0, atol=1e-9 * np.abs(want).max(),
+                                   err_msg=str(trial))
+    assert (True in ranks) if deficient else (False in ranks)  # r < s was exercised
+
+
+def test_lu_solve_matches_numpy():
+    rng = np.random.default_rng(13)
+    for trial in range(200):
+        n = int(rng.integers(1, 25))
+        M = rng.normal(size=(n, n))
+        if n > 1 and trial % 3 == 0:
+            M[0, 0] = 0.0  # needs a row exchange
+        b = rng.normal(size=n)
+        want = np.linalg.solve(M, b)
+        x = b.copy()
+        assert ib._lu_solve(M.copy(), x, np.empty(n))
+        np.testing.assert_allclose(x, want, rtol=1e-9,
+                                   atol=1e-11 * np.abs(want).max())
+    assert not ib._lu_solve(np.zeros((3, 3)), np.ones(3), np.empty(3))
+
+
+def test_scores_value_gradient_and_score_change_match_numpy():
+    """The pieces `_solve_reduced` evaluates Φ with (scores carried along the
+    iterations) against the NumPy reference's formulas, ψ by its bisection route."""
+    rng = np.random.default_rng(14)
+    for trial in range(100):
+        s = int(rng.integers(1, 12))
+        q = int(rng.integers(1, 23))
+        Bm, PI, ypos, _, _, rho, _ = _reduced_instance(rng, s, q, trial % 2 == 1)
+        r = Bm.shape[1]
+        ny = int(ypos.max()) + 1
+        logw = np.r_[np.zeros(ny), np.full(q - ny, np.log(rng.uniform(1, 1e4)))]
+        S0 = rng.normal(size=(s, q)) * 5
+        Cm = rng.normal(size=(q, r))
+        g = rng.normal(size=(q, r))
+        alpha = 10 ** rng.uniform(-3, 3, s)
+        ub = rng.uniform(0, 30, s)
+        Z = S0 + Bm @ Cm.T
+        # NumPy
+        zz = logw + Z
+        mx = zz.max(1, keepdims=True)
+        ex = np.exp(zz - mx)
+        tot = ex.sum(1, keepdims=True)
+        L = np.maximum((mx + np.log(tot))[:, 0] - Z[np.arange(s), ypos], 0.0)
+        val, d1, d2, uu = ib._psi_reference(L, ub, alpha)
+        ridge = np.sum((1 + rho) * np.sum(Cm ** 2, 1) + 2 * rho * np.sum(Cm * g, 1))
+        pi = ex / tot
+        e = pi.copy()
+        e[np.arange(s), ypos] -= 1.0
+        grad = (d1[:, None] * e).T @ Bm + 2 * (1 + rho)[:, None] * Cm + 2 * rho[:, None] * g
+        # kernel pieces
+        PIk = np.empty((s, q))
+        D1k, D2k, uk = np.empty(s), np.empty(s), np.empty(s)
+        v = ib._scores_value(Z, ypos, logw, alpha, ub, 1, PIk, D1k, D2k, uk)
+        assert v == pytest.approx(val.sum(), rel=1e-10, abs=1e-12)
+        assert ib._ridge_value(Cm, rho, g) == pytest.approx(ridge, rel=1e-12, abs=1e-12)
+        np.testing.assert_allclose(PIk, pi, rtol=1e-12, atol=1e-300)
+        np.testing.assert_allclose(D1k, d1, rtol=1e-9)
+        np.testing.assert_allclose(D2k, d2, rtol=1e-9)
+        np.testing.assert_allclose(uk, uu, rtol=1e-9, atol=1e-9)
+        gk = np.empty((q, r))
+        ib._gradient(Bm, PIk, D1k, ypos, Cm, rho, g, gk)
+        np.testing.assert_allclose(gk, grad, rtol=0, atol=1e-9 * np.abs(grad).max())
+        P = rng.normal(size=(q, r))
+        ZP = np.empty((s, q))
+        ib._score_change(Bm, P.ravel(), np.empty((r, q)), ZP)
+        np.testing.assert_allclose(ZP, Bm @ P.T, rtol=1e-12, atol=1e-12 * np.abs(Bm @ P.T).max())
+
+
+# ------------------------------------------------------------------------------------
 # the estimator and its weights
 # ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("N, n, m, mu", [(6, 2, 2, 0.0), (7, 3, 2, 0.7), (7, 3, 4, 0.7),

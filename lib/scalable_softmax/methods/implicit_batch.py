@@ -84,7 +84,11 @@ strongly convex (modulus ``2``) and smooth, with gradient
 ``C = 0`` (the old iterate) until ``||∇Φ||₂ ≤ 2 tol (1 + max|C|)``, which certifies
 ``||C - C*|| ≤ tol (1 + max|C|)`` by strong convexity. The Newton system uses the
 Hessian's structure, block diagonal over the classes plus ``2n`` rank-one terms
-(Woodbury, ``O(n³(n+m))`` per iteration), with the dense Cholesky as a fallback.
+(Woodbury: ``q`` Cholesky factors of ``r x r`` blocks, carried out for all classes in
+lockstep, and one ``2s x 2s`` capacitance system; ``O(q(s r² + s² r) + s³)``, i.e.
+``O(n³(n+m))``, per iteration), with the dense Cholesky as a fallback. The scores
+``S̃ + B Cᵀ`` are carried along the iterations, so a trial point of the line search
+costs ``O(s q)`` plus its exponentials.
 Because ``ψ`` is evaluated in the log domain, every term at the start point is finite
 and grows linearly in ``δ - u``: the paper's F.3.5 linear-programming initialisation
 is not needed. Finally ``w_k⁺ = w̃_k / (1 + ρ_k) + X_Sᵀ a_k`` with
@@ -93,7 +97,8 @@ applied scale factor per class row) and ``u_i⁺`` from the closed form at the n
 
 Cost per step: ``O(n(n+m)·nnz)`` for the scores and the Gram matrix (``nnz`` = non-zeros
 of a row), ``O(n³)`` for its eigendecomposition and ``O(n³(n+m))`` per Newton iteration
-(about 4 iterations per step in practice). The basis is rebuilt every step from the
+(about 4 iterations per step in practice; with ``s = r = 10``, ``q = 20`` one iteration
+is about 120 kflop, ``newton_flops`` in ``benchmarks/bench_many_classes.py``). The basis is rebuilt every step from the
 ``n x n`` Gram matrix, so the chunks need not be fixed across epochs (the paper fixes
 them to precompute a Gram-Schmidt basis in ``O(n²D)``).
 """
@@ -263,178 +268,387 @@ def _chol_solve(H, rhs, out):
 
 
 @numba.njit(**JIT)
-def _small_chol(A):
-    """In-place Cholesky of a small SPD matrix (lower triangle); False if not PD."""
-    n = A.shape[0]
+def _direction_workspace(s, r, q):
+    """Scratch arrays of :func:`_structured_direction` for ``s`` points, rank ``r``
+    and ``q`` classes (allocated once per step, reused by every Newton iteration)."""
+    return (np.empty((r, r, q)), np.empty((r, q)), np.empty((r, s, q)), np.empty((r, q)),
+            np.empty((s, q)), np.empty((s, q)), np.empty((s, q)), np.empty(q),
+            np.empty((2 * s, 2 * s)), np.empty(2 * s), np.empty((r, q)),
+            np.empty(2 * s))
+
+
+@numba.njit(**JIT)
+def _lu_solve(M, b, row):
+    """Solve ``M x = b`` in place (``b`` becomes ``x``, ``M`` its LU factors) by
+    Gaussian elimination with partial pivoting (``row``: scratch of length ``n``).
+    Returns False if a pivot is zero or not finite."""
+    n = M.shape[0]
     for j in range(n):
-        d = A[j, j]
-        for p in range(j):
-            d -= A[j, p] * A[j, p]
-        if not d > 0.0:
-            return False
-        d = math.sqrt(d)
-        A[j, j] = d
+        best = j
+        amax = abs(M[j, j])
         for i in range(j + 1, n):
-            v = A[i, j]
-            for p in range(j):
-                v -= A[i, p] * A[j, p]
-            A[i, j] = v / d
+            v = abs(M[i, j])
+            if v > amax:
+                amax = v
+                best = i
+        if not (amax > 0.0 and math.isfinite(amax)):
+            return False
+        if best != j:
+            for c in range(n):
+                t = M[j, c]
+                M[j, c] = M[best, c]
+                M[best, c] = t
+            t = b[j]
+            b[j] = b[best]
+            b[best] = t
+        inv = 1.0 / M[j, j]
+        for c in range(j + 1, n):
+            row[c] = M[j, c]
+        for i in range(j + 1, n):
+            f = M[i, j] * inv
+            M[i, j] = f
+            for c in range(j + 1, n):
+                M[i, c] -= f * row[c]
+            b[i] -= f * b[j]
+    for i in range(n - 1, -1, -1):
+        v = b[i]
+        for c in range(i + 1, n):
+            v -= M[i, c] * b[c]
+        b[i] = v / M[i, i]
     return True
 
 
 @numba.njit(**JIT)
-def _small_chol_solve(Lc, rhs, out):
-    """Solve with a factor from :func:`_small_chol`."""
-    n = Lc.shape[0]
-    for i in range(n):
-        v = rhs[i]
-        for p in range(i):
-            v -= Lc[i, p] * out[p]
-        out[i] = v / Lc[i, i]
-    for i in range(n - 1, -1, -1):
-        v = out[i]
-        for p in range(i + 1, n):
-            v -= Lc[p, i] * out[p]
-        out[i] = v / Lc[i, i]
-
-
-@numba.njit(**JIT)
-def _small_chol_solve_many(Lc, Bt, out):
-    """``out[:, i]`` = the solution of :func:`_small_chol_solve` for the right-hand
-    side ``Bt[i]``, for every row ``i`` of ``Bt`` at once: each entry goes through the
-    same operations in the same order, with the independent right-hand sides
-    innermost."""
-    n = Lc.shape[0]
-    ns = Bt.shape[0]
-    for i in range(n):
-        for c in range(ns):
-            out[i, c] = Bt[c, i]
-        for p in range(i):
-            lip = Lc[i, p]
-            for c in range(ns):
-                out[i, c] -= lip * out[p, c]
-        d = Lc[i, i]
-        for c in range(ns):
-            out[i, c] = out[i, c] / d
-    for i in range(n - 1, -1, -1):
-        for p in range(i + 1, n):
-            lpi = Lc[p, i]
-            for c in range(ns):
-                out[i, c] -= lpi * out[p, c]
-        d = Lc[i, i]
-        for c in range(ns):
-            out[i, c] = out[i, c] / d
-
-
-@numba.njit(**JIT)
-def _structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p):
-    """Newton direction ``p = -H⁻¹ ∇Φ`` from the Hessian's structure
-    ``H = A + V S Vᵀ``: ``A`` block diagonal over the classes,
-    ``A_k = 2(1+ρ_k) I + Σ_i ψ'_i π_ik b_i b_iᵀ``, and ``2s`` rank-one terms
-    ``ψ''_i (e_i ⊗ b_i)(e_i ⊗ b_i)ᵀ - ψ'_i (π_i ⊗ b_i)(π_i ⊗ b_i)ᵀ``. Woodbury:
-    ``(I + S Vᵀ A⁻¹ V) w = S Vᵀ A⁻¹ h``, ``p = A⁻¹ (h - V w)``, ``h = -∇Φ``. Cost
-    ``O(q s r² + q s² r + q s² + s³)`` instead of ``O((q r)³)``. Returns False if a
-    factorisation fails or the result is not finite (the caller then falls back to
-    the dense Hessian); the caller also checks that ``p`` is a descent direction."""
+def _ls_blocks(Bm, PI, ypos, D1, rho, A, DT, ET):
+    """``A_k = 2(1+ρ_k) I + Σ_i ψ'_i π_ik b_i b_iᵀ`` (lower triangles, ``A[a, b, k]``),
+    ``DT = ψ'_i π_ik`` and ``ET = e_ik``, the class index innermost."""
     s, r = Bm.shape
     q = PI.shape[1]
-    Ab = np.empty((q, r, r))
-    F = np.empty((q, s, r))
-    Ah = np.empty((q, r))
-    tmp = np.empty(r)
-    Ft = np.empty((r, s))
-    for k in range(q):
-        for a in range(r):
-            for b in range(r):
-                Ab[k, a, b] = 0.0
-            Ab[k, a, a] = 2.0 * (1.0 + rho[k])
-        for i in range(s):
-            f = D1[i] * PI[i, k]
-            if f != 0.0:
-                for a in range(r):
-                    fa = f * Bm[i, a]
-                    for b in range(a + 1):
-                        Ab[k, a, b] += fa * Bm[i, b]
-        if not _small_chol(Ab[k]):
-            return False
-        _small_chol_solve_many(Ab[k], Bm, Ft)
-        for i in range(s):
-            for a in range(r):
-                F[k, i, a] = Ft[a, i]
-        for a in range(r):
-            tmp[a] = -grad[k, a]
-        _small_chol_solve(Ab[k], tmp, Ah[k])
-    # coefficient of column j on class k: j = 2i -> e_ik, j = 2i + 1 -> π_ik
-    ns = 2 * s
-    coef = np.empty((ns, q))
-    sig = np.empty(ns)
     for i in range(s):
+        d1 = D1[i]
+        pi_i = PI[i]
+        dt = DT[i]
+        et = ET[i]
         for k in range(q):
-            coef[2 * i, k] = PI[i, k]
-            coef[2 * i + 1, k] = PI[i, k]
-        coef[2 * i, ypos[i]] -= 1.0
-        sig[2 * i] = D2[i]
-        sig[2 * i + 1] = -D1[i]
-    # Q[k, i, i2] = b_i · A_k⁻¹ b_i2 ; bAh[k, i] = b_i · A_k⁻¹ h_k
-    Q = np.empty((q, s, s))
-    bAh = np.empty((q, s))
-    Fk = np.empty((r, s))
-    for k in range(q):
-        for i2 in range(s):
-            for a in range(r):
-                Fk[a, i2] = F[k, i2, a]
+            dt[k] = d1 * pi_i[k]
+            et[k] = pi_i[k]
+        et[ypos[i]] -= 1.0
+    for a in range(r):
+        for b in range(a):
+            Aab = A[a, b]
+            for k in range(q):
+                Aab[k] = 0.0
+        Aaa = A[a, a]
+        for k in range(q):
+            Aaa[k] = 2.0 * (1.0 + rho[k])
+    for i in range(s):
+        dt = DT[i]
+        for a in range(r):
+            ba = Bm[i, a]
+            for b in range(a + 1):
+                c = ba * Bm[i, b]
+                Aab = A[a, b]
+                for k in range(q):
+                    Aab[k] += c * dt[k]
+
+
+@numba.njit(**JIT)
+def _ls_cholesky(A, invd):
+    """In-place Cholesky factors of the ``q`` blocks ``A[:, :, k]`` in lockstep;
+    ``invd`` gets the reciprocals of their diagonals. False if one is not PD."""
+    r = A.shape[0]
+    q = A.shape[2]
+    for j in range(r):
+        Ajj = A[j, j]
+        for t in range(j):
+            Ajt = A[j, t]
+            for k in range(q):
+                Ajj[k] -= Ajt[k] * Ajt[k]
+        dmin = np.inf
+        for k in range(q):
+            dmin = min(dmin, Ajj[k])
+        if not dmin > 0.0:
+            return False
+        ivj = invd[j]
+        for k in range(q):
+            d = math.sqrt(Ajj[k])
+            Ajj[k] = d
+            ivj[k] = 1.0 / d
+        for i in range(j + 1, r):
+            Aij = A[i, j]
+            for t in range(j):
+                Ait = A[i, t]
+                Ajt = A[j, t]
+                for k in range(q):
+                    Aij[k] -= Ait[k] * Ajt[k]
+            for k in range(q):
+                Aij[k] *= ivj[k]
+    return True
+
+
+@numba.njit(**JIT)
+def _ls_forward(A, invd, Bm, grad, Wt, zh):
+    """``Wt[:, :, k] = L_k⁻¹ Bᵀ`` and ``zh[:, k] = L_k⁻¹ h_k`` (``h = -∇Φ``)."""
+    s, r = Bm.shape
+    q = A.shape[2]
+    for a in range(r):
+        zha = zh[a]
         for i in range(s):
-            acc = 0.0
+            ba = Bm[i, a]
+            w = Wt[a, i]
+            for k in range(q):
+                w[k] = ba
+        for k in range(q):
+            zha[k] = -grad[k, a]
+        for t in range(a):
+            Aat = A[a, t]
+            for i in range(s):
+                w = Wt[a, i]
+                wt = Wt[t, i]
+                for k in range(q):
+                    w[k] -= Aat[k] * wt[k]
+            zht = zh[t]
+            for k in range(q):
+                zha[k] -= Aat[k] * zht[k]
+        iva = invd[a]
+        for i in range(s):
+            w = Wt[a, i]
+            for k in range(q):
+                w[k] *= iva[k]
+        for k in range(q):
+            zha[k] *= iva[k]
+
+
+@numba.njit(**JIT)
+def _ls_capacitance(Wt, zh, PI, ET, D1, D2, beta, qv, cap, rhs):
+    """``beta[i, k] = (B A_k⁻¹ h_k)_i``, the capacitance ``I + S Vᵀ A⁻¹ V`` and its
+    right-hand side ``S Vᵀ A⁻¹ h`` (see :func:`_structured_direction`)."""
+    r, s, q = Wt.shape
+    for i in range(s):
+        bi = beta[i]
+        for k in range(q):
+            bi[k] = 0.0
+        for a in range(r):
+            w = Wt[a, i]
+            za = zh[a]
+            for k in range(q):
+                bi[k] += w[k] * za[k]
+    for i in range(s):
+        et_i = ET[i]
+        pi_i = PI[i]
+        for i2 in range(i + 1):
+            et_2 = ET[i2]
+            pi_2 = PI[i2]
+            for k in range(q):
+                qv[k] = 0.0
             for a in range(r):
-                acc += Bm[i, a] * Ah[k, a]
-            bAh[k, i] = acc
-            # Q[k, i, i2] = sum_a Bm[i, a] F[k, i2, a], summed over a in order; the
-            # independent i2 innermost (no chain of dependent adds)
-            for i2 in range(s):
-                Q[k, i, i2] = 0.0
-            for a in range(r):
-                ba = Bm[i, a]
-                for i2 in range(s):
-                    Q[k, i, i2] += ba * Fk[a, i2]
-    cap = np.empty((ns, ns))
-    rhs = np.empty(ns)
-    coefT = np.empty((q, ns))
-    for j in range(ns):
+                w1 = Wt[a, i]
+                w2 = Wt[a, i2]
+                for k in range(q):
+                    qv[k] += w1[k] * w2[k]
+            ee = 0.0
+            ep = 0.0
+            pe = 0.0
+            pp = 0.0
+            for k in range(q):
+                ve = et_i[k] * qv[k]
+                vp = pi_i[k] * qv[k]
+                ee += ve * et_2[k]
+                ep += ve * pi_2[k]
+                pe += vp * et_2[k]
+                pp += vp * pi_2[k]
+            cap[2 * i, 2 * i2] = D2[i] * ee
+            cap[2 * i, 2 * i2 + 1] = D2[i] * ep
+            cap[2 * i + 1, 2 * i2] = -D1[i] * pe
+            cap[2 * i + 1, 2 * i2 + 1] = -D1[i] * pp
+            if i2 != i:
+                cap[2 * i2, 2 * i] = D2[i2] * ee
+                cap[2 * i2, 2 * i + 1] = D2[i2] * pe
+                cap[2 * i2 + 1, 2 * i] = -D1[i2] * ep
+                cap[2 * i2 + 1, 2 * i + 1] = -D1[i2] * pp
+        bi = beta[i]
+        ee = 0.0
+        pp = 0.0
         for k in range(q):
-            coefT[k, j] = coef[j, k]
-    accs = np.empty(ns)
-    for j in range(ns):
-        i = j // 2
-        acc = 0.0
-        for k in range(q):
-            acc += coef[j, k] * bAh[k, i]
-        rhs[j] = sig[j] * acc
-        # cap[j, j2] = sig_j sum_k coef[j, k] coef[j2, k] Q[k, i, i2], summed over k in
-        # order, j2 innermost
-        for j2 in range(ns):
-            accs[j2] = 0.0
-        for k in range(q):
-            cjk = coef[j, k]
-            for j2 in range(ns):
-                accs[j2] += cjk * coefT[k, j2] * Q[k, i, j2 // 2]
-        for j2 in range(ns):
-            cap[j, j2] = sig[j] * accs[j2]
+            ee += et_i[k] * bi[k]
+            pp += pi_i[k] * bi[k]
+        rhs[2 * i] = D2[i] * ee
+        rhs[2 * i + 1] = -D1[i] * pp
+    for j in range(2 * s):
         cap[j, j] += 1.0
-    w = np.linalg.solve(cap, rhs)
-    pk = np.empty(r)
+
+
+@numba.njit(**JIT)
+def _ls_back(A, invd, Bm, PI, ET, grad, w, nu, xt, p):
+    """``p_k = L_k⁻ᵀ L_k⁻¹ (h_k - Bᵀ ν_k)``, ``ν_ik = w_{2i} e_ik + w_{2i+1} π_ik``,
+    into ``p[k r + a]``. False if it is not finite."""
+    s, r = Bm.shape
+    q = A.shape[2]
+    for a in range(r):
+        xa = xt[a]
+        for k in range(q):
+            xa[k] = -grad[k, a]
+    for i in range(s):
+        we = w[2 * i]
+        wp = w[2 * i + 1]
+        nui = nu[i]
+        et_i = ET[i]
+        pi_i = PI[i]
+        for k in range(q):
+            nui[k] = we * et_i[k] + wp * pi_i[k]
+        for a in range(r):
+            ba = Bm[i, a]
+            xa = xt[a]
+            for k in range(q):
+                xa[k] -= ba * nui[k]
+    for a in range(r):
+        xa = xt[a]
+        for t in range(a):
+            Aat = A[a, t]
+            xtt = xt[t]
+            for k in range(q):
+                xa[k] -= Aat[k] * xtt[k]
+        iva = invd[a]
+        for k in range(q):
+            xa[k] *= iva[k]
+    for a in range(r - 1, -1, -1):
+        xa = xt[a]
+        for t in range(a + 1, r):
+            Ata = A[t, a]
+            xtt = xt[t]
+            for k in range(q):
+                xa[k] -= Ata[k] * xtt[k]
+        iva = invd[a]
+        for k in range(q):
+            xa[k] *= iva[k]
     for k in range(q):
         for a in range(r):
-            pk[a] = Ah[k, a]
-        for j in range(ns):
-            wc = w[j] * coef[j, k]
-            for a in range(r):
-                pk[a] -= wc * F[k, j // 2, a]
-        for a in range(r):
-            v = pk[a]
+            v = xt[a, k]
             if not math.isfinite(v):
                 return False
             p[k * r + a] = v
     return True
+
+
+@numba.njit(**JIT)
+def _structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p, ws):
+    """Newton direction ``p = -H⁻¹ ∇Φ`` (``p[k r + a]``) from the Hessian's structure
+    ``H = A + V S Vᵀ``: ``A`` block diagonal over the classes,
+    ``A_k = 2(1+ρ_k) I + Bᵀ diag(ψ'_i π_ik) B`` (``r x r``), and ``2s`` rank-one terms
+    ``ψ''_i (e_i ⊗ b_i)(e_i ⊗ b_i)ᵀ - ψ'_i (π_i ⊗ b_i)(π_i ⊗ b_i)ᵀ``. Woodbury:
+    ``(I + S Vᵀ A⁻¹ V) w = S Vᵀ A⁻¹ h``, ``p = A⁻¹ (h - V w)``, ``h = -∇Φ``.
+
+    With ``A_k = L_k L_kᵀ`` and ``W_k = L_k⁻¹ Bᵀ`` (``r x s``), the blocks the
+    capacitance needs are ``Q_k = B A_k⁻¹ Bᵀ = W_kᵀ W_k`` (never formed: each entry
+    ``Q_k[i, i']`` is contracted at once with the four products of ``e_i, π_i`` and
+    ``e_i', π_i'``), ``B A_k⁻¹ h_k = W_kᵀ (L_k⁻¹ h_k)`` and ``V w`` restricted to class
+    ``k`` is ``Bᵀ ν_k`` with ``ν_ik = w_{2i} e_ik + w_{2i+1} π_ik``. All ``q`` classes
+    go through the same operations in lockstep, the class index innermost (contiguous,
+    independent, hence vectorisable without reassociation). ``ws`` is
+    :func:`_direction_workspace`. Cost in multiply-adds about ``q (s r² + r³/6 +
+    s² r / 2 + 2 s²) + 8 s³/3`` (the blocks ``A_k`` and ``L_k⁻¹ Bᵀ`` ``q s r²/2`` each,
+    the factors ``q r³/6``, the contraction of ``Q_k`` ``q s² r/2``, the capacitance
+    ``2 q s²`` and its LU ``(2s)³/3``); counted exactly by ``newton_flops`` in
+    ``benchmarks/bench_many_classes.py``. Returns False if a
+    factorisation fails or the result is not finite (the caller then falls back to the
+    dense Hessian); the caller also checks that ``p`` is a descent direction."""
+    A, invd, Wt, zh, beta, ET, DT, qv, cap, rhs, xt, row = ws
+    _ls_blocks(Bm, PI, ypos, D1, rho, A, DT, ET)
+    if not _ls_cholesky(A, invd):
+        return False
+    _ls_forward(A, invd, Bm, grad, Wt, zh)
+    _ls_capacitance(Wt, zh, PI, ET, D1, D2, beta, qv, cap, rhs)
+    if not _lu_solve(cap, rhs, row):
+        return False
+    return _ls_back(A, invd, Bm, PI, ET, grad, rhs, beta, xt, p)
+
+
+@numba.njit(**JIT)
+def _scores_value(Z, ypos, logw, alpha, ubar, order, PI, D1, D2, uout):
+    """The data term ``Σ_i ψ_i(L_i(z_i))`` of Φ at the scores ``Z`` (s x q, ``z_i =
+    s̃_i + B_i Cᵀ``), the same arithmetic as :func:`_reduced_eval` point by point;
+    ``uout`` gets the minimising ``u_i``. With ``order >= 1`` also fill ``PI`` (the
+    ω-weighted softmax), ``D1 = ψ'`` and ``D2 = ψ''``."""
+    s, q = Z.shape
+    val = 0.0
+    for i in range(s):
+        mx = -np.inf
+        for k in range(q):
+            v = logw[k] + Z[i, k]
+            if v > mx:
+                mx = v
+        tot = 0.0
+        for k in range(q):
+            e = math.exp(logw[k] + Z[i, k] - mx)
+            PI[i, k] = e
+            tot += e
+        yp = ypos[i]
+        L = mx + math.log(tot) - Z[i, yp]
+        if L < 0.0:
+            L = 0.0  # rounding: the y_i term alone gives d_i >= 1
+        v, d1, d2, u = _psi(L, ubar[i], alpha[i])
+        uout[i] = u
+        val += v
+        if order >= 1:
+            for k in range(q):
+                PI[i, k] /= tot
+            D1[i] = d1
+            D2[i] = d2
+    return val
+
+
+@numba.njit(**JIT)
+def _ridge_value(Cm, rho, g):
+    """The quadratic term ``Σ_k (1 + ρ_k)||c_k||² + 2ρ_k g_kᵀ c_k`` of Φ."""
+    q, r = Cm.shape
+    val = 0.0
+    for k in range(q):
+        c2 = 0.0
+        cg = 0.0
+        for a in range(r):
+            c2 += Cm[k, a] * Cm[k, a]
+            cg += Cm[k, a] * g[k, a]
+        val += (1.0 + rho[k]) * c2 + 2.0 * rho[k] * cg
+    return val
+
+
+@numba.njit(**JIT)
+def _gradient(Bm, PI, D1, ypos, Cm, rho, g, grad):
+    """``∇Φ = Σ_i ψ'_i (π_i - 1_{y_i}) ⊗ b_i + 2(1+ρ_k) c_k + 2ρ_k g_k`` into ``grad``
+    (q x r) from the pieces :func:`_scores_value` filled."""
+    s, r = Bm.shape
+    q = Cm.shape[0]
+    for k in range(q):
+        for a in range(r):
+            grad[k, a] = 0.0
+    for i in range(s):
+        d1 = D1[i]
+        yp = ypos[i]
+        for k in range(q):
+            f = d1 * (PI[i, k] - 1.0) if k == yp else d1 * PI[i, k]
+            for a in range(r):
+                grad[k, a] += f * Bm[i, a]
+    for k in range(q):
+        for a in range(r):
+            grad[k, a] += 2.0 * (1.0 + rho[k]) * Cm[k, a] + 2.0 * rho[k] * g[k, a]
+
+
+@numba.njit(**JIT)
+def _score_change(Bm, p, PT, ZP):
+    """``ZP = B Pᵀ`` (s x q): the change of the scores along the direction ``p``
+    (``p[k r + a]``); ``PT`` (r x q) is scratch."""
+    s, r = Bm.shape
+    q = ZP.shape[1]
+    for k in range(q):
+        for a in range(r):
+            PT[a, k] = p[k * r + a]
+    for i in range(s):
+        for k in range(q):
+            ZP[i, k] = 0.0
+        for a in range(r):
+            ba = Bm[i, a]
+            for k in range(q):
+                ZP[i, k] += ba * PT[a, k]
 
 
 @numba.njit(**JIT)
@@ -445,8 +659,10 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
     distance to the minimiser by ``tol (1 + max|C|)`` (Φ is 2-strongly convex), or when
     a Newton step is that small. The Newton system is solved by
     :func:`_structured_direction` unless ``dense`` (or when that fails: then by a
-    Cholesky factorisation of the dense Hessian). Returns ``(newton_iterations,
-    converged, dense_fallbacks)``."""
+    Cholesky factorisation of the dense Hessian). The scores ``Z = S̃ + B Cᵀ`` are
+    carried along the iterations (``Z += τ B pᵀ`` with each accepted step), so a trial
+    point of the line search costs one pass over the ``s q`` scores. Returns
+    ``(newton_iterations, converged, dense_fallbacks)``."""
     s = Bm.shape[0]
     q = S0.shape[1]
     r = Bm.shape[1]
@@ -457,16 +673,30 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
     grad = np.empty((q, r))
     H = np.empty((nv, nv)) if dense else np.empty((0, 0))
     p = np.empty(nv)
+    gflat = np.empty(nv)
     Ct = np.empty((q, r))
-    ut = np.empty(Bm.shape[0])
+    ut = np.empty(s)
     if nv == 0:
         _reduced_eval(Cm, Bm, S0, ypos, logw, alpha, ubar, rho, g, 0, grad, H, uout, PI, D1, D2)
         return 0, True, 0
+    ws = _direction_workspace(s, r, q)
+    Z = np.empty((s, q))
+    Zt = np.empty((s, q))
+    ZP = np.empty((s, q))
+    PT = np.empty((r, q))
+    PIt = np.empty((s, q))  # scratch of the line search's evaluations
+    for i in range(s):
+        for k in range(q):
+            z = S0[i, k]
+            for a in range(r):
+                z += Bm[i, a] * Cm[k, a]
+            Z[i, k] = z
     it = 0
     nfb = 0
     while True:
-        val = _reduced_eval(Cm, Bm, S0, ypos, logw, alpha, ubar, rho, g, 1, grad, H, uout,
-                            PI, D1, D2)
+        val = _scores_value(Z, ypos, logw, alpha, ubar, 1, PI, D1, D2, uout)
+        val += _ridge_value(Cm, rho, g)
+        _gradient(Bm, PI, D1, ypos, Cm, rho, g, grad)
         cmax = 0.0
         gn = 0.0
         for k in range(q):
@@ -479,10 +709,12 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
         if it >= max_newton:
             return it, False, nfb
         it += 1
-        gflat = grad.ravel().copy()
+        for k in range(q):
+            for a in range(r):
+                gflat[k * r + a] = grad[k, a]
         ok = False
         if not dense:
-            ok = _structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p)
+            ok = _structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p, ws)
             if ok:
                 slope = 0.0
                 for j in range(nv):
@@ -493,10 +725,14 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
                 nfb += 1
             if H.shape[0] != nv:
                 H = np.empty((nv, nv))
-            _reduced_eval(Cm, Bm, S0, ypos, logw, alpha, ubar, rho, g, 2, grad, H, uout,
+            _reduced_eval(Cm, Bm, S0, ypos, logw, alpha, ubar, rho, g, 2, grad, H, ut,
                           PI, D1, D2)
-            if not _chol_solve(H, -gflat, p):
+            for j in range(nv):
+                gflat[j] = -gflat[j]
+            if not _chol_solve(H, gflat, p):
                 return it, False, nfb
+            for j in range(nv):
+                gflat[j] = -gflat[j]
         slope = 0.0
         pmax = 0.0
         for j in range(nv):
@@ -505,6 +741,7 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
                 pmax = abs(p[j])
         if not slope < 0.0:
             return it, False, nfb
+        _score_change(Bm, p, PT, ZP)
         tau = 1.0
         noise = 1e-13 * (1.0 + abs(val))
         accepted = False
@@ -512,8 +749,11 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
             for k in range(q):
                 for a in range(r):
                     Ct[k, a] = Cm[k, a] + tau * p[k * r + a]
-            vt = _reduced_eval(Ct, Bm, S0, ypos, logw, alpha, ubar, rho, g, 0, grad, H, ut,
-                               PI, D1, D2)
+            for i in range(s):
+                for k in range(q):
+                    Zt[i, k] = Z[i, k] + tau * ZP[i, k]
+            vt = _scores_value(Zt, ypos, logw, alpha, ubar, 0, PIt, D1, D2, ut)
+            vt += _ridge_value(Ct, rho, g)
             if vt <= val + 1e-4 * tau * slope + noise:
                 accepted = True
                 break
@@ -523,7 +763,9 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
         for k in range(q):
             for a in range(r):
                 Cm[k, a] = Ct[k, a]
-        for i in range(ut.shape[0]):
+        for i in range(s):
+            for k in range(q):
+                Z[i, k] = Zt[i, k]
             uout[i] = ut[i]
         if tau * pmax <= tol * (1.0 + cmax):
             return it, True, nfb
