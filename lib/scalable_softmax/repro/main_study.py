@@ -28,12 +28,13 @@ SAMPLED_METHODS = ("ove", "nce", "is")
 
 
 def resolve_datasets(datasets) -> pd.DataFrame:
-    """One row per paper data set: the loader name used (real, or SYNTHETIC surrogate),
-    ``synthetic``, ``N``, ``N_test``, ``D``, ``K``; indexed by the paper name."""
-    unknown = sorted(set(datasets) - set(ex.PAPER_DATASETS))
+    """One row per paper data set (or one of :data:`runs.EXTENSION_DATASETS`): the loader
+    name used (real, or SYNTHETIC surrogate), ``synthetic``, ``N``, ``N_test``, ``D``,
+    ``K``; indexed by the paper name."""
+    known = ex.PAPER_DATASETS + ex.EXTENSION_DATASETS
+    unknown = sorted(set(datasets) - set(known))
     if unknown:
-        raise ValueError(f"unknown data set(s) {unknown}; choose from "
-                         f"{', '.join(ex.PAPER_DATASETS)}")
+        raise ValueError(f"unknown data set(s) {unknown}; choose from {', '.join(known)}")
     rows = []
     for d in datasets:
         name = ex.dataset_for(d)
@@ -45,7 +46,13 @@ def resolve_datasets(datasets) -> pd.DataFrame:
 
 
 def _rate(d, m, overrides):
-    return float((overrides or {}).get(d, {}).get(m, ex.PAPER_TABLE2[d][m]))
+    given = (overrides or {}).get(d, {})
+    if m in given:
+        return float(given[m])
+    if d not in ex.PAPER_TABLE2:
+        raise ValueError(f"{d} has no published Table 2 rate for {m}: give one in "
+                         f"rate_overrides[{d!r}][{m!r}] (notebook 13 tunes them)")
+    return float(ex.PAPER_TABLE2[d][m])
 
 
 def run_paper_methods(datasets, methods=ex.PAPER_METHODS, seeds=(0, 1, 2), epochs=50,

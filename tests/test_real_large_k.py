@@ -1,0 +1,109 @@
+"""Notebook 13's pieces: our real data set in the study's machinery (no published rate),
+its Table 3 row and the claims judged on one data set."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from scalable_softmax.repro import main_study
+from scalable_softmax.repro import real_large_k as rl
+from scalable_softmax.repro import runs as ex
+
+METHODS = ["ove", "nce", "is", "vanilla", "umax", "implicit"]
+D = "20news-words"
+
+
+def test_extension_dataset_is_its_own_loader_and_unknown_names_are_refused():
+    assert ex.dataset_for(D) == D
+    with pytest.raises(ValueError, match="20news-words"):
+        ex.dataset_for("no-such-set")
+    with pytest.raises(ValueError, match="unknown data set"):
+        main_study.resolve_datasets(["bibtex", "no-such-set"])
+
+
+def test_rate_needs_an_override_where_the_paper_has_none():
+    assert main_study._rate(D, "umax", {D: {"umax": 0.1}}) == 0.1
+    with pytest.raises(ValueError, match=r"rate_overrides\['20news-words'\]\['umax'\]"):
+        main_study._rate(D, "umax", {})
+    # the paper's sets keep their Table 2 rate, and an override still wins
+    assert main_study._rate("bibtex", "implicit", None) == ex.PAPER_TABLE2["bibtex"]["implicit"]
+    assert main_study._rate("bibtex", "implicit", {"bibtex": {"implicit": 3.0}}) == 3.0
+
+
+def test_tune_refuses_the_papers_data_sets():
+    with pytest.raises(ValueError, match="notebook 13 runs our real data sets"):
+        rl.tune("bibtex", METHODS, [1.0], [], epochs=1, train_fraction=0.1, seed=0,
+                protocol="authors-code", final_rows=None, workers=1)
+
+
+def _used(losses, defective=None, test=None):
+    """A choose_used-like frame of one protocol with the given mean train losses."""
+    defective = defective or losses
+    test = test or losses
+    return pd.DataFrame([dict(dataset=D, method=m, lr=0.1, paper_lr=0.1, seeds=3,
+                              train_log_loss_mean=losses[m], train_log_loss_std=0.01,
+                              train_defective_mean=defective[m],
+                              test_log_loss_mean=test[m], test_error_mean=0.5)
+                         for m in METHODS])
+
+
+def _runs(diverged=()):
+    return pd.DataFrame([dict(method=m, lr=0.1, paper_lr=0.1, diverged=m in diverged)
+                         for m in METHODS for _ in range(3)])
+
+
+def test_row_table_ratios_and_ranks():
+    losses = dict(ove=8.0, nce=6.0, **{"is": 5.0}, vanilla=4.0, umax=3.0, implicit=2.0)
+    defective = dict(losses, ove=1.0, nce=1.5, **{"is": 2.5})
+    row = rl.row_table({"p": _used(losses, defective)}, D, METHODS).set_index("method")
+    np.testing.assert_allclose(row.ratio_exact[METHODS], [4, 3, 2.5, 2, 1.5, 1])
+    # as published: the defective metric for OVE/NCE/IS only
+    np.testing.assert_allclose(row.ratio_as_published[METHODS], [0.5, 0.75, 1.25, 2, 1.5, 1])
+    assert list(row.rank_exact[METHODS]) == [6, 5, 4, 3, 2, 1]
+    assert rl.ordering(row.reset_index(), "p") == METHODS[::-1]
+    assert rl.ordering(row.reset_index(), "p", "ratio_as_published")[0] == "ove"
+
+
+def test_claims_confirmed_and_refuted():
+    good = dict(ove=8.0, nce=6.0, **{"is": 5.0}, vanilla=4.0, umax=3.0, implicit=2.0)
+    bad = dict(good, vanilla=1.0, ove=1.5)   # vanilla lowest, OVE below U-max
+    used_of = {"good": _used(good), "bad": _used(bad)}
+    versions = {"good": (_runs(), None), "bad": (_runs(diverged=("implicit",)), None)}
+    row = rl.row_table(used_of, D, METHODS)
+    claims = rl.judge_claims(row, versions, used_of).set_index("claim")
+    assert (claims.verdict_good == "confirmed").all(), claims.verdict_good
+    v = claims.verdict_bad
+    assert v[rl.CLAIMS["implicit_lowest"]] == "not confirmed"
+    assert claims.loc[rl.CLAIMS["implicit_lowest"], "bad"].startswith("lowest: vanilla")
+    assert v[rl.CLAIMS["umax_beats_vanilla"]] == "not confirmed"
+    assert v[rl.CLAIMS["double_sum_beats_biased"]] == "not confirmed"
+    assert v[rl.CLAIMS["implicit_never_diverges"]] == "not confirmed"
+    assert claims.loc[rl.CLAIMS["implicit_never_diverges"], "bad"] == "3 of 3 runs diverged"
+    assert v[rl.CLAIMS["stable_at_tuned"]] == "not confirmed"
+    judged = rl.judge_claims(row, versions, used_of)
+    assert all(rl.verdicts(judged, "good").values())
+    assert not any(rl.verdicts(judged, "bad").values())
+
+
+def test_claims_not_judged_without_the_methods():
+    few = ["umax", "implicit"]
+    used = _used(dict(ove=8.0, nce=6.0, **{"is": 5.0}, vanilla=4.0, umax=3.0, implicit=2.0))
+    used = used[used.method.isin(few)]
+    row = rl.row_table({"p": used}, D, METHODS)
+    claims = rl.judge_claims(row, {"p": (_runs(), None)}, {"p": used}).set_index("claim")
+    assert claims.verdict_p[rl.CLAIMS["double_sum_beats_biased"]] == "not judged"
+    assert claims.verdict_p[rl.CLAIMS["umax_beats_vanilla"]] == "not judged"
+    assert claims.verdict_p[rl.CLAIMS["implicit_lowest"]] == "confirmed"
+
+
+def test_tuning_table_marks_the_chosen_rates():
+    frame = pd.DataFrame([dict(method=m, lr=lr, train_log_loss=1.0 / lr, train_defective=1.0,
+                               diverged=False, N=100, train_seconds=0.1)
+                          for m in ("umax", "implicit") for lr in (0.1, 1.0, 10.0)])
+    chosen = pd.DataFrame(dict(method=["umax", "implicit"], lr=[10.0, np.nan]))
+    t = rl.tuning_table(frame, chosen)
+    assert t.chosen.sum() == 1
+    assert t[t.chosen].iloc[0][["method", "lr"]].tolist() == ["umax", 10.0]
+
+
+def test_published_order_is_the_papers_average_ranking():
+    assert list(rl.PUBLISHED_ORDER)[:3] == ["implicit", "umax", "vanilla"]
