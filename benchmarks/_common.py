@@ -2,35 +2,16 @@
 random CSR data of a given shape."""
 from __future__ import annotations
 
-import datetime
 import os
-import platform
 import tempfile
 from pathlib import Path
 
-import numba
 import numpy as np
-import scipy
 import scipy.sparse as sp
 
+from scalable_softmax.repro.timing import machine_info  # noqa: F401  (one description of the machine)
+
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def machine_info() -> dict:
-    """CPU model, core count, library versions, date and load average."""
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return dict(cpu_model=cpu, cpus=os.cpu_count(), python=platform.python_version(),
-                numpy=np.__version__, scipy=scipy.__version__, numba=numba.__version__,
-                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                load_average=[round(x, 2) for x in os.getloadavg()])
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -1036,14 +1036,9 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
     dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--", "lib",
                                                   "notebooks", "params",
                                                   ":(exclude)notebooks/executed") else ""
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from scalable_softmax.repro.timing import cpu_model
+
+    cpu = cpu_model()
     lines = [
         "# Provenance of the committed figures and tables",
         "",

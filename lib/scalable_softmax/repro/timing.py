@@ -30,7 +30,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 __all__ = ["synthetic_sparse", "epoch_seconds", "time_fit", "rows_for_target",
-           "loglog_slope", "machine_info", "RUNS_COLUMNS", "SCAN_COLUMNS", "scan_columns",
+           "loglog_slope", "cpu_model", "machine_info", "RUNS_COLUMNS", "SCAN_COLUMNS", "scan_columns",
            "start_rate", "scan_weight_gb", "time_reference", "time_datasets",
            "dataset_table", "machine_note", "scan_k", "check_runs", "check_scan",
            "check_written", "plot_datasets", "plot_k_scan"]
@@ -237,22 +237,27 @@ def loglog_slope(x, y):
     return float(dx @ (ly - ly.mean()) / ss)
 
 
-def machine_info():
-    """CPU model, core count, numba threads, library versions, UTC date and the load
-    average (the machine is shared: a high load means noisier timings)."""
-    import numba
-    import scipy
-
-    cpu = platform.processor()
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; else :func:`platform.processor`, else
+    ``"unknown"``)."""
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
                 if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return dict(cpu_model=cpu, cpus=os.cpu_count(), numba_threads=numba.get_num_threads(),
+    return platform.processor() or "unknown"
+
+
+def machine_info():
+    """CPU model, core count, numba threads, library versions, UTC date and the load
+    average (the machine is shared: a high load means noisier timings). The benchmarks
+    (``benchmarks/``) and ``tables/PROVENANCE.md`` describe the machine with it."""
+    import numba
+    import scipy
+
+    return dict(cpu_model=cpu_model(), cpus=os.cpu_count(), numba_threads=numba.get_num_threads(),
                 python=platform.python_version(), numpy=np.__version__,
                 scipy=scipy.__version__, numba=numba.__version__,
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
