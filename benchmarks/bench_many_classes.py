@@ -201,17 +201,17 @@ def newton_flops(s, q, r):
     as one) of one Newton iteration of implicit-batch's reduced problem with ``s``
     points, ``q`` classes and rank ``r``, counted loop by loop as
     :func:`scalable_softmax.methods.implicit_batch._solve_reduced` does them with the
-    structured direction: the objective with its gradient at the iterate
-    (``_scores_value``, ``_ridge_value``, ``_gradient``), the direction
+    structured direction: the gradient at the iterate (``_gradient``, from the softmax
+    and ``ψ'`` of the previous iteration's accepted trial point), the direction
     (``_structured_direction``: the ``q`` blocks ``A_k``, their Cholesky factors,
     ``L_k⁻¹ Bᵀ`` and ``L_k⁻¹ h_k``, ``B A_k⁻¹ h_k``, the ``2s x 2s`` capacitance
     contracted from ``Q_k = W_kᵀ W_k``, its LU solve, ``h - V w`` and the two triangular
     solves), the change of the scores along it (``_score_change``) and one trial point
-    of the line search. The ``s q`` exponentials and ``s`` Lambert W of each of the two
-    evaluations are left out."""
+    of the line search (``_scores_value`` with the softmax pieces the next iteration
+    uses, ``_ridge_value``). Its ``s q`` exponentials and ``s`` Lambert W are left out,
+    and so is the evaluation at the start point (once per step, not per iteration)."""
     f = 0
-    # objective, gradient and the convergence test at the iterate
-    f += 5 * s * q + 4 * q * r + 5 * q              # _scores_value (order 1), _ridge_value
+    # gradient and the convergence test at the iterate
     f += s * q + 2 * s * q * r + 5 * q * r          # _gradient
     f += 2 * q * r + 2 * q * r                      # ||grad||, slope
     # _structured_direction
@@ -234,15 +234,16 @@ def newton_flops(s, q, r):
     f += 2 * sum(2 * a * q + q for a in range(r))   # L⁻ᵀ L⁻¹
     # along the direction: ZP = B Pᵀ and one trial point
     f += 2 * s * r * q
-    f += 2 * q * r + 2 * s * q + 4 * s * q + 4 * q * r + 5 * q
+    f += 2 * q * r + 2 * s * q + 5 * s * q + 4 * q * r + 5 * q
     return float(f)
 
 
 def newton_iteration_seconds(s, q, r, calls=2000, seed=0):
     """Seconds of one Newton iteration's arithmetic measured in this run: the
-    objective with its gradient, the structured direction, the change of the scores
-    along it and one trial point of the line search (the calls ``_solve_reduced``
-    makes), on a random reduced problem of ``s`` points, ``q`` classes, rank ``r``
+    gradient, the structured direction, the change of the scores along it and one trial
+    point of the line search (the calls ``_solve_reduced`` makes per iteration; the
+    evaluation at the start point, once per step, is left out), on a random reduced
+    problem of ``s`` points, ``q`` classes, rank ``r``
     (all in cache); best of three batches of ``calls``."""
     rng = np.random.default_rng(seed)
     Bm = rng.standard_normal((s, r)) * 0.3
@@ -253,7 +254,8 @@ def newton_iteration_seconds(s, q, r, calls=2000, seed=0):
     args = (rng.standard_normal((q, r)) * 0.01, Bm, Z, ypos, logw, np.ones(s),
             np.ones(s), np.zeros(q), np.zeros((q, r)))
     out = (np.empty((q, r)), np.empty(s), np.empty((s, q)), np.empty(s), np.empty(s),
-           np.empty((r, q)), np.empty((s, q)), np.empty((s, q)), np.empty((s, q)))
+           np.empty((r, q)), np.empty((s, q)), np.empty((s, q)), np.empty((s, q)),
+           np.empty(s), np.empty(s))
     p = np.empty(q * r)
     _newton_iterations(1, args, out, p)
     best = np.inf
@@ -269,22 +271,25 @@ def _newton_iterations(calls, args, out, p):
     """``calls`` times the arithmetic of one Newton iteration (see
     :func:`newton_iteration_seconds`)."""
     Cm, Bm, Z, ypos, logw, alpha, ubar, rho, g = args
-    grad, uout, PI, D1, D2, PT, ZP, Zt, PIt = out
+    grad, uout, PI, D1, D2, PT, ZP, Zt, PIt, D1t, D2t = out
     s, r = Bm.shape
     q = Z.shape[1]
     ws = ib._direction_workspace(s, r, q)
-    v = 0.0
+    v = ib._scores_value(Z, ypos, logw, alpha, ubar, 1, PI, D1, D2, uout)
     for _ in range(calls):
-        v += ib._scores_value(Z, ypos, logw, alpha, ubar, 1, PI, D1, D2, uout)
-        v += ib._ridge_value(Cm, rho, g)
         ib._gradient(Bm, PI, D1, ypos, Cm, rho, g, grad)
         ib._structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p, ws)
         ib._score_change(Bm, p, PT, ZP)
         for i in range(s):
             for k in range(q):
                 Zt[i, k] = Z[i, k] + 0.5 * ZP[i, k]
-        v += ib._scores_value(Zt, ypos, logw, alpha, ubar, 0, PIt, D1, D2, uout)
+        v += ib._scores_value(Zt, ypos, logw, alpha, ubar, 1, PIt, D1t, D2t, uout)
         v += ib._ridge_value(Cm, rho, g)
+        for i in range(s):  # the accepted trial's pieces serve the next iteration
+            for k in range(q):
+                PI[i, k] = PIt[i, k]
+            D1[i] = D1t[i]
+            D2[i] = D2t[i]
     return v
 
 

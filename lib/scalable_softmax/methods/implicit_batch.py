@@ -661,7 +661,9 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
     :func:`_structured_direction` unless ``dense`` (or when that fails: then by a
     Cholesky factorisation of the dense Hessian). The scores ``Z = S̃ + B Cᵀ`` are
     carried along the iterations (``Z += τ B pᵀ`` with each accepted step), so a trial
-    point of the line search costs one pass over the ``s q`` scores. Returns
+    point of the line search costs one pass over the ``s q`` scores, and the accepted
+    trial's softmax, ``ψ'``, ``ψ''`` and ``u`` serve the next iteration (one evaluation
+    of Φ per iteration when the full step is taken). Returns
     ``(newton_iterations, converged, dense_fallbacks)``."""
     s = Bm.shape[0]
     q = S0.shape[1]
@@ -684,7 +686,9 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
     Zt = np.empty((s, q))
     ZP = np.empty((s, q))
     PT = np.empty((r, q))
-    PIt = np.empty((s, q))  # scratch of the line search's evaluations
+    PIt = np.empty((s, q))  # the line search's evaluations (kept when accepted)
+    D1t = np.empty(s)
+    D2t = np.empty(s)
     for i in range(s):
         for k in range(q):
             z = S0[i, k]
@@ -693,9 +697,13 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
             Z[i, k] = z
     it = 0
     nfb = 0
+    vt = 0.0
     while True:
-        val = _scores_value(Z, ypos, logw, alpha, ubar, 1, PI, D1, D2, uout)
-        val += _ridge_value(Cm, rho, g)
+        if it == 0:
+            val = _scores_value(Z, ypos, logw, alpha, ubar, 1, PI, D1, D2, uout)
+            val += _ridge_value(Cm, rho, g)
+        else:
+            val = vt  # Φ, π, ψ', ψ'' and u at the accepted trial point, already computed
         _gradient(Bm, PI, D1, ypos, Cm, rho, g, grad)
         cmax = 0.0
         gn = 0.0
@@ -752,7 +760,7 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
             for i in range(s):
                 for k in range(q):
                     Zt[i, k] = Z[i, k] + tau * ZP[i, k]
-            vt = _scores_value(Zt, ypos, logw, alpha, ubar, 0, PIt, D1, D2, ut)
+            vt = _scores_value(Zt, ypos, logw, alpha, ubar, 1, PIt, D1t, D2t, ut)
             vt += _ridge_value(Ct, rho, g)
             if vt <= val + 1e-4 * tau * slope + noise:
                 accepted = True
@@ -766,7 +774,10 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
         for i in range(s):
             for k in range(q):
                 Z[i, k] = Zt[i, k]
+                PI[i, k] = PIt[i, k]
             uout[i] = ut[i]
+            D1[i] = D1t[i]
+            D2[i] = D2t[i]
         if tau * pmax <= tol * (1.0 + cmax):
             return it, True, nfb
 
