@@ -121,7 +121,7 @@ def test_run_all_in_two_processes_equals_one_process(tmp_path):
 def test_dataset_for_falls_back_to_surrogates():
     assert ex.dataset_for("bibtex") == "bibtex"
     assert ex.dataset_for("eurlex", prefer_real=False) == "eurlex-surrogate"
-    with pytest.raises(ValueError, match="unknown paper data set"):
+    with pytest.raises(ValueError, match="unknown data set"):
         ex.dataset_for("imagenet")
     assert set(ex.PAPER_TABLE2) == set(ex.PAPER_TABLE3) == set(ex.PAPER_DATASETS)
     for d in ex.PAPER_DATASETS:
