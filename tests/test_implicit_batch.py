@@ -369,6 +369,92 @@ def test_structured_direction_solves_the_dense_newton_system(deficient):
     assert (True in ranks) if deficient else (False in ranks)  # r < s was exercised
 
 
+@pytest.mark.parametrize("deficient", [False, True])
+def test_factored_hessian_solves_for_any_gradient(deficient):
+    """A chord step: the Hessian factored once (`_ls_factor`) and applied to other
+    gradients (`_ls_solve`) gives np.linalg.solve of that Hessian, and a refactored
+    `_structured_direction` gives the same direction as factor + solve."""
+    rng = np.random.default_rng(21 + deficient)
+    for trial in range(200):
+        s = int(rng.integers(1, 12))
+        q = int(rng.integers(1, 23))
+        Bm, PI, ypos, D1, D2, rho, grad = _reduced_instance(rng, s, q, deficient)
+        r = Bm.shape[1]
+        ws = ib._direction_workspace(s, r, q)
+        assert ib._ls_factor(Bm, PI, ypos, D1, D2, rho, ws), trial
+        H = _dense_hessian(Bm, PI, ypos, D1, D2, rho)
+        for _ in range(3):
+            g2 = rng.normal(size=(q, r)) * 10 ** rng.uniform(-8, 2)
+            p = np.full(q * r, np.nan)
+            assert ib._ls_solve(Bm, PI, D1, D2, g2, p, ws)
+            want = np.linalg.solve(H, -g2.ravel())
+            np.testing.assert_allclose(p, want, rtol=0, atol=1e-9 * np.abs(want).max(),
+                                       err_msg=str(trial))
+        p1 = np.empty(q * r)
+        assert ib._structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p1,
+                                        ib._direction_workspace(s, r, q))
+        p2 = np.empty(q * r)
+        assert ib._ls_solve(Bm, PI, D1, D2, grad, p2, ws)
+        np.testing.assert_array_equal(p1, p2)
+
+
+def test_span_basis_is_orthonormal_on_both_routes():
+    """`_span_basis`: ``V = X_Sᵀ Ur`` has orthonormal columns spanning the chunk's rows
+    and ``X_S V = B``, by the Cholesky route (full rank, ``B`` lower triangular) and
+    by the eigendecomposition (a duplicate, collinear or empty row: rank dropped)."""
+    rng = np.random.default_rng(22)
+    routes = set()
+    for trial in range(300):
+        s = int(rng.integers(1, 12))
+        D = int(rng.integers(s, s + 10))
+        X = rng.normal(size=(s, D)) * (rng.random((s, D)) < 0.5)
+        X[np.abs(X).sum(1) == 0, 0] = 1.0
+        kind = trial % 4
+        if kind == 1 and s > 1:
+            X[-1] = X[0]
+        elif kind == 2 and s > 2:
+            X[-1] = 3.0 * X[0] - X[1]
+        elif kind == 3 and s > 1:
+            X[-1] = 0.0
+        r, Bm, Ur = ib._span_basis(X @ X.T)
+        rank = np.linalg.matrix_rank(X)
+        assert r == rank, trial
+        V = X.T @ Ur
+        np.testing.assert_allclose(V.T @ V, np.eye(r), atol=1e-8, err_msg=str(trial))
+        np.testing.assert_allclose(X @ V, Bm, atol=1e-9 * max(1.0, np.abs(X).max()) ** 2)
+        # the span is all of X's rows: projecting them onto V changes nothing
+        np.testing.assert_allclose(X @ V @ V.T, X, atol=1e-8 * np.abs(X).max())
+        cholesky = r == s and np.allclose(np.triu(Bm, 1), 0.0)
+        routes.add(cholesky)
+    assert routes == {True, False}
+
+
+def test_newton_reuses_factorisations_and_keeps_its_stopping_rule():
+    """On steps of a real epoch the solve takes chord steps (`chord_iterations_mean`
+    > 0, fewer factorisations than iterations) and still lands on the reference's
+    step: the same epoch replayed step by step against the NumPy reference."""
+    rng = np.random.default_rng(23)
+    N, D, K = 60, 30, 12
+    X = rng.normal(size=(N, D)) * (rng.random((N, D)) < 0.3)
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+    y = rng.integers(0, K, N)
+    tr = ImplicitBatchTrainer(X, y, K, batch_size=5, n_sampled=4, tol=1e-12)
+    tr.init_params()
+    order = rng.permutation(N)
+    for e in range(3):
+        rep = tr.run_epoch(order, 5.0, e)
+    assert rep.extra["chord_iterations_mean"] > 0
+    assert rep.extra["chord_iterations_mean"] < rep.extra["newton_iterations_mean"]
+    W, u = tr.W.copy(), tr.u.copy()
+    rep = tr.run_epoch(order, 5.0, 99)
+    for j, start in enumerate(range(0, N, 5)):
+        classes = [c for c in tr.last_epoch_classes[j] if c >= 0]
+        W, u, _ = implicit_batch_step_reference(X, y, W, u, order[start:start + 5],
+                                                classes, 5.0, tol=1e-12)
+    np.testing.assert_allclose(tr.W, W, rtol=0, atol=1e-9 * max(1.0, np.abs(W).max()))
+    np.testing.assert_allclose(tr.u, u, rtol=0, atol=1e-9 * max(1.0, np.abs(u).max()))
+
+
 def test_lu_solve_matches_numpy():
     rng = np.random.default_rng(13)
     for trial in range(200):

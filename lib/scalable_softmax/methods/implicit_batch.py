@@ -123,6 +123,12 @@ __all__ = [
 
 #: eigenvalues of the chunk's Gram matrix below this fraction of the largest are dropped
 _EIG_RTOL = 1e-12
+#: the Cholesky basis is used when every pivot keeps at least this fraction of its
+#: point's squared norm (else the eigendecomposition, which drops near-null directions)
+_CHOL_RTOL = 1e-6
+#: Newton reuses the factored Hessian of an earlier iterate (a chord step) while each
+#: step cuts the gradient's norm at least this many times over
+_CHORD_RATE = 0.03
 #: lazily applied row scales below this are folded into the row
 _SCALE_FLOOR = 1e-100
 
@@ -274,13 +280,13 @@ def _direction_workspace(s, r, q):
     return (np.empty((r, r, q)), np.empty((r, q)), np.empty((r, s, q)), np.empty((r, q)),
             np.empty((s, q)), np.empty((s, q)), np.empty((s, q)), np.empty(q),
             np.empty((2 * s, 2 * s)), np.empty(2 * s), np.empty((r, q)),
-            np.empty(2 * s))
+            np.empty(2 * s), np.empty(2 * s, np.int64))
 
 
 @numba.njit(**JIT)
-def _lu_solve(M, b, row):
-    """Solve ``M x = b`` in place (``b`` becomes ``x``, ``M`` its LU factors) by
-    Gaussian elimination with partial pivoting (``row``: scratch of length ``n``).
+def _lu_factor(M, piv, row):
+    """LU factors of ``M`` in place by Gaussian elimination with partial pivoting
+    (``piv[j]``: the row exchanged with row ``j``; ``row``: scratch of length ``n``).
     Returns False if a pivot is zero or not finite."""
     n = M.shape[0]
     for j in range(n):
@@ -293,14 +299,12 @@ def _lu_solve(M, b, row):
                 best = i
         if not (amax > 0.0 and math.isfinite(amax)):
             return False
+        piv[j] = best
         if best != j:
             for c in range(n):
                 t = M[j, c]
                 M[j, c] = M[best, c]
                 M[best, c] = t
-            t = b[j]
-            b[j] = b[best]
-            b[best] = t
         inv = 1.0 / M[j, j]
         for c in range(j + 1, n):
             row[c] = M[j, c]
@@ -309,12 +313,39 @@ def _lu_solve(M, b, row):
             M[i, j] = f
             for c in range(j + 1, n):
                 M[i, c] -= f * row[c]
-            b[i] -= f * b[j]
+    return True
+
+
+@numba.njit(**JIT)
+def _lu_apply(M, piv, b):
+    """Solve ``M x = b`` in place (``b`` becomes ``x``) from :func:`_lu_factor`'s
+    factors and exchanges."""
+    n = M.shape[0]
+    for j in range(n):  # the exchanges, in order, then the unit lower factor
+        best = piv[j]
+        if best != j:
+            t = b[j]
+            b[j] = b[best]
+            b[best] = t
+    for j in range(n):
+        for i in range(j + 1, n):
+            b[i] -= M[i, j] * b[j]
     for i in range(n - 1, -1, -1):
         v = b[i]
         for c in range(i + 1, n):
             v -= M[i, c] * b[c]
         b[i] = v / M[i, i]
+
+
+@numba.njit(**JIT)
+def _lu_solve(M, b, row):
+    """Solve ``M x = b`` in place (``b`` becomes ``x``, ``M`` its LU factors) by
+    Gaussian elimination with partial pivoting (``row``: scratch of length ``n``).
+    Returns False if a pivot is zero or not finite."""
+    piv = np.empty(M.shape[0], np.int64)
+    if not _lu_factor(M, piv, row):
+        return False
+    _lu_apply(M, piv, b)
     return True
 
 
@@ -387,19 +418,16 @@ def _ls_cholesky(A, invd):
 
 
 @numba.njit(**JIT)
-def _ls_forward(A, invd, Bm, grad, Wt, zh):
-    """``Wt[:, :, k] = L_k⁻¹ Bᵀ`` and ``zh[:, k] = L_k⁻¹ h_k`` (``h = -∇Φ``)."""
+def _ls_forward(A, invd, Bm, Wt):
+    """``Wt[:, :, k] = L_k⁻¹ Bᵀ``."""
     s, r = Bm.shape
     q = A.shape[2]
     for a in range(r):
-        zha = zh[a]
         for i in range(s):
             ba = Bm[i, a]
             w = Wt[a, i]
             for k in range(q):
                 w[k] = ba
-        for k in range(q):
-            zha[k] = -grad[k, a]
         for t in range(a):
             Aat = A[a, t]
             for i in range(s):
@@ -407,32 +435,36 @@ def _ls_forward(A, invd, Bm, grad, Wt, zh):
                 wt = Wt[t, i]
                 for k in range(q):
                     w[k] -= Aat[k] * wt[k]
-            zht = zh[t]
-            for k in range(q):
-                zha[k] -= Aat[k] * zht[k]
         iva = invd[a]
         for i in range(s):
             w = Wt[a, i]
             for k in range(q):
                 w[k] *= iva[k]
+
+
+@numba.njit(**JIT)
+def _ls_forward_h(A, invd, grad, zh):
+    """``zh[:, k] = L_k⁻¹ h_k`` (``h = -∇Φ``)."""
+    r = A.shape[0]
+    q = A.shape[2]
+    for a in range(r):
+        zha = zh[a]
+        for k in range(q):
+            zha[k] = -grad[k, a]
+        for t in range(a):
+            Aat = A[a, t]
+            zht = zh[t]
+            for k in range(q):
+                zha[k] -= Aat[k] * zht[k]
+        iva = invd[a]
         for k in range(q):
             zha[k] *= iva[k]
 
 
 @numba.njit(**JIT)
-def _ls_capacitance(Wt, zh, PI, ET, D1, D2, beta, qv, cap, rhs):
-    """``beta[i, k] = (B A_k⁻¹ h_k)_i``, the capacitance ``I + S Vᵀ A⁻¹ V`` and its
-    right-hand side ``S Vᵀ A⁻¹ h`` (see :func:`_structured_direction`)."""
+def _ls_capacitance(Wt, PI, ET, D1, D2, qv, cap):
+    """The capacitance ``I + S Vᵀ A⁻¹ V`` (see :func:`_structured_direction`)."""
     r, s, q = Wt.shape
-    for i in range(s):
-        bi = beta[i]
-        for k in range(q):
-            bi[k] = 0.0
-        for a in range(r):
-            w = Wt[a, i]
-            za = zh[a]
-            for k in range(q):
-                bi[k] += w[k] * za[k]
     for i in range(s):
         et_i = ET[i]
         pi_i = PI[i]
@@ -466,6 +498,27 @@ def _ls_capacitance(Wt, zh, PI, ET, D1, D2, beta, qv, cap, rhs):
                 cap[2 * i2, 2 * i + 1] = D2[i2] * pe
                 cap[2 * i2 + 1, 2 * i] = -D1[i2] * ep
                 cap[2 * i2 + 1, 2 * i + 1] = -D1[i2] * pp
+    for j in range(2 * s):
+        cap[j, j] += 1.0
+
+
+@numba.njit(**JIT)
+def _ls_rhs(Wt, zh, PI, ET, D1, D2, beta, rhs):
+    """``beta[i, k] = (B A_k⁻¹ h_k)_i`` and the capacitance system's right-hand side
+    ``S Vᵀ A⁻¹ h`` (see :func:`_structured_direction`)."""
+    r, s, q = Wt.shape
+    for i in range(s):
+        bi = beta[i]
+        for k in range(q):
+            bi[k] = 0.0
+        for a in range(r):
+            w = Wt[a, i]
+            za = zh[a]
+            for k in range(q):
+                bi[k] += w[k] * za[k]
+    for i in range(s):
+        et_i = ET[i]
+        pi_i = PI[i]
         bi = beta[i]
         ee = 0.0
         pp = 0.0
@@ -474,8 +527,6 @@ def _ls_capacitance(Wt, zh, PI, ET, D1, D2, beta, qv, cap, rhs):
             pp += pi_i[k] * bi[k]
         rhs[2 * i] = D2[i] * ee
         rhs[2 * i + 1] = -D1[i] * pp
-    for j in range(2 * s):
-        cap[j, j] += 1.0
 
 
 @numba.njit(**JIT)
@@ -552,14 +603,34 @@ def _structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p, ws):
     ``benchmarks/bench_many_classes.py``. Returns False if a
     factorisation fails or the result is not finite (the caller then falls back to the
     dense Hessian); the caller also checks that ``p`` is a descent direction."""
-    A, invd, Wt, zh, beta, ET, DT, qv, cap, rhs, xt, row = ws
+    if not _ls_factor(Bm, PI, ypos, D1, D2, rho, ws):
+        return False
+    return _ls_solve(Bm, PI, D1, D2, grad, p, ws)
+
+
+@numba.njit(**JIT)
+def _ls_factor(Bm, PI, ypos, D1, D2, rho, ws):
+    """The factorisation half of :func:`_structured_direction` (into ``ws``): the
+    blocks' Cholesky factors, ``L_k⁻¹ Bᵀ`` and the capacitance's LU factors. False if
+    one fails."""
+    A, invd, Wt, zh, beta, ET, DT, qv, cap, rhs, xt, row, piv = ws
     _ls_blocks(Bm, PI, ypos, D1, rho, A, DT, ET)
     if not _ls_cholesky(A, invd):
         return False
-    _ls_forward(A, invd, Bm, grad, Wt, zh)
-    _ls_capacitance(Wt, zh, PI, ET, D1, D2, beta, qv, cap, rhs)
-    if not _lu_solve(cap, rhs, row):
-        return False
+    _ls_forward(A, invd, Bm, Wt)
+    _ls_capacitance(Wt, PI, ET, D1, D2, qv, cap)
+    return _lu_factor(cap, piv, row)
+
+
+@numba.njit(**JIT)
+def _ls_solve(Bm, PI, D1, D2, grad, p, ws):
+    """The solve half of :func:`_structured_direction`: ``p = -H⁻¹ grad`` with the
+    Hessian :func:`_ls_factor` factored (``PI``, ``D1``, ``D2``: the pieces it was
+    factored with). False if ``p`` is not finite."""
+    A, invd, Wt, zh, beta, ET, DT, qv, cap, rhs, xt, row, piv = ws
+    _ls_forward_h(A, invd, grad, zh)
+    _ls_rhs(Wt, zh, PI, ET, D1, D2, beta, rhs)
+    _lu_apply(cap, piv, rhs)
     return _ls_back(A, invd, Bm, PI, ET, grad, rhs, beta, xt, p)
 
 
@@ -663,8 +734,14 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
     carried along the iterations (``Z += τ B pᵀ`` with each accepted step), so a trial
     point of the line search costs one pass over the ``s q`` scores, and the accepted
     trial's softmax, ``ψ'``, ``ψ''`` and ``u`` serve the next iteration (one evaluation
-    of Φ per iteration when the full step is taken). Returns
-    ``(newton_iterations, converged, dense_fallbacks)``."""
+    of Φ per iteration when the full step is taken). Once a step has cut ``||∇Φ||``
+    at least ``1/_CHORD_RATE``-fold, the next direction reuses the factored Hessian of
+    the iterate where it was last factored (a chord step, :func:`_ls_solve` alone:
+    about a sixth of the arithmetic of a fresh direction), for as long as each step
+    keeps that rate; the stopping rule is the same, so the point it returns is as
+    close to the minimiser. Returns ``(newton_iterations, converged,
+    dense_fallbacks, chord_iterations)`` (chord iterations count among the Newton
+    iterations)."""
     s = Bm.shape[0]
     q = S0.shape[1]
     r = Bm.shape[1]
@@ -680,7 +757,7 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
     ut = np.empty(s)
     if nv == 0:
         _reduced_eval(Cm, Bm, S0, ypos, logw, alpha, ubar, rho, g, 0, grad, H, uout, PI, D1, D2)
-        return 0, True, 0
+        return 0, True, 0, 0
     ws = _direction_workspace(s, r, q)
     Z = np.empty((s, q))
     Zt = np.empty((s, q))
@@ -689,6 +766,11 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
     PIt = np.empty((s, q))  # the line search's evaluations (kept when accepted)
     D1t = np.empty(s)
     D2t = np.empty(s)
+    PIf = np.empty((s, q))  # the pieces the factored Hessian was built from
+    D1f = np.empty(s)
+    D2f = np.empty(s)
+    factored = False  # ws holds a factorisation of an earlier iterate's Hessian
+    gprev = np.inf
     for i in range(s):
         for k in range(q):
             z = S0[i, k]
@@ -697,6 +779,7 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
             Z[i, k] = z
     it = 0
     nfb = 0
+    nchord = 0
     vt = 0.0
     while True:
         if it == 0:
@@ -712,17 +795,38 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
                 gn += grad[k, a] * grad[k, a]
                 if abs(Cm[k, a]) > cmax:
                     cmax = abs(Cm[k, a])
-        if math.sqrt(gn) <= 2.0 * tol * (1.0 + cmax):
-            return it, True, nfb
+        gn = math.sqrt(gn)
+        if gn <= 2.0 * tol * (1.0 + cmax):
+            return it, True, nfb, nchord
         if it >= max_newton:
-            return it, False, nfb
+            return it, False, nfb, nchord
         it += 1
+        # a chord step (the factored Hessian of an earlier iterate) while the last step
+        # cut the gradient at least _CHORD_RATE-fold, else a fresh factorisation
+        chord = factored and gn <= _CHORD_RATE * gprev
+        gprev = gn
         for k in range(q):
             for a in range(r):
                 gflat[k * r + a] = grad[k, a]
         ok = False
-        if not dense:
-            ok = _structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p, ws)
+        if not dense and chord:
+            ok = _ls_solve(Bm, PIf, D1f, D2f, grad, p, ws)
+            if ok:
+                slope = 0.0
+                for j in range(nv):
+                    slope += gflat[j] * p[j]
+                ok = slope < 0.0 and math.isfinite(slope)
+            if ok:
+                nchord += 1
+        if not dense and not ok:
+            factored = _ls_factor(Bm, PI, ypos, D1, D2, rho, ws)
+            ok = factored and _ls_solve(Bm, PI, D1, D2, grad, p, ws)
+            if factored:
+                for i in range(s):
+                    for k in range(q):
+                        PIf[i, k] = PI[i, k]
+                    D1f[i] = D1[i]
+                    D2f[i] = D2[i]
             if ok:
                 slope = 0.0
                 for j in range(nv):
@@ -738,7 +842,7 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
             for j in range(nv):
                 gflat[j] = -gflat[j]
             if not _chol_solve(H, gflat, p):
-                return it, False, nfb
+                return it, False, nfb, nchord
             for j in range(nv):
                 gflat[j] = -gflat[j]
         slope = 0.0
@@ -748,7 +852,7 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
             if abs(p[j]) > pmax:
                 pmax = abs(p[j])
         if not slope < 0.0:
-            return it, False, nfb
+            return it, False, nfb, nchord
         _score_change(Bm, p, PT, ZP)
         tau = 1.0
         noise = 1e-13 * (1.0 + abs(val))
@@ -767,7 +871,10 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
                 break
             tau *= 0.5
         if not accepted:
-            return it, False, nfb
+            if chord:  # the old factorisation misled the search: factor afresh
+                factored = False
+                continue
+            return it, False, nfb, nchord
         for k in range(q):
             for a in range(r):
                 Cm[k, a] = Ct[k, a]
@@ -779,7 +886,67 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
             D1[i] = D1t[i]
             D2[i] = D2t[i]
         if tau * pmax <= tol * (1.0 + cmax):
-            return it, True, nfb
+            return it, True, nfb, nchord
+
+
+@numba.njit(**JIT)
+def _span_basis(G):
+    """An orthonormal basis ``V = X_Sᵀ Ur`` of the chunk's span from its Gram matrix
+    ``G = X_S X_Sᵀ`` (s x s), with ``x_iᵀ V = B_i``; returns ``(r, B, Ur)``, ``B`` and
+    ``Ur`` of shape (s, r).
+
+    When the Cholesky factorisation ``G = L Lᵀ`` keeps, at every pivot, at least
+    ``_CHOL_RTOL`` of that point's squared norm (no point nearly in the span of the
+    ones before it), ``B = L`` and ``Ur = L⁻ᵀ`` (``r = s``; ``Urᵀ G Ur = I``). Otherwise
+    (duplicate, collinear or empty rows) the eigendecomposition ``G = U Λ Uᵀ`` with
+    eigenvalues below ``_EIG_RTOL·λ_max`` dropped: ``B = U Λ^{1/2}``,
+    ``Ur = U Λ^{-1/2}``. The reduced problem is the same in any orthonormal basis of
+    the span (Φ depends on ``C`` through ``B Cᵀ``, ``||c_k||`` and ``g_kᵀ c_k``, all
+    invariant when ``B`` and ``C`` turn by one orthogonal matrix), so both give the
+    same step; the factorisation costs ``s³/6`` multiply-adds against the
+    eigendecomposition's library call."""
+    s = G.shape[0]
+    L = np.zeros((s, s))
+    full = True
+    for j in range(s):
+        d = G[j, j]
+        for t in range(j):
+            d -= L[j, t] * L[j, t]
+        if not (G[j, j] > 0.0 and d > _CHOL_RTOL * G[j, j]):
+            full = False
+            break
+        d = math.sqrt(d)
+        L[j, j] = d
+        for i in range(j + 1, s):
+            v = G[i, j]
+            for t in range(j):
+                v -= L[i, t] * L[j, t]
+            L[i, j] = v / d
+    if full:
+        Ur = np.zeros((s, s))  # L⁻ᵀ, upper triangular: Ur[a, b] = (L⁻¹)[b, a]
+        for b in range(s):
+            Ur[b, b] = 1.0 / L[b, b]
+            for i in range(b + 1, s):
+                v = 0.0
+                for t in range(b, i):
+                    v -= L[i, t] * Ur[b, t]
+                Ur[b, i] = v / L[i, i]
+        return s, L, Ur
+    lam, U = np.linalg.eigh(G)
+    lmax = lam[s - 1]
+    r = 0
+    for a in range(s):
+        if lam[a] > _EIG_RTOL * lmax and lmax > 0.0:
+            r += 1
+    Bm = np.empty((s, r))
+    Ur = np.empty((s, r))  # U Λ^{-1/2}
+    for b in range(r):
+        ev = lam[s - r + b]
+        sq = math.sqrt(ev)
+        for a in range(s):
+            Bm[a, b] = U[a, s - r + b] * sq
+            Ur[a, b] = U[a, s - r + b] / sq
+    return r, Bm, Ur
 
 
 # ----------------------------------------------------------------------------------
@@ -863,12 +1030,48 @@ def _row_dot(indptr, indices, data, i, R, k):
 
 
 @numba.njit(**JIT)
+def _chunk_labels(order, start, stop, y, pts, cnt, cls, ypos):
+    """The chunk ``order[start:stop]``: its distinct points (first-appearance order)
+    into ``pts`` with multiplicities ``cnt``, its distinct labels into ``cls`` and each
+    point's label position into ``ypos``. Returns ``(s, ny)``, the numbers of points
+    and labels."""
+    s = 0
+    for t in range(start, stop):
+        i = order[t]
+        found = False
+        for a in range(s):
+            if pts[a] == i:
+                cnt[a] += 1
+                found = True
+                break
+        if not found:
+            pts[s] = i
+            cnt[s] = 1
+            s += 1
+    ny = 0
+    for a in range(s):
+        lab = y[pts[a]]
+        pos = -1
+        for b in range(ny):
+            if cls[b] == lab:
+                pos = b
+                break
+        if pos < 0:
+            cls[ny] = lab
+            pos = ny
+            ny += 1
+        ypos[a] = pos
+    return s, ny
+
+
+@numba.njit(**JIT)
 def _epoch_kernel(indptr, indices, data, y, R, gamma, u, order, n, m, K, N, lr, mu,
                   beta, seed, tol, max_newton, dense, classes, replay):
     """One epoch of implicit-batch steps. ``R`` (K x D) with row scales ``gamma``
     holds ``W = gamma[:, None] * R``. ``classes`` (steps x m, ``-1`` padded) receives
     the sampled classes, or with ``replay`` supplies them. Returns ``(diverged_at,
-    steps, newton_total, newton_max, unconverged, clamped, dense_fallbacks)``."""
+    steps, newton_total, newton_max, unconverged, clamped, dense_fallbacks,
+    chord_total)``."""
     np.random.seed(seed)
     D = R.shape[1]
     total = order.shape[0]
@@ -878,7 +1081,9 @@ def _epoch_kernel(indptr, indices, data, y, R, gamma, u, order, n, m, K, N, lr, 
     cnt = np.empty(n, np.int64)
     cls = np.empty(n + m, np.int64)
     sampled = np.empty(m, np.int64)
+    ypos_buf = np.empty(n, np.int64)
     newton_total = 0
+    chord_total = 0
     fallbacks = 0
     newton_max = 0
     unconverged = 0
@@ -887,36 +1092,8 @@ def _epoch_kernel(indptr, indices, data, y, R, gamma, u, order, n, m, K, N, lr, 
     for start in range(0, total, n):
         stop = min(start + n, total)
         sj = stop - start
-        # distinct points with multiplicities
-        s = 0
-        for t in range(start, stop):
-            i = order[t]
-            found = False
-            for a in range(s):
-                if pts[a] == i:
-                    cnt[a] += 1
-                    found = True
-                    break
-            if not found:
-                pts[s] = i
-                cnt[s] = 1
-                s += 1
-        # distinct labels, then sampled classes
-        ny = 0
-        ypos = np.empty(s, np.int64)
-        for a in range(s):
-            lab = y[pts[a]]
-            pos = -1
-            for b in range(ny):
-                if cls[b] == lab:
-                    pos = b
-                    break
-            if pos < 0:
-                cls[ny] = lab
-                mark[lab] = step
-                pos = ny
-                ny += 1
-            ypos[a] = pos
+        s, ny = _chunk_labels(order, start, stop, y, pts, cnt, cls, ypos_buf)
+        ypos = ypos_buf[:s]
         if replay:
             mm = 0
             for c in range(m):
@@ -924,6 +1101,8 @@ def _epoch_kernel(indptr, indices, data, y, R, gamma, u, order, n, m, K, N, lr, 
                     sampled[mm] = classes[step, c]
                     mm += 1
         else:
+            for b in range(ny):
+                mark[cls[b]] = step
             mm = _sample_classes(K, K - ny, m, mark, step, sampled)
             for c in range(m):
                 classes[step, c] = sampled[c] if c < mm else -1
@@ -955,20 +1134,7 @@ def _epoch_kernel(indptr, indices, data, y, R, gamma, u, order, n, m, K, N, lr, 
             for c in range(q):
                 k = cls[c]
                 S0[a, c] = gamma[k] * _row_dot(indptr, indices, data, pts[a], R, k)
-        lam, U = np.linalg.eigh(G)
-        lmax = lam[s - 1]
-        r = 0
-        for a in range(s):
-            if lam[a] > _EIG_RTOL * lmax and lmax > 0.0:
-                r += 1
-        Bm = np.empty((s, r))
-        Ur = np.empty((s, r))  # U Λ^{-1/2}
-        for b in range(r):
-            ev = lam[s - r + b]
-            sq = math.sqrt(ev)
-            for a in range(s):
-                Bm[a, b] = U[a, s - r + b] * sq
-                Ur[a, b] = U[a, s - r + b] / sq
+        r, Bm, Ur = _span_basis(G)
         g = np.zeros((q, r))
         rho = np.empty(q)
         for c in range(q):
@@ -985,9 +1151,10 @@ def _epoch_kernel(indptr, indices, data, y, R, gamma, u, order, n, m, K, N, lr, 
             ubar[a] = u[pts[a]]
         Cm = np.zeros((q, r))
         unew = np.empty(s)
-        its, ok, nfb = _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol,
-                                 max_newton, dense, Cm, unew)
+        its, ok, nfb, nch = _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol,
+                                           max_newton, dense, Cm, unew)
         newton_total += its
+        chord_total += nch
         fallbacks += nfb
         if its > newton_max:
             newton_max = its
@@ -1025,8 +1192,9 @@ def _epoch_kernel(indptr, indices, data, y, R, gamma, u, order, n, m, K, N, lr, 
                     R[k, indices[p]] += f * data[p]
         step += 1
         if not finite:
-            return step - 1, step, newton_total, newton_max, unconverged, clamped, fallbacks
-    return -1, step, newton_total, newton_max, unconverged, clamped, fallbacks
+            return (step - 1, step, newton_total, newton_max, unconverged, clamped,
+                    fallbacks, chord_total)
+    return -1, step, newton_total, newton_max, unconverged, clamped, fallbacks, chord_total
 
 
 # ----------------------------------------------------------------------------------
@@ -1336,8 +1504,10 @@ class ImplicitBatchTrainer(Trainer):
 
         Returns
         -------
-        EpochReport with ``extra = {"newton_iterations_mean", "newton_iterations_max",
-        "newton_unconverged", "u_clamped", "dense_fallbacks"}`` (``u_clamped``: point
+        EpochReport with ``extra = {"newton_iterations_mean", "chord_iterations_mean",
+        "newton_iterations_max", "newton_unconverged", "u_clamped",
+        "dense_fallbacks"}`` (``chord_iterations_mean``: of the Newton iterations per
+        step, those that reused an earlier factorisation; ``u_clamped``: point
         updates that ended on the constraint ``u = 0``; ``dense_fallbacks``: Newton
         iterations where the structured solve failed and the dense one was used).
         """
@@ -1359,7 +1529,7 @@ class ImplicitBatchTrainer(Trainer):
         gamma = np.ones(self.K)
         nsteps = -(-len(order) // n)
         classes = np.full((nsteps, m), -1, np.int64)
-        div, steps, ntot, nmax, nunc, ncl, nfb = _epoch_kernel(
+        div, steps, ntot, nmax, nunc, ncl, nfb, nch = _epoch_kernel(
             self._indptr, self._indices, self._data, self._y, self.W, gamma, self.u,
             order, n, m, self.K, self.N, lr, self.mu, self.beta, int(seed) & 0xFFFFFFFF,
             self.tol, self.max_newton, self.linear_solver == "dense", classes, False)
@@ -1368,6 +1538,7 @@ class ImplicitBatchTrainer(Trainer):
         self.last_epoch_classes = classes[:steps]
         return EpochReport(steps=int(steps), diverged_at=int(div), extra={
             "newton_iterations_mean": ntot / max(steps, 1),
+            "chord_iterations_mean": nch / max(steps, 1),
             "newton_iterations_max": int(nmax),
             "newton_unconverged": int(nunc),
             "u_clamped": int(ncl),
