@@ -19,7 +19,10 @@ the kernel's memory accesses and nothing else:
   (the entries the implicit-batch kernel's scores and update touch); the arithmetic
   of implicit-batch, the Newton solve of its reduced problem, is stated beside it in
   flops per iteration (:func:`newton_flops`) and in seconds per iteration measured in
-  the same run (:func:`newton_iteration_seconds`).
+  the same run (:func:`newton_iteration_seconds`), fresh and chord iterations apart.
+  Three loops make these accesses: plain, with the next minibatch prefetched
+  (``prefetch1``) and with each (class, point) pair's entries prefetched four pairs
+  ahead as the kernel's scores pass does (``dots4``); the fastest is the bound.
 
 U-max (m = 1 and 10), implicit-batch and the bound loops share one ``W`` array
 (``mu = 0``, so no row scales; the bound loops add zeros): one 1.4 GB matrix instead of
@@ -50,6 +53,8 @@ from scalable_softmax.methods.implicit_batch import ImplicitBatchTrainer
 TARGET_UMAX_M10 = 6.0
 TARGET_IMPLICIT_BATCH = 15.0
 TARGET_BOUND = 2.0
+#: the batch bound is the fastest of these loops (each makes the kernel's accesses)
+BATCH_BOUNDS = ("bound_batch_plain", "bound_batch_prefetch1", "bound_batch_dots4")
 
 
 # ---------------------------------------------------------------------------
@@ -92,12 +97,14 @@ def _rw_rows(W, indptr, indices, data, y, order, m, seed, ahead):
 
 
 @numba.njit(nogil=True, boundscheck=False)
-def _rw_batches(W, indptr, indices, data, y, order, nb, classes, ahead):
+def _rw_batches(W, indptr, indices, data, y, order, nb, classes, ahead, dots):
     """The memory accesses of an epoch of implicit-batch steps: per chunk of ``nb``
     entries of ``order``, every touched class (the chunk's distinct labels and its
     sampled classes ``classes[step]``, ``-1`` padded) read and written once at every
     point's non-zero columns; with ``ahead > 0`` the chunk ``ahead`` chunks later is
-    prefetched first. Returns the number of entries touched."""
+    prefetched first; with ``dots > 0`` each (class, point) pair's entries are
+    prefetched ``dots`` pairs before they are read and written (the kernel's scores
+    pass does this). Returns the number of entries touched."""
     total = order.shape[0]
     nsteps = classes.shape[0]
     m = classes.shape[1]
@@ -131,9 +138,19 @@ def _rw_batches(W, indptr, indices, data, y, order, nb, classes, ahead):
             if classes[step, c] >= 0:
                 rows[q] = classes[step, c]
                 q += 1
+        npair = q * (stop - start)
+        for j in range(min(dots, npair)):
+            i = order[start + j % (stop - start)]
+            for p in range(indptr[i], indptr[i + 1]):
+                sgd._prefetch_w(W, rows[j // (stop - start)], indices[p])
         for b in range(q):
             k = rows[b]
             for t in range(start, stop):
+                j = b * (stop - start) + (t - start) + dots
+                if dots > 0 and j < npair:
+                    i = order[start + j % (stop - start)]
+                    for p in range(indptr[i], indptr[i + 1]):
+                        sgd._prefetch_w(W, rows[j // (stop - start)], indices[p])
                 i = order[t]
                 for p in range(indptr[i], indptr[i + 1]):
                     W[k, indices[p]] += 0.0 * data[p]
@@ -174,6 +191,7 @@ class BatchRunner:
     def __init__(self, trainer, lr):
         self.trainer, self.lr = trainer, lr
         self.newton = []
+        self.chord = []
         self.classes = {}
 
     def __call__(self, order, e):
@@ -181,22 +199,23 @@ class BatchRunner:
         if rep.diverged_at >= 0:
             raise RuntimeError(f"implicit-batch diverged at {rep.diverged_at}")
         self.newton.append(rep.extra["newton_iterations_mean"])
+        self.chord.append(rep.extra["chord_iterations_mean"])
         self.classes[e] = (order, self.trainer.last_epoch_classes.copy())
         return order.size
 
-    def bound(self, ahead):
+    def bound(self, ahead, dots=0):
         tr = self.trainer
 
         def run(order, e):
             # the classes of the kernel's epoch e (drawn by its own random stream)
             order_e, classes = self.classes[e]
             _rw_batches(tr.W, tr._indptr, tr._indices, tr._data, tr._y, order_e,
-                        tr.batch_size, classes, ahead)
+                        tr.batch_size, classes, ahead, dots)
             return order.size
         return run
 
 
-def newton_flops(s, q, r):
+def newton_flops(s, q, r, chord=False):
     """Flops (a multiply and an add counted apart; a square root or a division counted
     as one) of one Newton iteration of implicit-batch's reduced problem with ``s``
     points, ``q`` classes and rank ``r``, counted loop by loop as
@@ -208,28 +227,34 @@ def newton_flops(s, q, r):
     contracted from ``Q_k = W_kᵀ W_k``, its LU solve, ``h - V w`` and the two triangular
     solves), the change of the scores along it (``_score_change``) and one trial point
     of the line search (``_scores_value`` with the softmax pieces the next iteration
-    uses, ``_ridge_value``). Its ``s q`` exponentials and ``s`` Lambert W are left out,
-    and so is the evaluation at the start point (once per step, not per iteration)."""
+    uses, ``_ridge_value``). With ``chord`` the direction reuses an earlier
+    factorisation (``_ls_solve`` alone: ``L_k⁻¹ h_k``, ``B A_k⁻¹ h_k``, the
+    capacitance's right-hand side and LU substitutions, ``h - V w`` and the triangular
+    solves). Its ``s q`` exponentials and ``s`` Lambert W are left out, and so is the
+    evaluation at the start point (once per step, not per iteration)."""
     f = 0
     # gradient and the convergence test at the iterate
     f += s * q + 2 * s * q * r + 5 * q * r          # _gradient
     f += 2 * q * r + 2 * q * r                      # ||grad||, slope
-    # _structured_direction
-    f += s * q + s                                  # ψ' π, e
-    f += 2 * r * q + s * (r * (r + 1) // 2) * (1 + 2 * q)  # A_k
-    for j in range(r):                              # Cholesky, q in lockstep
-        f += 2 * j * q + 2 * q
-        f += (r - j - 1) * (2 * j * q + q)
-    for a in range(r):                              # L⁻¹ Bᵀ and L⁻¹ h
-        f += a * (2 * s * q + 2 * q) + s * q + q
+    n = 2 * s
+    if not chord:                                   # _ls_factor
+        f += s * q + s                              # ψ' π, e
+        f += 2 * r * q + s * (r * (r + 1) // 2) * (1 + 2 * q)  # A_k
+        for j in range(r):                          # Cholesky, q in lockstep
+            f += 2 * j * q + 2 * q
+            f += (r - j - 1) * (2 * j * q + q)
+        for a in range(r):                          # L⁻¹ Bᵀ
+            f += a * 2 * s * q + s * q
+        npair = s * (s + 1) // 2
+        f += npair * (2 * r * q + 10 * q) + 8 * (npair - s) + 4 * s + 2 * s  # capacitance
+        for j in range(n):                          # its LU with partial pivoting
+            f += 1 + (n - j - 1) * (1 + 2 * (n - j - 1))
+    # _ls_solve
+    for a in range(r):                              # L⁻¹ h
+        f += a * 2 * q + q
     f += 2 * s * r * q                              # B A⁻¹ h
-    npair = s * (s + 1) // 2
-    f += npair * (2 * r * q + 10 * q) + 4 * s + 8 * (npair - s)  # capacitance
-    f += s * (4 * q + 2) + 2 * s
-    n = 2 * s                                       # LU with partial pivoting
-    for j in range(n):
-        f += 1 + (n - j - 1) * (1 + 2 * (n - j - 1) + 2)
-    f += n * (n - 1) + n
+    f += s * (4 * q + 2)                            # right-hand side
+    f += n * (n - 1) + n * (n - 1) + n              # LU substitutions
     f += s * (3 * q + 2 * r * q)                    # h - V w
     f += 2 * sum(2 * a * q + q for a in range(r))   # L⁻ᵀ L⁻¹
     # along the direction: ZP = B Pᵀ and one trial point
@@ -238,13 +263,14 @@ def newton_flops(s, q, r):
     return float(f)
 
 
-def newton_iteration_seconds(s, q, r, calls=2000, seed=0):
+def newton_iteration_seconds(s, q, r, calls=2000, seed=0, chord=False):
     """Seconds of one Newton iteration's arithmetic measured in this run: the
     gradient, the structured direction, the change of the scores along it and one trial
     point of the line search (the calls ``_solve_reduced`` makes per iteration; the
     evaluation at the start point, once per step, is left out), on a random reduced
     problem of ``s`` points, ``q`` classes, rank ``r``
-    (all in cache); best of three batches of ``calls``."""
+    (all in cache); best of three batches of ``calls``. With ``chord`` the direction
+    reuses a factorisation made before the timed calls (``_ls_solve`` alone)."""
     rng = np.random.default_rng(seed)
     Bm = rng.standard_normal((s, r)) * 0.3
     Z = rng.standard_normal((s, q)) * 0.1
@@ -257,17 +283,17 @@ def newton_iteration_seconds(s, q, r, calls=2000, seed=0):
            np.empty((r, q)), np.empty((s, q)), np.empty((s, q)), np.empty((s, q)),
            np.empty(s), np.empty(s))
     p = np.empty(q * r)
-    _newton_iterations(1, args, out, p)
+    _newton_iterations(1, args, out, p, chord)
     best = np.inf
     for _ in range(3):
         t0 = time.process_time()
-        _newton_iterations(calls, args, out, p)
+        _newton_iterations(calls, args, out, p, chord)
         best = min(best, time.process_time() - t0)
     return best / calls
 
 
 @numba.njit(nogil=True)
-def _newton_iterations(calls, args, out, p):
+def _newton_iterations(calls, args, out, p, chord):
     """``calls`` times the arithmetic of one Newton iteration (see
     :func:`newton_iteration_seconds`)."""
     Cm, Bm, Z, ypos, logw, alpha, ubar, rho, g = args
@@ -276,9 +302,15 @@ def _newton_iterations(calls, args, out, p):
     q = Z.shape[1]
     ws = ib._direction_workspace(s, r, q)
     v = ib._scores_value(Z, ypos, logw, alpha, ubar, 1, PI, D1, D2, uout)
+    PIf, D1f, D2f = PI.copy(), D1.copy(), D2.copy()
+    if chord:
+        ib._ls_factor(Bm, PIf, ypos, D1f, D2f, rho, ws)
     for _ in range(calls):
         ib._gradient(Bm, PI, D1, ypos, Cm, rho, g, grad)
-        ib._structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p, ws)
+        if chord:
+            ib._ls_solve(Bm, PIf, D1f, D2f, grad, p, ws)
+        else:
+            ib._structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p, ws)
         ib._score_change(Bm, p, PT, ZP)
         for i in range(s):
             for k in range(q):
@@ -335,17 +367,29 @@ def run(quick=False, repeats=5):
         "implicit_batch_n10_m10": batch,
         "bound_batch_plain": batch.bound(0),
         "bound_batch_prefetch1": batch.bound(1),
+        "bound_batch_dots4": batch.bound(0, 4),
     }
     t0 = time.perf_counter()
     res["variants"] = time_variants(variants, N, repeats)
     res["seconds"] = time.perf_counter() - t0
     res["newton_iterations_per_step"] = float(np.mean(batch.newton))
+    res["chord_iterations_per_step"] = float(np.mean(batch.chord))
     q = nb + m
     res["newton_flops_per_iteration"] = newton_flops(nb, q, nb)
     res["newton_iteration_s"] = newton_iteration_seconds(nb, q, nb)
+    res["chord_flops_per_iteration"] = newton_flops(nb, q, nb, chord=True)
+    res["chord_iteration_s"] = newton_iteration_seconds(nb, q, nb, chord=True)
     res["newton_flops_per_s"] = res["newton_flops_per_iteration"] / res["newton_iteration_s"]
     res["machine_end"] = machine_info()
     return res
+
+
+def newton_us_per_datapoint(res):
+    """The Newton arithmetic of the measured iterations per datapoint: fresh
+    factorisations at the full iteration's seconds, chord iterations at theirs."""
+    its, chord = res["newton_iterations_per_step"], res.get("chord_iterations_per_step", 0.0)
+    sec = (its - chord) * res["newton_iteration_s"] + chord * res.get("chord_iteration_s", 0.0)
+    return sec * 1e6 / res["shape"]["n"]
 
 
 def _us(v, key):
@@ -360,11 +404,10 @@ def ratios(res):
     for key in ("best_M_per_s", "median_M_per_s", "cpu_best_M_per_s"):
         b1 = min(_us(v["bound_m1_plain"], key), _us(v["bound_m1_prefetch2"], key))
         b10 = min(_us(v["bound_m10_plain"], key), _us(v["bound_m10_prefetch1"], key))
-        bb = min(_us(v["bound_batch_plain"], key), _us(v["bound_batch_prefetch1"], key))
+        bb = min(_us(v[b], key) for b in BATCH_BOUNDS)
         u1 = _us(v["umax_m1"], key)
         # memory bound plus the Newton arithmetic of the measured iterations
-        newton = (res["newton_iterations_per_step"] * res["newton_iteration_s"] * 1e6
-                  / res["shape"]["n"])
+        newton = newton_us_per_datapoint(res)
         out[key] = {
             "umax_m10_over_umax_m1": _us(v["umax_m10"], key) / u1,
             "umax_m10_plain_over_umax_m1": _us(v["umax_m10_plain"], key) / u1,
@@ -418,19 +461,21 @@ def markdown(res):
                    res["newton_iteration_s"])
     b1 = min(_us(v["bound_m1_plain"], "cpu_best_M_per_s"),
              _us(v["bound_m1_prefetch2"], "cpu_best_M_per_s"))
-    bb = min(_us(v["bound_batch_plain"], "cpu_best_M_per_s"),
-             _us(v["bound_batch_prefetch1"], "cpu_best_M_per_s"))
+    bb = min(_us(v[b], "cpu_best_M_per_s") for b in BATCH_BOUNDS)
     u1 = _us(v["umax_m1"], "cpu_best_M_per_s")
+    ch = res.get("chord_iterations_per_step", 0.0)
+    fl2, sec2 = res.get("chord_flops_per_iteration", 0.0), res.get("chord_iteration_s", 0.0)
+    nw = newton_us_per_datapoint(res)
     L += ["", f"implicit-batch's arithmetic: {it:.2f} Newton iterations per step in these "
-          f"epochs; one iteration of the reduced problem (s = {s['n']}, q = "
+          f"epochs, {ch:.2f} of them chord steps (reusing the step's last factorisation). "
+          f"A fresh iteration of the reduced problem (s = {s['n']}, q = "
           f"{s['n'] + s['m']} classes, rank {s['n']}) is {fl / 1e3:.0f} kflop "
           f"(`newton_flops`) and takes {sec * 1e6:.1f} us in this run "
-          f"({res['newton_flops_per_s'] / 1e9:.2f} Gflop/s, all in cache), i.e. "
-          f"{sec / s['n'] * 1e6:.2f} us per datapoint per iteration. At 4 iterations per "
-          "step (Bibtex, `implicit_batch.md`) the arithmetic alone is "
-          f"{4 * sec / s['n'] * 1e6:.1f} us per datapoint; with the batch bound "
-          f"({bb:.2f} us, CPU) that is {(4 * sec / s['n'] * 1e6 + bb) / u1:.1f}x U-max "
-          f"m = 1 ({u1:.2f} us, CPU) against the target {TARGET_IMPLICIT_BATCH:g}x."]
+          f"({res['newton_flops_per_s'] / 1e9:.2f} Gflop/s, all in cache); a chord "
+          f"iteration is {fl2 / 1e3:.0f} kflop and takes {sec2 * 1e6:.1f} us. The Newton "
+          f"arithmetic of these epochs is then {nw:.2f} us per datapoint; with the "
+          f"batch bound ({bb:.2f} us, CPU) that is {(nw + bb) / u1:.1f}x U-max m = 1 "
+          f"({u1:.2f} us, CPU), against the target {TARGET_IMPLICIT_BATCH:g}x."]
     return "\n".join(L) + "\n"
 
 

@@ -214,8 +214,8 @@ def test_rw_rows_touches_the_rows_the_kernel_draws(bench_many, m, ahead):
     assert n == (m + 1) * X.nnz
 
 
-@pytest.mark.parametrize("ahead", [0, 1])
-def test_rw_batches_touches_each_batch_row_at_its_points_columns(bench_many, ahead):
+@pytest.mark.parametrize("ahead, dots", [(0, 0), (1, 0), (0, 4), (0, 100)])
+def test_rw_batches_touches_each_batch_row_at_its_points_columns(bench_many, ahead, dots):
     indptr, indices, data, X = _inf_rows(23, 25, 0.2, seed=9)
     K, nb, m = 13, 5, 3
     rng = np.random.default_rng(10)
@@ -228,7 +228,8 @@ def test_rw_batches_touches_each_batch_row_at_its_points_columns(bench_many, ahe
         classes[j] = rng.choice(free, m, replace=False)
     classes[1, 2] = -1                                   # padding is skipped
     W = np.zeros((K, 25))
-    touched = bench_many._rw_batches(W, indptr, indices, data, y, order, nb, classes, ahead)
+    touched = bench_many._rw_batches(W, indptr, indices, data, y, order, nb, classes, ahead,
+                                     dots)
     want = np.zeros((K, 25), bool)
     count = 0
     for j in range(steps):

@@ -111,6 +111,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax._jit import JIT
+from scalable_softmax._kernels import prefetch_w
 from scalable_softmax.lambertw import lambertw_exp
 from scalable_softmax.methods.base import EpochReport, Trainer
 
@@ -129,6 +130,8 @@ _CHOL_RTOL = 1e-6
 #: Newton reuses the factored Hessian of an earlier iterate (a chord step) while each
 #: step cuts the gradient's norm at least this many times over
 _CHORD_RATE = 0.03
+#: the scores pass prefetches the row entries of the dot this many dots ahead
+_AHEAD = 4
 #: lazily applied row scales below this are folded into the row
 _SCALE_FLOOR = 1e-100
 
@@ -1022,6 +1025,14 @@ def _sample_classes(K, nfree, m, mark, stamp, out):
 
 
 @numba.njit(**JIT)
+def _prefetch_row(indptr, indices, i, R, k):
+    """Hint: the entries of row ``k`` of ``R`` at point ``i``'s columns are wanted
+    soon (for writing)."""
+    for p in range(indptr[i], indptr[i + 1]):
+        prefetch_w(R, k, indices[p])
+
+
+@numba.njit(**JIT)
 def _row_dot(indptr, indices, data, i, R, k):
     acc = 0.0
     for p in range(indptr[i], indptr[i + 1]):
@@ -1129,9 +1140,18 @@ def _epoch_kernel(indptr, indices, data, y, R, gamma, u, order, n, m, K, N, lr, 
                 G[b, a] = acc
             for p in range(indptr[i], indptr[i + 1]):
                 buf[indices[p]] = 0.0
+        # scores: the s q row dots, each with the entries of the dot _AHEAD places
+        # later prefetched (the loads of one dot wait on its sum, so without the hints
+        # the misses of one dot barely overlap the next one's)
         S0 = np.empty((s, q))
+        nd = s * q
+        for t in range(min(_AHEAD, nd)):
+            _prefetch_row(indptr, indices, pts[t // q], R, cls[t % q])
         for a in range(s):
             for c in range(q):
+                t = a * q + c + _AHEAD
+                if t < nd:
+                    _prefetch_row(indptr, indices, pts[t // q], R, cls[t % q])
                 k = cls[c]
                 S0[a, c] = gamma[k] * _row_dot(indptr, indices, data, pts[a], R, k)
         r, Bm, Ur = _span_basis(G)
