@@ -13,7 +13,8 @@ the kernel's memory accesses and nothing else:
   and the kernel's own class draws, same random stream), each entry at the row's
   non-zero columns read and written once (``W[j, c] += 0 * x_c``), the rows of the step
   ``ahead`` steps later prefetched as the pipelined kernels do (``ahead`` 2 for
-  ``m = 1``, 1 for ``m = 10``; the faster of that and ``ahead = 0`` is the bound);
+  ``m = 1``, 1 for ``m = 10``), or for ``m = 10`` each row's entries prefetched four
+  rows ahead (``dots4``); the fastest of these and ``ahead = 0`` is the bound;
 * ``bound_batch``: per minibatch of ``n`` points, its touched classes (distinct labels
   and ``m`` sampled classes), each row read and written once at every point's columns
   (the entries the implicit-batch kernel's scores and update touch); the arithmetic
@@ -53,7 +54,8 @@ from scalable_softmax.methods.implicit_batch import ImplicitBatchTrainer
 TARGET_UMAX_M10 = 6.0
 TARGET_IMPLICIT_BATCH = 15.0
 TARGET_BOUND = 2.0
-#: the batch bound is the fastest of these loops (each makes the kernel's accesses)
+#: the bounds are the fastest of these loops (each makes the kernel's accesses)
+M10_BOUNDS = ("bound_m10_plain", "bound_m10_prefetch1", "bound_m10_dots4")
 BATCH_BOUNDS = ("bound_batch_plain", "bound_batch_prefetch1", "bound_batch_dots4")
 
 
@@ -62,12 +64,14 @@ BATCH_BOUNDS = ("bound_batch_plain", "bound_batch_prefetch1", "bound_batch_dots4
 # ---------------------------------------------------------------------------
 
 @numba.njit(nogil=True, boundscheck=False)
-def _rw_rows(W, indptr, indices, data, y, order, m, seed, ahead):
+def _rw_rows(W, indptr, indices, data, y, order, m, seed, ahead, dots=0):
     """The memory accesses of an epoch of ``m``-class SGD steps and nothing else: per
     step, ``W[j, c] += 0 * x_c`` over the step's non-zero columns ``c`` for the label
     and the ``m`` classes the kernel draws (same stream, same ``seed``); with
-    ``ahead > 0`` the rows of step ``t + ahead`` are prefetched (write intent) first.
-    Returns the number of entries touched."""
+    ``ahead > 0`` the rows of step ``t + ahead`` are prefetched (write intent) first;
+    with ``dots > 0`` each row's entries are prefetched ``dots`` rows before they are
+    touched (rows counted across steps, ``m + 1`` per step). Returns the number of
+    entries touched."""
     n = order.shape[0]
     K = W.shape[0]
     if m == 1:
@@ -89,6 +93,15 @@ def _rw_rows(W, indptr, indices, data, y, order, m, seed, ahead):
         a0 = indptr[i]
         a1 = indptr[i + 1]
         for q in range(m + 1):
+            if dots > 0:
+                jf = t * (m + 1) + q + dots
+                tf = jf // (m + 1)
+                if tf < n:
+                    qf = jf % (m + 1)
+                    f = order[tf]
+                    kf = y[f] if qf == m else ks[tf, qf]
+                    for p in range(indptr[f], indptr[f + 1]):
+                        sgd._prefetch_w(W, kf, indices[p])
             k = y[i] if q == m else ks[t, q]
             for p in range(a0, a1):
                 W[k, indices[p]] += 0.0 * data[p]
@@ -175,11 +188,11 @@ def sgd_runner(trainer, lr, mode=None):
     return run
 
 
-def rows_bound_runner(trainer, m, ahead):
+def rows_bound_runner(trainer, m, ahead, dots=0):
     """:func:`_rw_rows` with the classes the kernel draws in epoch ``e``."""
     def run(order, e):
         _rw_rows(trainer.W, trainer._indptr, trainer._indices, trainer._data, trainer._y,
-                 order, m, np.int64(1000 + e), ahead)
+                 order, m, np.int64(1000 + e), ahead, dots)
         return order.size
     return run
 
@@ -364,6 +377,7 @@ def run(quick=False, repeats=5):
         "vanilla_m10": sgd_runner(trainers["vanilla_m10"], 1e-4, fast),
         "bound_m10_plain": rows_bound_runner(um1, m, 0),
         "bound_m10_prefetch1": rows_bound_runner(um1, m, 1),
+        "bound_m10_dots4": rows_bound_runner(um1, m, 0, 4),
         "implicit_batch_n10_m10": batch,
         "bound_batch_plain": batch.bound(0),
         "bound_batch_prefetch1": batch.bound(1),
@@ -403,7 +417,7 @@ def ratios(res):
     out = {}
     for key in ("best_M_per_s", "median_M_per_s", "cpu_best_M_per_s"):
         b1 = min(_us(v["bound_m1_plain"], key), _us(v["bound_m1_prefetch2"], key))
-        b10 = min(_us(v["bound_m10_plain"], key), _us(v["bound_m10_prefetch1"], key))
+        b10 = min(_us(v[b], key) for b in M10_BOUNDS)
         bb = min(_us(v[b], key) for b in BATCH_BOUNDS)
         u1 = _us(v["umax_m1"], key)
         # memory bound plus the Newton arithmetic of the measured iterations

@@ -195,8 +195,9 @@ def _inf_rows(N, D, density, seed):
             np.ascontiguousarray(X.indices, dtype=np.int32), X.data.copy(), X)
 
 
-@pytest.mark.parametrize("m, ahead", [(1, 0), (1, 2), (4, 0), (4, 2)])
-def test_rw_rows_touches_the_rows_the_kernel_draws(bench_many, m, ahead):
+@pytest.mark.parametrize("m, ahead, dots", [(1, 0, 0), (1, 2, 0), (4, 0, 0), (4, 2, 0),
+                                           (4, 0, 4), (1, 0, 3)])
+def test_rw_rows_touches_the_rows_the_kernel_draws(bench_many, m, ahead, dots):
     from scalable_softmax.methods import sgd
     indptr, indices, data, X = _inf_rows(30, 25, 0.2, seed=7)
     K = 11
@@ -204,7 +205,7 @@ def test_rw_rows_touches_the_rows_the_kernel_draws(bench_many, m, ahead):
     y = rng.integers(0, K, 30).astype(np.int64)
     order = rng.permutation(30).astype(np.int64)
     W = np.zeros((K, 25))
-    n = bench_many._rw_rows(W, indptr, indices, data, y, order, m, np.int64(5), ahead)
+    n = bench_many._rw_rows(W, indptr, indices, data, y, order, m, np.int64(5), ahead, dots)
     want = np.zeros((K, 25), bool)
     for i, ks in zip(order, sgd.draw_classes(5, order, y, K, m)):
         cols = X.indices[X.indptr[i]:X.indptr[i + 1]]
