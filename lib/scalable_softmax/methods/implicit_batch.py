@@ -64,11 +64,13 @@ the data term depends on ``W`` only through ``P w_k``; the rest,
 ``P^⊥ w_k = P^⊥ w̃_k / (1 + ρ_k)``. (The paper's ``1/(1 + μβ_k/2)`` omits the learning
 rate; in its units, ``f`` with the factor ``N``, the factor is ``1/(1 + ημβ_k)``.)
 
-*W: the span.* Take an orthonormal basis ``V = X_Sᵀ U Λ^{-1/2}`` of the span from the
-eigendecomposition ``G = X_S X_Sᵀ = U Λ Uᵀ`` of the chunk's Gram matrix (eigenvalues
-below ``1e-12·λ_max`` dropped: duplicate or collinear points), so ``x_iᵀ V = b_iᵀ``,
-``B = U Λ^{1/2}``. Write ``P w_k = P w̃_k + V c_k`` and ``g_k = Vᵀ w̃_k = Λ^{-1/2} Uᵀ
-(X_S w̃_k)``. The reduced problem in ``C = [c_k]_{k∈T_j}`` (``|T_j|·rank ≤ n(n+m)``
+*W: the span.* Take an orthonormal basis ``V = X_Sᵀ U_r`` of the span from the chunk's
+Gram matrix ``G = X_S X_Sᵀ``, so ``x_iᵀ V = b_iᵀ``: from its Cholesky factor
+``G = L Lᵀ`` (``U_r = L⁻ᵀ``, ``B = L``) when no point is nearly in the span of the
+ones before it, else from its eigendecomposition ``G = U Λ Uᵀ`` (``U_r = U Λ^{-1/2}``,
+``B = U Λ^{1/2}``, eigenvalues below ``1e-12·λ_max`` dropped: duplicate or collinear
+points); see :func:`_span_basis`. Write ``P w_k = P w̃_k + V c_k`` and
+``g_k = Vᵀ w̃_k = U_rᵀ (X_S w̃_k)``. The reduced problem in ``C = [c_k]_{k∈T_j}`` (``|T_j|·rank ≤ n(n+m)``
 unknowns) is
 
 .. math::
@@ -86,19 +88,22 @@ strongly convex (modulus ``2``) and smooth, with gradient
 Hessian's structure, block diagonal over the classes plus ``2n`` rank-one terms
 (Woodbury: ``q`` Cholesky factors of ``r x r`` blocks, carried out for all classes in
 lockstep, and one ``2s x 2s`` capacitance system; ``O(q(s r² + s² r) + s³)``, i.e.
-``O(n³(n+m))``, per iteration), with the dense Cholesky as a fallback. The scores
+``O(n³(n+m))``, per iteration), with the dense Cholesky as a fallback; while the
+iterates converge fast the factorisation is reused (chord steps, a quarter of the
+arithmetic, see :func:`_solve_reduced`). The scores
 ``S̃ + B Cᵀ`` are carried along the iterations, so a trial point of the line search
 costs ``O(s q)`` plus its exponentials.
 Because ``ψ`` is evaluated in the log domain, every term at the start point is finite
 and grows linearly in ``δ - u``: the paper's F.3.5 linear-programming initialisation
 is not needed. Finally ``w_k⁺ = w̃_k / (1 + ρ_k) + X_Sᵀ a_k`` with
-``a_k = U Λ^{-1/2} (c_k + ρ_k g_k / (1 + ρ_k))`` (a sparse update plus one lazily
+``a_k = U_r (c_k + ρ_k g_k / (1 + ρ_k))`` (a sparse update plus one lazily
 applied scale factor per class row) and ``u_i⁺`` from the closed form at the new scores.
 
 Cost per step: ``O(n(n+m)·nnz)`` for the scores and the Gram matrix (``nnz`` = non-zeros
-of a row), ``O(n³)`` for its eigendecomposition and ``O(n³(n+m))`` per Newton iteration
-(about 4 iterations per step in practice; with ``s = r = 10``, ``q = 20`` one iteration
-is about 120 kflop, ``newton_flops`` in ``benchmarks/bench_many_classes.py``). The basis is rebuilt every step from the
+of a row), ``O(n³)`` for its factorisation and ``O(n³(n+m))`` per fresh Newton iteration
+(2 to 6 iterations per step in our benchmarks, about half of them chord steps; with
+``s = r = 10``, ``q = 20`` a fresh iteration is about 120 kflop and a chord one 29,
+``newton_flops`` in ``benchmarks/bench_many_classes.py``). The basis is rebuilt every step from the
 ``n x n`` Gram matrix, so the chunks need not be fixed across epochs (the paper fixes
 them to precompute a Gram-Schmidt basis in ``O(n²D)``).
 """
@@ -740,7 +745,7 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
     of Φ per iteration when the full step is taken). Once a step has cut ``||∇Φ||``
     at least ``1/_CHORD_RATE``-fold, the next direction reuses the factored Hessian of
     the iterate where it was last factored (a chord step, :func:`_ls_solve` alone:
-    about a sixth of the arithmetic of a fresh direction), for as long as each step
+    a quarter of the flops of a fresh iteration), for as long as each step
     keeps that rate; the stopping rule is the same, so the point it returns is as
     close to the minimiser. Returns ``(newton_iterations, converged,
     dense_fallbacks, chord_iterations)`` (chord iterations count among the Newton
