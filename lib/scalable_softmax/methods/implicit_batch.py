@@ -251,15 +251,16 @@ def _reduced_eval(Cm, Bm, S0, ypos, logw, alpha, ubar, rho, g, order, grad, H, u
 
 
 @numba.njit(**JIT)
-def _chol_solve(H, rhs, out):
-    """Solve ``H out = rhs`` for symmetric positive definite ``H`` (in-place Cholesky
-    of ``H``'s lower triangle). Returns False if ``H`` is not numerically PD."""
+def _chol_factor(H, rtol):
+    """In-place Cholesky factor of the lower triangle of symmetric ``H`` (the upper
+    triangle is left as it was). Returns False at the first pivot that keeps no more
+    than ``rtol`` of its diagonal entry (``rtol = 0``: not numerically PD)."""
     n = H.shape[0]
     for j in range(n):
         d = H[j, j]
         for p in range(j):
             d -= H[j, p] * H[j, p]
-        if not d > 0.0:
+        if not (d > 0.0 and (rtol == 0.0 or d > rtol * H[j, j])):
             return False
         d = math.sqrt(d)
         H[j, j] = d
@@ -268,6 +269,16 @@ def _chol_solve(H, rhs, out):
             for p in range(j):
                 v -= H[i, p] * H[j, p]
             H[i, j] = v / d
+    return True
+
+
+@numba.njit(**JIT)
+def _chol_solve(H, rhs, out):
+    """Solve ``H out = rhs`` for symmetric positive definite ``H`` (in-place Cholesky
+    of ``H``'s lower triangle). Returns False if ``H`` is not numerically PD."""
+    n = H.shape[0]
+    if not _chol_factor(H, 0.0):
+        return False
     for i in range(n):
         v = rhs[i]
         for p in range(i):
@@ -731,6 +742,15 @@ def _score_change(Bm, p, PT, ZP):
 
 
 @numba.njit(**JIT)
+def _descends(gflat, p):
+    """Whether ``p`` is a finite descent direction for the gradient ``gflat``."""
+    slope = 0.0
+    for j in range(p.shape[0]):
+        slope += gflat[j] * p[j]
+    return slope < 0.0 and math.isfinite(slope)
+
+
+@numba.njit(**JIT)
 def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, dense, Cm,
                    uout):
     """Damped Newton on Φ from ``Cm`` (updated in place); ``uout`` gets the ``u_i`` at
@@ -818,28 +838,18 @@ def _solve_reduced(Bm, S0, ypos, logw, alpha, ubar, rho, g, tol, max_newton, den
                 gflat[k * r + a] = grad[k, a]
         ok = False
         if not dense and chord:
-            ok = _ls_solve(Bm, PIf, D1f, D2f, grad, p, ws)
-            if ok:
-                slope = 0.0
-                for j in range(nv):
-                    slope += gflat[j] * p[j]
-                ok = slope < 0.0 and math.isfinite(slope)
+            ok = _ls_solve(Bm, PIf, D1f, D2f, grad, p, ws) and _descends(gflat, p)
             if ok:
                 nchord += 1
         if not dense and not ok:
-            factored = _ls_factor(Bm, PI, ypos, D1, D2, rho, ws)
-            ok = factored and _ls_solve(Bm, PI, D1, D2, grad, p, ws)
-            if factored:
-                for i in range(s):
-                    for k in range(q):
-                        PIf[i, k] = PI[i, k]
-                    D1f[i] = D1[i]
-                    D2f[i] = D2[i]
-            if ok:
-                slope = 0.0
-                for j in range(nv):
-                    slope += gflat[j] * p[j]
-                ok = slope < 0.0 and math.isfinite(slope)
+            for i in range(s):
+                for k in range(q):
+                    PIf[i, k] = PI[i, k]
+                D1f[i] = D1[i]
+                D2f[i] = D2[i]
+            factored = _ls_factor(Bm, PIf, ypos, D1f, D2f, rho, ws)
+            ok = (factored and _ls_solve(Bm, PIf, D1f, D2f, grad, p, ws)
+                  and _descends(gflat, p))
         if not ok:
             if not dense:
                 nfb += 1
@@ -914,23 +924,11 @@ def _span_basis(G):
     same step; the factorisation costs ``s³/6`` multiply-adds against the
     eigendecomposition's library call."""
     s = G.shape[0]
-    L = np.zeros((s, s))
-    full = True
-    for j in range(s):
-        d = G[j, j]
-        for t in range(j):
-            d -= L[j, t] * L[j, t]
-        if not (G[j, j] > 0.0 and d > _CHOL_RTOL * G[j, j]):
-            full = False
-            break
-        d = math.sqrt(d)
-        L[j, j] = d
-        for i in range(j + 1, s):
-            v = G[i, j]
-            for t in range(j):
-                v -= L[i, t] * L[j, t]
-            L[i, j] = v / d
-    if full:
+    L = G.copy()
+    if _chol_factor(L, _CHOL_RTOL):
+        for j in range(s):
+            for i in range(j):
+                L[i, j] = 0.0
         Ur = np.zeros((s, s))  # L⁻ᵀ, upper triangular: Ur[a, b] = (L⁻¹)[b, a]
         for b in range(s):
             Ur[b, b] = 1.0 / L[b, b]
