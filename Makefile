@@ -127,10 +127,13 @@ test: $(STAMP)  ## run the unit tests and every notebook's smoke run (nbval)
 
 # a rerun checked against the record: every table of tables/ (or VERIFY_TABLES) against
 # git HEAD (or VERIFY_RECORD, a revision or a folder), with params/tolerances.yaml
+# NOTEBOOKS="09-ove-toy-2d ..." compares only the tables those notebooks write
 VERIFY_TABLES ?= tables
 VERIFY_RECORD ?= HEAD
-verify: $(STAMP)  ## compare tables/ (e.g. after make reproduce) with the committed record, within params/tolerances.yaml
-	$(BIN)/python -m scalable_softmax.repro.verify --tables $(VERIFY_TABLES) --record $(VERIFY_RECORD)
+NOTEBOOKS ?=
+verify: $(STAMP)  ## compare tables/ (e.g. after make reproduce) with the committed record, within params/tolerances.yaml (NOTEBOOKS="..." for part of it)
+	$(BIN)/python -m scalable_softmax.repro.verify --tables $(VERIFY_TABLES) --record $(VERIFY_RECORD) \
+	  $(if $(strip $(NOTEBOOKS)),--notebooks $(NOTEBOOKS))
 
 # the smoke profile's tables that make test checks its smoke runs against; regenerate
 # (and commit) after a change that moves the results on purpose

@@ -125,6 +125,40 @@ def test_missing_table_fails(rerun, capsys):
     assert "08-ove-nonparametric.csv: OUT of tolerance: missing" in out
 
 
+def test_part_of_the_record(rerun, capsys):
+    """make verify NOTEBOOKS=...: only those notebooks' tables; the rest is not rerun."""
+    only = tmp = rerun.parent / "part"
+    tmp.mkdir()
+    for p in rerun.glob("09-ove-toy-2d*.csv"):
+        shutil.copy(p, only / p.name)
+    status, out = verify.main(["--tables", str(only), "--notebooks", "09-ove-toy-2d"]), \
+        capsys.readouterr().out
+    assert status == 0, out
+    assert "09-ove-toy-2d.csv: " in out and "08-ove-nonparametric" not in out
+    # a changed number of the named notebook still fails
+    _edit(only, "09-ove-toy-2d.csv", "train_nll", 0, lambda v: v * 1.01)
+    status = verify.main(["--tables", str(only), "--notebooks", "09-ove-toy-2d"])
+    assert status == 1 and "09-ove-toy-2d.csv: OUT of tolerance" in capsys.readouterr().out
+    # a table of a named notebook missing from a partial rerun is reported, not failed
+    tables = sorted(p.name for p in rerun.glob("10-ove-classification*.csv"))
+    assert len(tables) >= 2
+    for name in tables[1:]:
+        shutil.copy(rerun / name, only / name)
+    status = verify.main(["--tables", str(only), "--notebooks", "10-ove-classification"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert f"{tables[0]}: not rerun" in out
+    # the whole record: the same folder misses tables, and that fails
+    assert verify.main(["--tables", str(only)]) == 1
+    capsys.readouterr()
+    # a named notebook none of whose tables was rerun is an error that says what to do
+    status = verify.main(["--tables", str(only), "--notebooks", "08-ove-nonparametric"])
+    err = capsys.readouterr().err
+    assert status == 2 and "08-ove-nonparametric" in err and "run it first" in err
+    status = verify.main(["--tables", str(only), "--notebooks", "09-toy"])
+    assert status == 2 and "the notebooks are" in capsys.readouterr().err
+
+
 def test_missing_row_and_column_fail(rerun, capsys):
     frame = verify.read_csv_text((rerun / "05-formulation-comparison.csv").read_text())
     frame.iloc[:-1].drop(columns=["status"]).to_csv(rerun / "05-formulation-comparison.csv",

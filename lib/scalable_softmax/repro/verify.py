@@ -18,6 +18,11 @@ for undeclared columns); a column may be ``ignore``d (timings, run facts) or ``r
 (compared and shown, never a failure: e.g. iteration counts, which move with the BLAS
 kernel). Every declaration carries its reason. The exit status is 1 when something is out
 of tolerance or missing, else 0.
+
+``--notebooks NAME [NAME ...]`` (``make verify NOTEBOOKS="09-ove-toy-2d"``) compares only
+the tables those notebooks write (``NAME.csv`` and ``NAME-*.csv``): after rerunning part
+of the collection, a table of the record that the rerun does not have is then reported,
+not failed; a named notebook none of whose tables is in the rerun is an error.
 """
 from __future__ import annotations
 
@@ -235,7 +240,7 @@ class TableResult:
     """The verdict on one table."""
 
     name: str
-    status: str = "identical"            # identical | within | OUT | missing | new
+    status: str = "identical"    # identical | within | OUT | missing | new | not rerun
     problems: list = field(default_factory=list)   # failing messages (shape, missing)
     out: list = field(default_factory=list)         # failing cells
     within: list = field(default_factory=list)      # differing cells within tolerance
@@ -252,6 +257,8 @@ class TableResult:
             return head + "OUT of tolerance: missing from the rerun (the record has it)"
         if self.status == "new":
             return head + "new: not in the record (not compared)"
+        if self.status == "not rerun":
+            return head + "not rerun (in the record; only the named notebooks are compared)"
         note = ("; reported only: " + "; ".join(self.reported)) if self.reported else ""
         if self.status == "OUT":
             parts = list(self.problems)
@@ -434,18 +441,41 @@ def compare_tables(name: str, new: pd.DataFrame, record: pd.DataFrame,
     return result
 
 
-def verify(tables_dir: Path | str, record: Record, tolerances: Tolerances) -> list[TableResult]:
-    """Every table of the record and of ``tables_dir``, compared (sorted by name)."""
+def belongs_to(table: str, notebook: str) -> bool:
+    """Whether ``table`` (a CSV file name) is written by ``notebook`` (``NAME.csv`` or
+    ``NAME-*.csv``)."""
+    stem = Path(table).stem
+    return stem == notebook or stem.startswith(notebook + "-")
+
+
+def verify(tables_dir: Path | str, record: Record, tolerances: Tolerances,
+           notebooks: list[str] | None = None) -> list[TableResult]:
+    """Every table of the record and of ``tables_dir``, compared (sorted by name).
+
+    With ``notebooks``, only the tables those notebooks write; a table of theirs missing
+    from the rerun is then reported (status ``not rerun``), not failed, and a notebook
+    none of whose tables is in the rerun raises :class:`ValueError`."""
     tables_dir = Path(tables_dir)
     if not tables_dir.is_dir():
         raise FileNotFoundError(f"--tables {tables_dir} is not a folder: run the notebooks "
                                 "first (make reproduce) or pass the folder of CSV tables")
     recorded = set(record.names())
     present = {p.name for p in tables_dir.glob("*.csv")}
+    if notebooks:
+        for nb in notebooks:
+            if not any(belongs_to(t, nb) for t in present):
+                names = sorted(p.stem for p in paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
+                hint = (f"the notebooks are {', '.join(names)}" if nb not in names else
+                        f"run it first (python -m scalable_softmax.repro.runner run {nb})")
+                raise ValueError(f"--notebooks {nb}: none of its tables ({nb}.csv or "
+                                 f"{nb}-*.csv) is in {tables_dir}; {hint}")
+        keep = lambda t: any(belongs_to(t, nb) for nb in notebooks)  # noqa: E731
+        recorded = {t for t in recorded if keep(t)}
+        present = {t for t in present if keep(t)}
     results = []
     for name in sorted(recorded | present):
         if name not in present:
-            results.append(TableResult(name, status="missing"))
+            results.append(TableResult(name, status="not rerun" if notebooks else "missing"))
         elif name not in recorded:
             results.append(TableResult(name, status="new"))
         else:
@@ -468,11 +498,14 @@ def main(argv=None) -> int:
                              "tables (default: HEAD)")
     parser.add_argument("--tolerances", default=str(TOLERANCES),
                         help="the declarations (default: params/tolerances.yaml)")
+    parser.add_argument("--notebooks", nargs="*", default=None, metavar="NAME",
+                        help="compare only the tables these notebooks write (e.g. "
+                             "09-ove-toy-2d); default: every table")
     args = parser.parse_args(argv)
     try:
         tolerances = Tolerances.load(args.tolerances)
         record = Record(args.record)
-        results = verify(args.tables, record, tolerances)
+        results = verify(args.tables, record, tolerances, args.notebooks or None)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -480,10 +513,12 @@ def main(argv=None) -> int:
         print(r.line())
     failed = [r for r in results if r.failed]
     counts = {s: sum(r.status == s for r in results)
-              for s in ("identical", "within", "OUT", "missing", "new")}
+              for s in ("identical", "within", "OUT", "missing", "new", "not rerun")}
     print(f"{len(results)} tables against {args.record}: {counts['identical']} identical, "
           f"{counts['within']} within tolerance, {counts['OUT']} out of tolerance, "
-          f"{counts['missing']} missing, {counts['new']} new")
+          f"{counts['missing']} missing, {counts['new']} new"
+          + (f", {counts['not rerun']} not rerun (only {' '.join(args.notebooks)} compared)"
+             if args.notebooks else ""))
     return 1 if failed else 0
 
 
