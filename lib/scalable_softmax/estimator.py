@@ -38,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "with its 'sklearn' extra (pip install -e '.[sklearn]')") from exc
 
 from scalable_softmax.fit import FitResult, fit
-from scalable_softmax.methods import METHODS
+from scalable_softmax.methods import METHODS, get_trainer_class
 
 __all__ = ["SoftmaxSGDClassifier"]
 
@@ -195,14 +195,15 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         if K < 2:
             raise ValueError("SoftmaxSGDClassifier needs at least 2 classes in y; got 1 "
                              "class")
-        if self.n_sampled is None and self.method != "implicit-batch":
+        cls = get_trainer_class(self.method)
+        if partial and not cls.partial_fit:
+            raise ValueError(f"method={self.method!r} cannot continue from given weights "
+                             "one pass at a time; use fit")
+        pool = cls.max_n_sampled(K, options)
+        if self.n_sampled is None and pool is not None:
             # a default number of sampled classes (the method's, e.g. 5 for OVE, NCE and
             # IS, or a protocol's) cannot exceed the classes there are to draw: use them
-            from scalable_softmax.methods import get_trainer_class
-            m = kw["n_sampled"] or int(getattr(get_trainer_class(self.method),
-                                               "default_n_sampled", 1))
-            pool = K if (options.get("sample_from") == "all"
-                         or options.get("shared_negatives")) else K - 1
+            m = kw["n_sampled"] or int(cls.default_n_sampled)
             if m > pool:
                 kw["n_sampled"] = pool
         W0 = b0 = None
@@ -210,9 +211,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             W0, b0 = init
             if not self.fit_intercept:
                 b0 = None
-        from .methods import get_trainer_class
-
-        if getattr(get_trainer_class(self.method), "full_batch", False):
+        if cls.full_batch:
             lr = None       # L-BFGS has no learning rate (fit() refuses one)
         return fit(X, yi, self.method, lr, epochs=epochs, seed=self._seed(),
                    eval_epochs=[], progress=bool(self.verbose), K=K,

@@ -570,10 +570,6 @@ def _with_intercept_column(X, value):
     return out
 
 
-#: methods whose ``u`` has an exact optimum for given weights (``u_init="exact"``)
-_EXACT_U = ("vanilla", "umax", "implicit", "implicit-batch", "raman")
-
-
 def _exact_u(X, y, W, raman=False, chunk=None):
     """``u_i* = log sum_k exp(s_ik) - s_{i,y_i}`` (docs/math.md section 2.1), or
     ``ubar_i* = log sum_k exp(s_ik)`` for Raman's formulation, in blocks of rows."""
@@ -837,8 +833,8 @@ def _prepare(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed
     trainer.init_params("zero" if exact_u else u_init)
     if W_start is not None:
         _warm_start(trainer, W_start)
-    if exact_u and trainer.has_u and method in _EXACT_U:
-        trainer.u[:] = _exact_u(X, y, trainer.weights(), raman=(method == "raman"))
+    if exact_u and trainer.has_u and cls.exact_u is not None:
+        trainer.u[:] = _exact_u(X, y, trainer.weights(), raman=(cls.exact_u == "raman"))
     trainer.warmup()
     return trainer, lr, sets, ev, params
 

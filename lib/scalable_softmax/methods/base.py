@@ -44,17 +44,58 @@ class Trainer:
     **options : method-specific options (documented on each subclass). Unknown
         options must raise ``ValueError`` naming them.
 
-    Subclasses set ``name``, ``has_u``, ``default_batch_size``, ``default_n_sampled``
-    and implement :meth:`init_params`, :meth:`run_epoch` and :meth:`weights`.
-    Arguments are validated by ``fit`` before a trainer is built.
+    Subclasses set ``name`` and the facts below, and implement :meth:`init_params`,
+    :meth:`run_epoch` and :meth:`weights`. Arguments are validated by ``fit`` before a
+    trainer is built.
+
+    Method facts (class attributes: what :func:`~scalable_softmax.fit.fit` and the
+    estimator need to know about a method, declared on the method so that neither
+    compares method names):
+
+    ``has_u``
+        the method keeps the double-sum variables ``u`` (one per datapoint).
+    ``exact_u``
+        None, or the closed form of the optimal ``u`` for given weights that
+        ``u_init="exact"`` writes (docs/math.md section 2.4): ``"softmax"``
+        (``u_i* = log sum_k exp(s_ik) - s_{i,y_i}``, floored at 0) or ``"raman"``
+        (``ubar_i* = log sum_k exp(s_ik)``). A method with ``u`` but no closed form
+        (Bouchard's bound) keeps its own start.
+    ``full_batch``
+        not stochastic steps (full-batch L-BFGS): no learning rate (``lr=None``).
+    ``takes_ridge``
+        the method minimises the ridge-penalised objective for ``mu > 0``.
+    ``minibatch``
+        ``batch_size`` may exceed 1 (datapoints per step).
+    ``partial_fit``
+        one call of ``fit(..., epochs=1, init_W=...)`` continues training from given
+        weights, so the estimator's ``partial_fit`` may use it.
+    ``default_batch_size``, ``default_n_sampled``
+        what ``batch_size=None`` and ``n_sampled=None`` mean.
+    :meth:`max_n_sampled`
+        the most classes per datapoint the method can draw under given options.
     """
 
     name: str = "base"
     has_u: bool = False
+    exact_u: str | None = None
     default_batch_size: int = 1
     default_n_sampled: int = 1
     #: True for methods that are not stochastic steps (e.g. full-batch L-BFGS)
     full_batch: bool = False
+    takes_ridge: bool = True
+    minibatch: bool = False
+    partial_fit: bool = True
+
+    @classmethod
+    def max_n_sampled(cls, K: int, options: dict) -> int | None:
+        """The largest ``n_sampled`` the method accepts with ``K`` classes and method
+        options ``options`` (None: no limit, the method draws at most the classes
+        there are). Default: the ``K - 1`` classes other than the label, or all ``K``
+        when the options draw from every class (``sample_from="all"``) or share the
+        negatives of a minibatch (``shared_negatives=True``)."""
+        if options.get("sample_from") == "all" or options.get("shared_negatives"):
+            return int(K)
+        return int(K) - 1
 
     def __init__(self, X: sp.csr_matrix, y: np.ndarray, K: int, *, mu: float = 0.0,
                  batch_size: int | None = None, n_sampled: int | None = None, **options):

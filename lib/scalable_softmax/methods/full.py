@@ -396,6 +396,7 @@ class SoftmaxSGDTrainer(Trainer):
 
     name = "softmax-sgd"
     has_u = False
+    minibatch = True
     default_batch_size = 100
     default_n_sampled = 1
 

@@ -814,6 +814,7 @@ class ImplicitTrainer(Trainer):
 
     name = "implicit"
     has_u = True
+    exact_u = "softmax"
     default_batch_size = 1
     default_n_sampled = 1
 

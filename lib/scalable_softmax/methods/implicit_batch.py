@@ -1472,8 +1472,16 @@ class ImplicitBatchTrainer(Trainer):
 
     name = "implicit-batch"
     has_u = True
+    exact_u = "softmax"
+    minibatch = True
     default_batch_size = 10
     default_n_sampled = 10
+
+    @classmethod
+    def max_n_sampled(cls, K, options):
+        """None: a step draws at most the classes there are (``-1`` pads the rest), so
+        any ``n_sampled`` is accepted."""
+        return None
 
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled,

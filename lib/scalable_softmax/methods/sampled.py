@@ -1213,6 +1213,7 @@ class _SampledTrainer(Trainer):
 
     kind: int = -1
     has_u = False
+    minibatch = True
     default_batch_size = 100
     default_n_sampled = 5
     _options: dict = {"shared_negatives": False, "fused": True, "parallel": False,

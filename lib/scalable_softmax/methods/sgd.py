@@ -933,6 +933,7 @@ class _DoubleSumTrainer(Trainer):
     """
 
     has_u = True
+    exact_u = "softmax"
     default_batch_size = 1
     default_n_sampled = 1
     _defaults: dict = {"prefetch": True, "hogwild": False, "threads": 2,
@@ -1166,6 +1167,7 @@ class RamanTrainer(_DoubleSumTrainer):
     """
 
     name = "raman"
+    exact_u = "raman"
     _defaults = {**_DoubleSumTrainer._defaults, "delta0": 1.0, "variant": "umax"}
 
     def __init__(self, X, y, K, **kw):
