@@ -1,14 +1,19 @@
 # Reproduction of Fagan & Iyengar (2018) and Titsias (2016).
 # `make reproduce` regenerates every table and figure; `make test` runs the tests.
-# Both create .venv from the pins in pyproject.toml when it is missing.
+# Both create .venv from requirements.lock (every package pinned, with its sha256) when
+# it is missing; `make lock` recompiles the lock from pyproject.toml.
 
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV   := .venv
+VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
 PEERS_STAMP := $(VENV)/.peers-stamp
+# the exact versions and sha256 of every package `make venv` installs (any OS), and of
+# those `make reproduce-extra` and `make bench` add (PyTorch's CPU wheel: Linux x86-64)
+LOCK := requirements.lock
+PEERS_LOCK := requirements-peers.lock
 export SOFTMAX_DATA_DIR ?= $(CURDIR)/data/raw
 export DATA_MIRROR ?= $(abspath $(CURDIR)/../shared/data)
 # keep numba's compiled kernels between runs
@@ -22,7 +27,7 @@ PY_VERSION := 3.11
 PY_VERSION_OF = $(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null
 VENV_VERSION := $(shell test -x $(BIN)/python && $(call PY_VERSION_OF,$(BIN)/python))
 
-.PHONY: help venv data table1 reproduce reproduce-steps reproduce-extra reproduce-extra-steps test verify smoke-record bench lab site site-check clean clean-all FORCE
+.PHONY: help venv lock data table1 reproduce reproduce-steps reproduce-extra reproduce-extra-steps test test-second-kernel verify smoke-record bench lab site site-check clean clean-all FORCE
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,8 +38,10 @@ help:  ## list the targets
 	@echo "  $(BIN)/python -m scalable_softmax.repro.runner run 09-ove-toy-2d --profile full"
 	@echo "Only make reproduce / reproduce-extra write tables/, figures/ and notebooks/executed/."
 
-# remade when pyproject.toml changes or when .venv's Python is not $(PY_VERSION)
-$(STAMP): pyproject.toml $(if $(filter $(PY_VERSION),$(VENV_VERSION)),,FORCE)
+# remade when the lock or pyproject.toml changes or when .venv's Python is not $(PY_VERSION);
+# pip checks every file against the lock's sha256 (--require-hashes), then installs the
+# project itself, editable, without dependencies (they are all in the lock)
+$(STAMP): $(LOCK) pyproject.toml $(if $(filter $(PY_VERSION),$(VENV_VERSION)),,FORCE)
 	@if test -e $(VENV) && test "$(VENV_VERSION)" != "$(PY_VERSION)"; then \
 	  if test ! -f $(VENV)/pyvenv.cfg; then \
 	    echo "error: $(VENV) is not a virtual environment of Python $(PY_VERSION) and was not made by make; move it away and run make again"; exit 1; fi; \
@@ -45,11 +52,31 @@ $(STAMP): pyproject.toml $(if $(filter $(PY_VERSION),$(VENV_VERSION)),,FORCE)
 	  echo "error: PYTHON=$(PYTHON) is Python $${v:-(not runnable)}; the project needs Python $(PY_VERSION) (pyproject.toml requires-python): run make again with PYTHON=/path/to/python$(PY_VERSION)"; exit 1; }
 	@if test -e $(VENV) && test "$(VENV_VERSION)" != "$(PY_VERSION)"; then rm -rf $(VENV); fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,lab,site]'
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
-venv: $(STAMP)  ## create .venv from the pinned dependencies
+venv: $(STAMP)  ## create .venv from requirements.lock (hash-checked)
+
+# The locks, compiled from pyproject.toml by uv (`uv pip compile --generate-hashes`):
+# requirements.lock holds the extras `make venv` installs, for Python 3.11 on any OS
+# (3.11.5 or later: soupsieve 4.1.3 needs it); requirements-peers.lock adds the `peers`
+# and `bench` extras (PyTorch's CPU wheel, found through pip's configured find-links) for
+# Linux x86-64, constrained by requirements.lock. Versions already in a lock are kept;
+# to move some: make lock LOCK_ARGS='--upgrade-package numpy' (or --upgrade for all).
+VENV_EXTRAS := repro dask test lab site
+UV_VERSION := 0.13.8
+LOCK_TOOL := build/lock-tool
+LOCK_ARGS ?=
+UV_COMPILE = $(LOCK_TOOL)/bin/uv pip compile pyproject.toml --generate-hashes \
+  --python-version 3.11.5 --custom-compile-command 'make lock' $(LOCK_ARGS)
+lock:  ## recompile requirements.lock and requirements-peers.lock from pyproject.toml (uv)
+	test -x $(LOCK_TOOL)/bin/uv || { $(PYTHON) -m venv $(LOCK_TOOL) && \
+	  $(LOCK_TOOL)/bin/python -m pip install --quiet uv==$(UV_VERSION); }
+	$(UV_COMPILE) $(addprefix --extra ,$(VENV_EXTRAS)) --universal -o $(LOCK)
+	fl=$$($(LOCK_TOOL)/bin/python -m pip config get global.find-links 2>/dev/null); \
+	$(UV_COMPILE) $(addprefix --extra ,$(VENV_EXTRAS) peers bench) \
+	  --python-platform x86_64-manylinux_2_28 $${fl:+--find-links $$fl} -c $(LOCK) -o $(PEERS_LOCK)
 
 data: $(STAMP)  ## fetch the raw data (from DATA_MIRROR, else the public homes) and verify every sha256
 	$(BIN)/python -m scalable_softmax.data fetch
@@ -97,8 +124,8 @@ reproduce-steps: data tables/data-table1.md $(EXECUTED)
 # notebook 12 compares with scikit-learn and PyTorch: the optional `peers` extra
 build/executed/full/12-peers.ipynb: $(PEERS_STAMP)
 
-$(PEERS_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[peers]'
+$(PEERS_STAMP): $(STAMP) $(PEERS_LOCK)
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(PEERS_LOCK)
 	touch $@
 
 # (after `make reproduce` its own steps are no-ops, so the time recorded is the extensions')
@@ -124,6 +151,24 @@ test: $(STAMP)  ## run the unit tests and every notebook's smoke run (nbval)
 	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval/sanitize.cfg \
 	  tests $$(test -d build/prepared/smoke && echo build/prepared/smoke)
 	test ! -d build/prepared/smoke || $(BIN)/python -m scalable_softmax.repro.verify --tables build/smoke/tables --record $(SMOKE_RECORD)
+	@test ! -d build/prepared/smoke || $(MAKE) --no-print-directory test-second-kernel
+
+# the BLAS-sensitive smoke notebooks again, under another OpenBLAS kernel (x86-64; say
+# which loads; elsewhere skipped): their key cells under nbval and their tables against
+# the smoke record, within params/tolerances.yaml. A fresh run cache, so nothing is
+# read back from the first run.
+BLAS_SENSITIVE := 00-derivation-checks 08-ove-nonparametric 09-ove-toy-2d 10-ove-classification
+SECOND_CORETYPE ?= Prescott
+test-second-kernel: $(STAMP)
+	rm -rf build/runs-second-kernel $(BLAS_SENSITIVE:%=build/smoke/tables/%.csv) $(BLAS_SENSITIVE:%=build/smoke/tables/%-*.csv)
+	SOFTMAX_RUN_CACHE=$(CURDIR)/build/runs-second-kernel OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+	  $(BIN)/python -m scalable_softmax.repro.blaskernel --coretype $(SECOND_CORETYPE) -- \
+	  $(BIN)/python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile \
+	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval/sanitize.cfg \
+	  $(BLAS_SENSITIVE:%=build/prepared/smoke/%.ipynb)
+	@if $(BIN)/python -c 'import platform, sys; sys.exit(platform.machine().lower() not in ("x86_64", "amd64"))'; then \
+	  $(BIN)/python -m scalable_softmax.repro.verify --tables build/smoke/tables --record $(SMOKE_RECORD) \
+	    --notebooks $(BLAS_SENSITIVE); fi
 
 # a rerun checked against the record: every table of tables/ (or VERIFY_TABLES) against
 # git HEAD (or VERIFY_RECORD, a revision or a folder), with params/tolerances.yaml
@@ -144,8 +189,8 @@ smoke-record: $(STAMP)  ## rerun every notebook's smoke profile and store its ta
 	mkdir -p $(SMOKE_RECORD) && rm -f $(SMOKE_RECORD)/*.csv && cp build/smoke/tables/*.csv $(SMOKE_RECORD)/
 	$(BIN)/python -m scalable_softmax.repro.runner record-nbval all
 
-$(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[bench]'
+$(BENCH_STAMP): $(STAMP) $(PEERS_LOCK)
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(PEERS_LOCK)
 	touch $@
 
 bench: $(BENCH_STAMP) data  ## run the benchmarks (results in benchmarks/results/)
