@@ -1,14 +1,16 @@
-"""The front page and the docs pages: short, linked, and quoting the tables exactly.
+"""The front page and the docs pages: short, linked, plain text, and quoting the tables
+exactly.
 
-Every number the README and the docs pages quote from a table is bound to the cell it
-comes from (:mod:`scalable_softmax.repro.numbers`); these tests hold them to the
-committed tables, so a rerun that changes a number cannot leave the text behind.
+Every number the README and the docs pages quote from a table is an expression in the
+page's template (``docs/templates/``) rendered by :mod:`scalable_softmax.repro.numbers`;
+these tests hold the committed pages to a fresh render with the committed tables, so a
+rerun that changes a number cannot leave the text behind, and the committed pages stay
+readable as text (no template syntax, no overlong lines).
 """
 from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,10 +20,13 @@ from scalable_softmax.repro import numbers
 
 README = paths.ROOT / "README.md"
 DOCS = paths.ROOT / "docs"
+PAGES = [README] + sorted(DOCS.glob("*.md"))
 #: the pages the README must link (issue: results per paper, protocols, speed, own data,
 #: cluster, provenance)
 REQUIRED_PAGES = ["results-fagan-iyengar.md", "results-titsias.md", "protocols.md",
                   "speed.md", "own-data.md", "cluster.md", "provenance.md"]
+#: a prose line of a committed page; a markdown table row may be longer, within reason
+MAX_LINE, MAX_TABLE_ROW = 120, 400
 
 
 def test_readme_is_a_front_page():
@@ -36,18 +41,46 @@ def test_readme_links_every_docs_page_and_every_link_resolves():
     text = README.read_text()
     for page in REQUIRED_PAGES:
         assert f"(docs/{page})" in text, f"README does not link docs/{page}"
-    for md in [README] + sorted(DOCS.glob("*.md")):
+    for md in PAGES:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", md.read_text()):
             if "://" in target:
                 continue
             assert (md.parent / target).exists(), f"{md.name}: broken link {target}"
 
 
-def test_quoted_numbers_agree_with_the_committed_tables():
+def test_every_template_renders_a_page():
+    templates = numbers.default_files()
+    names = {t.name for t in templates}
+    assert {"README.md", "results-fagan-iyengar.md", "disagreements.md"} <= names
+    for t in templates:
+        assert numbers.target(t).is_file(), f"{t.name}: no page {numbers.target(t)}"
+
+
+def test_committed_pages_equal_a_fresh_render_of_their_templates():
     files = numbers.default_files()
     assert sum(len(numbers.bindings(f)) for f in files) >= 40
     problems = numbers.check_files(files, paths.TABLES)
-    assert not problems, "\n".join(problems)
+    assert not problems, ("\n".join(problems) + "\nedit docs/templates/, then run: "
+                          "python -m scalable_softmax.repro.numbers render")
+
+
+def test_committed_pages_read_as_text():
+    """No template syntax in a committed page, and lines of reasonable length: prose
+    lines at most MAX_LINE characters (a link or an image alone on its line, or a code
+    block, may be longer), markdown table rows at most MAX_TABLE_ROW."""
+    for md in PAGES:
+        text = md.read_text()
+        for mark in ("<!--=", "<!--/-->", "<!--let "):
+            assert mark not in text, f"{md.name}: template syntax {mark!r} (edit its template)"
+        fence = False
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                fence = not fence
+                continue
+            if fence or re.fullmatch(r"\s*!?\[[^\]]*\]\([^)]*\)[.,;]?\s*", line):
+                continue
+            limit = MAX_TABLE_ROW if line.startswith("|") else MAX_LINE
+            assert len(line) <= limit, f"{md.name}:{n}: {len(line)} characters (at most {limit})"
 
 
 def test_a_changed_table_value_is_caught(tmp_path):
@@ -58,46 +91,147 @@ def test_a_changed_table_value_is_caught(tmp_path):
     sel = (df.dataset == "Average") & (df.method == "ove")
     df.loc[sel, "authors_code_as_published"] *= 1.01
     df.to_csv(t3, index=False)
-    problems = numbers.check_files([README], tables)
-    assert problems and any("authors_code_as_published" in p for p in problems)
-    # render rewrites the shown value, and then the check passes
-    copy = tmp_path / "README.md"
-    shutil.copy(README, copy)
-    assert numbers.render_files([copy], tables) == [copy]
-    assert not numbers.check_files([copy], tables)
+    readme_template = numbers.TEMPLATES / "README.md"
+    problems = numbers.check_files([readme_template], tables)
+    assert problems and all(p.startswith(f"{README}:") for p in problems)
+    # render writes the page again, and then the check passes
+    root = tmp_path / "root"
+    (root / "docs").mkdir(parents=True)
+    assert numbers.render_files([readme_template], tables, root) == [root / "README.md"]
+    assert not numbers.check_files([readme_template], tables, root)
+    assert (root / "README.md").read_text() != README.read_text()
 
 
 def test_binding_syntax(tmp_path):
     t = tmp_path / "t"
     t.mkdir()
     pd.DataFrame({"k": ["a", "b"], "v": [1.23456, 2.5]}).to_csv(t / "x.csv", index=False)
-    md = tmp_path / "p.md"
-    md.write_text("v is <!--= cell('x', 'v', k='a') # .2f -->9<!--/--> and "
-                  "<!--= len(table('x')) -->2<!--/-->; "
-                  "<!--= cell('x', 'v', k='zz') -->1<!--/-->\n")
-    problems = numbers.check_files([md], t)
-    assert len(problems) == 2
-    assert "p.md:1: shows '9', the tables give '1.23'" in problems[0]
-    assert "0 rows match" in problems[1]
+    (tmp_path / "docs").mkdir()
+    tpl = tmp_path / "p.md"
+    tpl.write_text("<!--let two = len(table('x')) -->\n"
+                   "v is <!--= cell('x', 'v', k='a') # .2f --> and <!--= two -->\n")
+    assert numbers.target(tpl, tmp_path) == tmp_path / "docs" / "p.md"
+    assert numbers.render_files([tpl], t, tmp_path) == [tmp_path / "docs" / "p.md"]
+    assert (tmp_path / "docs" / "p.md").read_text() == "v is 1.23 and 2\n"
+    assert not numbers.check_files([tpl], t, tmp_path)
+    (tmp_path / "docs" / "p.md").write_text("v is 9 and 2\n")       # edited by hand
+    problems = numbers.check_files([tpl], t, tmp_path)
+    assert len(problems) == 1 and "p.md:1: shows 'v is 9 and 2'" in problems[0] \
+        and "'v is 1.23 and 2'" in problems[0]
+    tpl.write_text("v is <!--= cell('x', 'v', k='zz') -->\n")
+    problems = numbers.check_files([tpl], t, tmp_path)
+    assert len(problems) == 1 and "p.md:1" in problems[0] and "0 rows match" in problems[0]
     with pytest.raises(ValueError, match="0 rows match"):
-        numbers.render_files([md], t)
-    assert md.read_text().count("-->9<!--/-->") == 1, "a failed render changes nothing"
+        numbers.render_files([tpl], t, tmp_path)
+    assert (tmp_path / "docs" / "p.md").read_text() == "v is 9 and 2\n", \
+        "a failed render changes nothing"
+
+
+def _verdicts(stem, claim, **where):
+    """The claims table's verdicts of one claim, read here without the renderer."""
+    df = pd.read_csv(paths.TABLES / f"{stem}.csv", keep_default_na=False)
+    sel = df[df.claim == claim]
+    for col, val in where.items():
+        sel = sel[sel[col] == val]
+    assert len(sel) == 1, (stem, claim, where)
+    names = {"authors-code": "authors' code", "authors-code-1pass": "1 pass",
+             "paper-text": "paper's text"}
+    return {names[c[len("verdict_"):]]: sel[c].iloc[0] for c in sel.columns
+            if c.startswith("verdict_")}
+
+
+def _readme_rows():
+    """The README's claim rows: claim cell -> verdict cell."""
+    out = {}
+    for line in README.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        if line.startswith("| ") and len(cells) == 4:
+            out[cells[0]] = cells[3]
+    return out
+
+
+def _said(text):
+    """``"confirmed (authors' code); not confirmed (1 pass, paper's text)"`` ->
+    ``{protocol: verdict}``."""
+    out = {}
+    for part in text.split("; "):
+        m = re.fullmatch(r"(.+?) \(([^()]+)\)", part.strip().rstrip(";."))
+        assert m, f"cannot read the verdict {text!r}"
+        for protocol in m.group(2).split(", "):
+            out[protocol] = m.group(1)
+    return out
+
+
+#: README claim (first cell of its row) -> the claims-table row whose verdicts it shows
+README_CLAIMS = {
+    "Implicit SGD never diverges": ("06-paper-tables-claims", "Implicit SGD never diverges", {}),
+    "Every method is stable at its Table 2 rate":
+        ("06-paper-tables-claims", "every method is stable at its Table 2 rate", {}),
+    "Implicit SGD has the lowest training log-loss after 50 epochs":
+        ("06-paper-tables-claims",
+         "Implicit SGD has the lowest train log-loss on (almost) every data set (exact)", {}),
+    "OVE, NCE and IS end far above every double-sum method (Table 3 averages, as published)":
+        ("06-paper-tables-claims", "the same, with the published metric for OVE/NCE/IS",
+         {"paper": "<= 4.29 vs >= 7.62"}),
+    "Our Table 3 matches the published one on the real data sets":
+        ("06-paper-tables-claims", "our Table 3 (as published) is within 10% of the "
+         "published one on the real data sets, on average", {}),
+    "U-max beats vanilla SGD on average (Table 3)":
+        ("06-paper-tables-claims", "U-max beats vanilla SGD on average", {}),
+}
+#: the notebook-13 verdicts of the README's extension list: its wording -> the claim
+README_CLAIMS_13 = {
+    "Implicit SGD has the lowest training log-loss:":
+        "Implicit SGD has the lowest train log-loss (exact, all six methods)",
+    "U-max beats vanilla SGD:": "U-max beats vanilla SGD (exact train log-loss)",
+    "every double-sum method beats every biased one (exact):":
+        "every double-sum method (vanilla, U-max, Implicit) beats every biased baseline "
+        "(OVE, NCE, IS), exact",
+}
+
+
+@pytest.mark.parametrize("claim", sorted(README_CLAIMS))
+def test_readme_verdict_agrees_with_the_claims_table(claim):
+    rows = _readme_rows()
+    assert claim in rows, f"the README has no claim row {claim!r}"
+    stem, table_claim, where = README_CLAIMS[claim]
+    assert _said(rows[claim]) == _verdicts(stem, table_claim, **where)
+
+
+@pytest.mark.parametrize("wording", sorted(README_CLAIMS_13))
+def test_readme_extension_verdicts_agree_with_the_claims_table(wording):
+    lines = README.read_text().splitlines()
+    at = [i for i, line in enumerate(lines) if line.lstrip().startswith(f"- {wording}")]
+    assert len(at) == 1, f"the README does not say {wording!r} once"
+    said = [lines[at[0]].split(wording, 1)[1]]
+    for line in lines[at[0] + 1:]:
+        if not line.strip() or line.lstrip().startswith("- "):
+            break
+        said.append(line)
+    said = " ".join(s.strip() for s in said).strip().rstrip(";.")
+    assert _said(said) == _verdicts("13-real-large-k-claims", README_CLAIMS_13[wording])
 
 
 @pytest.mark.parametrize("stale", [
     "4.0 and 2.6 times",          # the O(D) ratios of an older run
     "slopes 0.22, 0.16",
     "are in `build/executed/full/`",
+    "for `log 2`",                 # Proposition 4's correction, garbled
+    "fresh clone of 4e6e25f",      # a run that is not the record
+    "(above)",                     # pointers to text that is not there
+    "Protocols above",
+    "| **reproduced**; the published columns are not log-losses",
 ])
 def test_stale_statements_are_gone(stale):
-    for md in [README] + sorted(DOCS.glob("*.md")):
-        assert stale not in md.read_text(), f"{md.name} still says {stale!r}"
+    for md in PAGES + numbers.default_files():
+        assert stale not in md.read_text(), f"{md} still says {stale!r}"
 
 
 def test_no_bound_number_breaks_a_markdown_table():
-    """GitHub and MyST split a table row at every ``|``, comments included: a binding
-    (expression and format) must hold none, or the row falls apart on the page."""
-    for md in [README] + sorted(DOCS.glob("*.md")):
+    """GitHub and MyST split a table row at every ``|``: a value shown in a table row
+    must not hold one unescaped, nor may an expression in the template's row (a template
+    should show the same table in an editor)."""
+    for md in numbers.default_files():
         for n, line in enumerate(md.read_text().splitlines(), 1):
             for m in numbers.BINDING.finditer(line):
                 assert "|" not in m.group("expr"), f"{md.name}:{n}: '|' in {m.group('expr')!r}"

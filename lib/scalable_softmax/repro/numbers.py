@@ -1,22 +1,27 @@
 """Numbers in the README and the docs pages, bound to the tables they quote.
 
-A number quoted in prose or in a markdown table is written with the expression that
-computes it from the tables of a run, in an HTML comment just before it (invisible on
-GitHub and on the site)::
+The committed ``README.md`` and ``docs/*.md`` hold plain text and plain numbers. The
+pages that quote the tables are rendered from a template of the same name in
+``docs/templates/`` (``docs/templates/README.md`` gives ``README.md``,
+``docs/templates/speed.md`` gives ``docs/speed.md``), where each quoted number is the
+expression that computes it from the tables of a run, in an HTML comment::
 
-    Implicit SGD is lowest on <!--= lowest('authors_code_exact') -->6<!--/--> of 7 data sets;
+    Implicit SGD is lowest on <!--= lowest('authors_code_exact') --> of 7 data sets;
     OVE averages <!--= cell('06-paper-tables-table3', 'authors_code_as_published',
-    dataset='Average', method='ove') # .2f -->11.74<!--/--> times Implicit SGD.
+    dataset='Average', method='ove') # .2f --> times Implicit SGD.
 
-(one line each: an expression never spans lines). ``render`` rewrites every shown value
-from the tables; ``check`` recomputes them and lists every value that differs (file,
-line, expression, shown, computed), so a test can hold the README to the committed
-record and ``make reproduce`` can rewrite it after a run::
+(one line each: an expression never spans lines). A line of its own
+``<!--let NAME = EXPR -->`` gives a name to a value or a function for the expressions after
+it, so that the template's prose lines stay short; it is left out of the page. ``render`` writes every page from its template and the
+tables; ``check`` renders them afresh and lists every line of a committed page that
+differs (page, line, shown, computed), so a test holds the pages to the committed record
+and ``make reproduce`` rewrites them after a run::
 
-    python -m scalable_softmax.repro.numbers check  [--tables DIR] [FILE ...]
-    python -m scalable_softmax.repro.numbers render [--tables DIR] [FILE ...]
+    python -m scalable_softmax.repro.numbers check  [--tables DIR] [TEMPLATE ...]
+    python -m scalable_softmax.repro.numbers render [--tables DIR] [TEMPLATE ...]
 
-Without files: ``README.md`` and ``docs/*.md``.
+Without templates: every ``docs/templates/*.md``. Edit the template, never the rendered
+page (``check`` reports a page edited by hand as differing).
 
 The expression is Python, evaluated with these names only:
 
@@ -24,6 +29,12 @@ The expression is Python, evaluated with these names only:
 * ``cell(stem, column, **where)`` -- the one value of ``column`` in the rows where every
   ``where`` column equals its value (an error unless exactly one row matches);
 * ``rows(stem, **where)`` -- those rows (a DataFrame);
+* ``verdicts(stem, claim, **where)`` -- the verdicts of one claim of a claims table (its
+  ``verdict_<protocol>`` columns; ``where`` as for ``cell`` when a claim's text repeats),
+  protocols with the same verdict grouped:
+  ``"confirmed (authors' code); not confirmed (1 pass, paper's text)"``;
+* ``provenance()`` -- ``tables/PROVENANCE.md``: ``{'commit': short hash, 'seconds':
+  {notebook: seconds}, 'runs': {make target: end-to-end time as written}}``;
 * ``np``, ``len``, ``min``, ``max``, ``sum``, ``abs``, ``round``, ``sorted``, ``int``,
   ``float``, ``str``.
 
@@ -34,6 +45,7 @@ After ``#`` comes a format spec (``.2f``, ``,.0f``, ``.3g``); without one, ``str
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 from pathlib import Path
@@ -44,18 +56,28 @@ import pandas as pd
 from scalable_softmax import paths
 from scalable_softmax._atomic import atomic_open
 
-__all__ = ["BINDING", "Binding", "bindings", "render_text", "check_files", "render_files",
-           "default_files", "main"]
+__all__ = ["BINDING", "TEMPLATES", "Binding", "bindings", "render_text", "target",
+           "check_files", "render_files", "default_files", "main"]
 
-#: ``<!--= EXPR [| FORMAT] -->SHOWN<!--/-->`` on one line
-BINDING = re.compile(r"<!--=(?P<expr>.*?)-->(?P<shown>.*?)<!--/-->")
+#: ``<!--= EXPR [# FORMAT] -->`` on one line
+BINDING = re.compile(r"<!--=(?P<expr>.*?)-->")
+
+#: ``<!--let NAME = EXPR -->`` alone on a line: a name the later expressions may use
+LET = re.compile(r"^<!--let (?P<name>[A-Za-z_]\w*) = (?P<expr>.*)-->\s*$")
+
+#: the templates of the pages that quote the tables
+TEMPLATES = paths.ROOT / "docs" / "templates"
+
+#: how a claims table's protocol columns read in a verdict
+PROTOCOL_NAMES = {"authors-code": "authors' code", "authors-code-1pass": "1 pass",
+                  "paper-text": "paper's text"}
 
 
 class Binding:
-    """One bound number: where it is, its expression and format, what it shows."""
+    """One bound number: where it is in its template, its expression and format."""
 
-    def __init__(self, file: Path, line: int, expr: str, fmt: str, shown: str):
-        self.file, self.line, self.expr, self.fmt, self.shown = file, line, expr, fmt, shown
+    def __init__(self, file: Path, line: int, expr: str, fmt: str):
+        self.file, self.line, self.expr, self.fmt = file, line, expr, fmt
 
     def where(self) -> str:
         return f"{self.file}:{self.line}"
@@ -116,20 +138,57 @@ class Tables:
         v = sel[column].iloc[0]
         return v.item() if hasattr(v, "item") else v
 
+    def verdicts(self, stem: str, claim: str, **where) -> str:
+        row = self.rows(stem, claim=claim, **where)
+        if len(row) != 1:
+            raise LookupError(f"table {stem}: {len(row)} rows match claim {claim!r} {where} "
+                              "(need exactly 1)")
+        groups: dict[str, list[str]] = {}
+        for col in row.columns:
+            if col.startswith("verdict_"):
+                protocol = col[len("verdict_"):]
+                groups.setdefault(str(row[col].iloc[0]), []).append(
+                    PROTOCOL_NAMES.get(protocol, protocol))
+        if not groups:
+            raise LookupError(f"table {stem} has no verdict_<protocol> column")
+        return "; ".join(f"{v} ({', '.join(p)})" for v, p in groups.items())
+
+    def provenance(self) -> dict:
+        path = self.folder / "PROVENANCE.md"
+        if not path.is_file():
+            raise LookupError(f"no {path}")
+        text = path.read_text()
+        commit = re.search(r"^- commit: ([0-9a-f]+)", text, re.M)
+        if not commit:
+            raise LookupError(f"{path}: no '- commit:' line")
+        seconds = {m.group(1): float(m.group(2)) for m in
+                   re.finditer(r"^\| (\d\d-[\w-]+) \| ([\d.]+) \|$", text, re.M)}
+        runs = {m.group(1): m.group(2) for m in
+                re.finditer(r"^\| `make ([\w-]+)` \| [^|]+ \| [^|]+ \| ([^|]+?) \|$", text, re.M)}
+        return {"commit": commit.group(1)[:7], "seconds": seconds, "runs": runs}
+
     def namespace(self) -> dict:
-        return {"table": self.table, "rows": self.rows, "cell": self.cell, "np": np,
+        return {"table": self.table, "rows": self.rows, "cell": self.cell,
+                "verdicts": self.verdicts, "provenance": self.provenance, "np": np,
                 "len": len, "min": min, "max": max, "sum": sum, "abs": abs, "round": round,
                 "sorted": sorted, "int": int, "float": float, "str": str,
                 "__builtins__": {}}
 
 
+def target(template: Path, root: Path | None = None) -> Path:
+    """The page a template renders: ``README.md`` at the root, any other in ``docs/``."""
+    root = paths.ROOT if root is None else Path(root)
+    name = Path(template).name
+    return root / name if name == "README.md" else root / "docs" / name
+
+
 def bindings(path: Path) -> list[Binding]:
-    """Every bound number of the markdown file ``path``."""
+    """Every bound number of the template ``path``."""
     out = []
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         for m in BINDING.finditer(line):
             expr, fmt = _split(m.group("expr"))
-            out.append(Binding(Path(path), n, expr, fmt, m.group("shown")))
+            out.append(Binding(Path(path), n, expr, fmt))
     return out
 
 
@@ -142,90 +201,120 @@ def _value(b: Binding, ns: dict) -> str:
         shown = format(v, b.fmt) if b.fmt else str(v)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{b.where()}: format {b.fmt!r} does not fit {v!r}: {exc}") from None
+    if "\n" in shown:
+        raise ValueError(f"{b.where()}: {b.expr!r} gives a value of several lines")
     # a value inside a markdown table cell must not end the cell
     return shown.replace("\\|", "|").replace("|", "\\|")
 
 
 def render_text(text: str, tables: Tables, name: str = "<text>") -> str:
-    """``text`` with every bound number recomputed from ``tables``."""
+    """The template ``text`` with every bound number computed from ``tables`` and its
+    ``<!--let NAME = EXPR -->`` lines evaluated (in order) and left out."""
     ns = tables.namespace()
-    lines = text.split("\n")
-    for i, line in enumerate(lines):
+    out = []
+    for i, line in enumerate(text.split("\n")):
+        let = LET.match(line)
+        if let:
+            b = Binding(Path(name), i + 1, let.group("expr").strip(), "")
+            try:
+                ns[let.group("name")] = eval(b.expr, ns)  # noqa: S307 -- our own docs
+            except Exception as exc:  # noqa: BLE001 -- reported with the place
+                raise ValueError(f"{b.where()}: cannot compute {b.expr!r}: {exc}") from None
+            continue
+
         def sub(m, i=i):
             expr, fmt = _split(m.group("expr"))
-            shown = _value(Binding(Path(name), i + 1, expr, fmt, m.group("shown")), ns)
-            return f"<!--={m.group('expr')}-->{shown}<!--/-->"
-        lines[i] = BINDING.sub(sub, line)
-    return "\n".join(lines)
+            return _value(Binding(Path(name), i + 1, expr, fmt), ns)
+        out.append(BINDING.sub(sub, line))
+    return "\n".join(out)
 
 
 def default_files() -> list[Path]:
-    return [paths.ROOT / "README.md"] + sorted((paths.ROOT / "docs").glob("*.md"))
+    """Every template (``docs/templates/*.md``)."""
+    return sorted(TEMPLATES.glob("*.md"))
 
 
-def check_files(files, tables_dir: Path) -> list[str]:
-    """One message per bound number whose shown value differs from the tables'."""
+def _render_all(files, tables_dir: Path) -> dict[Path, str]:
     tables = Tables(tables_dir)
-    ns = tables.namespace()
+    return {Path(f): render_text(Path(f).read_text(), tables, str(f)) for f in files}
+
+
+def check_files(files, tables_dir: Path, root: Path | None = None) -> list[str]:
+    """One message per line of a rendered page that differs from a fresh render of its
+    template ``files`` with the tables of ``tables_dir`` (or per value that cannot be
+    computed)."""
+    tables = Tables(tables_dir)
     problems = []
     for f in files:
-        for b in bindings(f):
-            try:
-                want = _value(b, ns)
-            except ValueError as exc:
-                problems.append(str(exc))
+        page = target(f, root)
+        try:
+            want = render_text(Path(f).read_text(), tables, str(f))
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        if not page.is_file():
+            problems.append(f"{page}: missing (render it from {f})")
+            continue
+        have = page.read_text().split("\n")
+        want_lines = want.split("\n")
+        sm = difflib.SequenceMatcher(a=have, b=want_lines, autojunk=False)
+        for op, a0, a1, b0, b1 in sm.get_opcodes():
+            if op == "equal":
                 continue
-            if want != b.shown:
-                problems.append(f"{b.where()}: shows {b.shown!r}, the tables give {want!r} "
-                                f"({b.expr}{' | ' + b.fmt if b.fmt else ''})")
+            shown = "\n".join(have[a0:a1]) or "<nothing>"
+            fresh = "\n".join(want_lines[b0:b1]) or "<nothing>"
+            problems.append(f"{page}:{a0 + 1}: shows {shown!r}, a fresh render of {f} "
+                            f"with the tables gives {fresh!r}")
     return problems
 
 
-def render_files(files, tables_dir: Path) -> list[Path]:
-    """Rewrite the bound numbers of ``files`` from the tables; returns the files changed.
-    Every value is computed before any file is written (an error changes nothing)."""
-    tables = Tables(tables_dir)
+def render_files(files, tables_dir: Path, root: Path | None = None) -> list[Path]:
+    """Write the page of each template in ``files`` from the tables; returns the pages
+    changed. Every page is computed before any is written (an error changes nothing)."""
     new = {}
-    for f in files:
-        text = Path(f).read_text()
-        out = render_text(text, tables, str(f))
-        if out != text:
-            new[Path(f)] = out
-    for f, text in new.items():
-        with atomic_open(f, "w") as fh:
+    for f, text in _render_all(files, tables_dir).items():
+        page = target(f, root)
+        if not page.is_file() or page.read_text() != text:
+            new[page] = text
+    for page, text in new.items():
+        with atomic_open(page, "w") as fh:
             fh.write(text)
     return list(new)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.numbers",
-                                 description="Check or rewrite the numbers the README and "
-                                             "docs quote from the tables.")
+                                 description="Check or write the README and the docs pages "
+                                             "from their templates (docs/templates/) and "
+                                             "the tables they quote.")
     ap.add_argument("command", choices=["check", "render"])
     ap.add_argument("files", nargs="*", type=Path,
-                    help="markdown files (default: README.md and docs/*.md)")
+                    help="templates (default: docs/templates/*.md)")
     ap.add_argument("--tables", type=Path, default=paths.TABLES,
                     help="folder of the tables (default: tables/)")
     args = ap.parse_args(argv)
     files = args.files or default_files()
     missing = [str(f) for f in files if not Path(f).is_file()]
     if missing:
-        print(f"error: no such file: {', '.join(missing)}", file=sys.stderr)
+        print(f"error: no such template: {', '.join(missing)}", file=sys.stderr)
         return 2
     if args.command == "check":
         problems = check_files(files, args.tables)
         n = sum(len(bindings(f)) for f in files)
         for p in problems:
             print(p)
-        print(f"{n - len(problems)} of {n} quoted numbers agree with {args.tables}")
+        print(f"{len(files)} page(s), {n} quoted numbers: "
+              + (f"{len(problems)} line(s) differ from a fresh render with {args.tables} "
+                 "(run: python -m scalable_softmax.repro.numbers render)"
+                 if problems else f"all agree with {args.tables}"))
         return 1 if problems else 0
     try:
         changed = render_files(files, args.tables)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"rewrote the quoted numbers of {len(changed)} file(s) from {args.tables}"
-          + "".join(f"\n  {f}" for f in changed))
+    print(f"rendered {len(files)} page(s) from their templates and {args.tables}; "
+          f"{len(changed)} changed" + "".join(f"\n  {f}" for f in changed))
     return 0
 
 
