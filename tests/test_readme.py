@@ -227,6 +227,10 @@ def test_stale_statements_are_gone(stale):
         assert stale not in md.read_text(), f"{md} still says {stale!r}"
 
 
+def test_speed_page_says_where_its_numbers_come_from_once():
+    assert (DOCS / "speed.md").read_text().count("Measured by the scripts in") == 1
+
+
 def test_no_bound_number_breaks_a_markdown_table():
     """GitHub and MyST split a table row at every ``|``: a value shown in a table row
     must not hold one unescaped, nor may an expression in the template's row (a template
@@ -235,3 +239,11 @@ def test_no_bound_number_breaks_a_markdown_table():
         for n, line in enumerate(md.read_text().splitlines(), 1):
             for m in numbers.BINDING.finditer(line):
                 assert "|" not in m.group("expr"), f"{md.name}:{n}: '|' in {m.group('expr')!r}"
+
+
+def test_notebooks_point_to_readme_sections_that_exist():
+    headings = set(re.findall(r"^## (.+)$", README.read_text(), re.M))
+    for nb in sorted(paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")):
+        cited = set(re.findall(r"\(README: ([^)]+)\)", nb.read_text()))
+        for section in cited:
+            assert section in headings, f"{nb.name} cites the README section {section!r}"
