@@ -38,8 +38,11 @@ def data_stamp(data_dir=None) -> str:
 
     data_dir = Path(data_dir).expanduser().resolve() if data_dir is not None \
         else paths.raw_dir()
+    # the inputs of a derived file (the authors' pickles) are not read by a loader: the
+    # derived file's own sha256 stands for them
+    inputs = {r for f in registry.FILES.values() for r in f.derived_from}
     rels = sorted({r for roles in registry.DATASET_FILES.values() for r in roles.values()}
-                  | {r for r, f in registry.FILES.items() if f.required})
+                  | {r for r, f in registry.FILES.items() if f.required and r not in inputs})
     lines = []
     for rel in rels:
         p = data_dir / rel
@@ -78,7 +81,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("fetch", help="fill the data dir from the mirror or the public homes")
     f.add_argument("--data-dir", help="default: SOFTMAX_DATA_DIR or data/raw")
-    f.add_argument("--mirror", help="default: DATA_MIRROR or ../shared/data")
+    f.add_argument("--mirror", help="default: DATA_MIRROR (the Makefile sets it)")
     f.add_argument("--no-download", action="store_true", help="never use the network")
     f.add_argument("--datasets", nargs="*", help="default: all registered")
     t = sub.add_parser("table1", help="print the paper's Table 1 beside ours")

