@@ -476,7 +476,7 @@ def _validate(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, see
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; choose one of: {', '.join(ORDERS)}")
     if u_init not in ("zero", "logK"):
-        raise ValueError(f"u_init must be 'zero' or 'logK'; got {u_init!r}")
+        raise ValueError(f"u_init must be 'zero' or 'logK', or 'exact'; got {u_init!r}")
     if not isinstance(progress, (bool, np.bool_)):
         raise ValueError(f"progress must be True or False; got {progress!r}")
     if eval_rows is not None and not (_is_int(eval_rows) and eval_rows >= 1):
