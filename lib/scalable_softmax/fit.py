@@ -699,7 +699,11 @@ def run_epochs(trainer, monitor, *, n_rows, epochs, lr, lr_decay, order, seed, e
     (``order``) and then the kernel seed; epoch ``e`` runs at ``lr * lr_decay**(e-1)``
     (NaN when ``lr`` is None). ``monitor`` (a :class:`_Monitor`) evaluates the epochs of
     ``eval_epochs`` (0 = the initial point); ``W`` is also checked at the last epoch.
-    The loop stops at the first divergence. ``n_rows``: the datapoints ``N``.
+    The loop stops at the first divergence, and after the epoch in which a full-batch
+    trainer has finished (``trainer.finished``: converged or stopped for good), so that
+    no work is done after convergence whatever ``epochs`` is; that epoch is evaluated
+    when a later epoch of ``eval_epochs`` was due, and the history ends there.
+    ``n_rows``: the datapoints ``N``.
     ``on_epoch``: None or a callable ``on_epoch(e)`` called after each epoch (it may
     raise to stop training, e.g. a cancelled sweep's run).
 
@@ -742,7 +746,8 @@ def run_epochs(trainer, monitor, *, n_rows, epochs, lr, lr_decay, order, seed, e
                        diverged=False)
             bad_step, why = _epoch_divergence(rep, trainer)
             metrics = None
-            if bad_step is None and e in ev:
+            done = bool(getattr(trainer, "finished", False)) and e < epochs
+            if bad_step is None and (e in ev or (done and any(x > e for x in ev))):
                 metrics = monitor.evaluate(trainer.weights())
                 if metrics is None:
                     bad_step, why = -1, monitor.reason
@@ -763,6 +768,8 @@ def run_epochs(trainer, monitor, *, n_rows, epochs, lr, lr_decay, order, seed, e
                 first = names[0]
                 bar.set_postfix({f"{first} log-loss": f"{metrics[f'{first}_log_loss']:.4g}"},
                                 refresh=False)
+            if done:
+                break
     finally:
         bar.close()
     return rows, extras, diverged_at, reason
@@ -855,7 +862,10 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     lr : float > 0, the initial learning rate in the per-datapoint units of
         docs/math.md section 2 (the paper's Table 2 values apply as published); None
         for the full-batch methods (``exact``, ``bouchard``, ``ove-exact``).
-    epochs : int >= 1. lr_decay : float in (0, 1]; epoch ``e`` runs at
+    epochs : int >= 1; for the full-batch methods a cap: they stop after the epoch in
+        which L-BFGS converged (or stopped for good), the history ends with that epoch
+        (evaluated when a later epoch was to be) and ``params["stopped_at_epoch"]`` says which it was.
+        lr_decay : float in (0, 1]; epoch ``e`` runs at
         ``lr * lr_decay**(e-1)``. mu : float >= 0, ridge parameter.
     batch_size, n_sampled : datapoints per step and classes per datapoint (None: the
         method's default). seed : int >= 0; the same seed gives bit-identical results.
@@ -911,6 +921,8 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
         on_epoch=on_epoch)
     if diverged_at is not None:
         warn_divergence(method, lr, diverged_at, reason)
+    if len(rows) - 1 < epochs and diverged_at is None:
+        params["stopped_at_epoch"] = len(rows) - 1
     W_final, intercept = trainer.weights(), None
     if fit_intercept:
         D = params["D"]

@@ -23,12 +23,19 @@ convention): the mean negative log-likelihood plus the ridge divided by ``N``,
     O(1) per step instead of O(KD).
 
 ``exact`` (:class:`ExactTrainer`)
-    Full-batch L-BFGS (``scipy.optimize.minimize``, ``method="L-BFGS-B"``,
-    ``jac=True``) on ``F``. Each :meth:`~ExactTrainer.run_epoch` runs
-    ``iters_per_epoch`` L-BFGS iterations warm-started from the current ``W`` (the
-    curvature pairs are not kept across epochs), or, with ``iters_per_epoch=None``,
-    the whole optimisation at once (up to ``maxiter``). It stops for good once the
-    largest absolute gradient component is ``<= gtol``. **With mu = 0 and
+    Full-batch L-BFGS on ``F`` (:func:`scalable_softmax.methods.lbfgs.lbfgs`, or
+    ``scipy.optimize.minimize(method="L-BFGS-B")`` with ``solver="scipy"``). Each
+    :meth:`~ExactTrainer.run_epoch` runs ``iters_per_epoch`` L-BFGS iterations from
+    where the last one stopped (with the default solver the curvature pairs are kept
+    across epochs, so the iterates are those of one uninterrupted run; L-BFGS-B starts
+    afresh from the current ``W``), or, with ``iters_per_epoch=None``, the whole
+    optimisation at once (up to ``maxiter``). It stops for good (``finished``; ``fit``
+    then ends its epoch loop and its history there) once the largest absolute gradient
+    component is ``<= gtol``, an iteration's relative decrease is ``<= ftol``, the line
+    search fails or ``maxiter`` is spent. ``F`` with ``mu = 1/C`` is scikit-learn's
+    ``LogisticRegression(C=C, fit_intercept=False)`` objective (mean loss plus
+    ``||W||^2 / (2 C N)``), and ``gtol``, ``ftol`` are its units: its ``tol`` is
+    L-BFGS-B's ``gtol`` and it sets ``ftol = 64 eps``. **With mu = 0 and
     linearly separable data the MLE does not exist** (``F`` decreases towards 0
     as ``||W|| -> infinity``, and so does its gradient): L-BFGS then either runs to
     ``maxiter`` with a growing ``W`` or stops on ``gtol`` at a large ``W`` that
@@ -753,10 +760,14 @@ class _LBFGSTrainer(Trainer):
         total L-BFGS iterations over all epochs (None: no limit with
         ``iters_per_epoch``, 15,000 without).
     gtol : float, default 1e-8
-        stop when the largest absolute gradient component is ``<= gtol``.
+        stop when the largest absolute gradient component is ``<= gtol`` (the units of
+        scikit-learn's ``tol``: its L-BFGS-B ``gtol`` on the same per-datapoint
+        objective).
     ftol : float, default 0.0
-        L-BFGS-B's relative-decrease stop (0: off; only ``gtol``, the iteration
-        limits or a line-search failure at machine precision stop it).
+        stop when an iteration's relative decrease ``(f_k - f_{k+1}) /
+        max(|f_k|, |f_{k+1}|, 1)`` is ``<= ftol`` (L-BFGS-B's test; scikit-learn uses
+        ``64 * np.finfo(float).eps``; 0: off, only ``gtol``, the iteration limits or a
+        line-search failure at machine precision stop it).
     memory : int, default 10
         L-BFGS correction pairs.
     block : int or None
@@ -765,12 +776,13 @@ class _LBFGSTrainer(Trainer):
         numba's threads for the objective kernel (identical results); None: only
         when an evaluation is big enough to pay for the threads' synchronisation
         (``nnz(X) * K >= 2e6``).
-    solver : ``"scipy"`` (default) or ``"lbfgs"``
-        ``"scipy"``: ``scipy.optimize.minimize(method="L-BFGS-B")``; ``"lbfgs"``: the
-        plain L-BFGS of :mod:`scalable_softmax.methods.lbfgs` (same algorithm without
-        bounds, same stopping test ``max |grad| <= gtol``; less time of its own per
-        iteration when ``K D`` is large, ``benchmarks/bench_lbfgs.py``; ``ftol`` does
-        not apply to it).
+    solver : ``"lbfgs"`` (default) or ``"scipy"``
+        ``"lbfgs"``: the plain L-BFGS of :mod:`scalable_softmax.methods.lbfgs` (same
+        algorithm as L-BFGS-B without bounds, same stopping tests; less time of its
+        own per iteration when ``K D`` is large, ``benchmarks/bench_lbfgs.py``; its
+        state, curvature pairs included, carries over from epoch to epoch);
+        ``"scipy"``: ``scipy.optimize.minimize(method="L-BFGS-B")``, restarted at every
+        epoch.
     trace : bool, default False
         record ``(iteration, objective)`` after every L-BFGS iteration in
         :attr:`trace` (a list, iterations counted over all epochs; iteration 0 is the
@@ -799,7 +811,7 @@ class _LBFGSTrainer(Trainer):
             "memory": (10, _pos_int),
             "block": (None, _pos_int_or_none),
             "parallel": (None, lambda k, v: None if v is None else _bool(k, v)),
-            "solver": ("scipy", _solver),
+            "solver": ("lbfgs", _solver),
             "trace": (False, _bool),
             "callback": (None, _callable_or_none),
         })
@@ -812,6 +824,9 @@ class _LBFGSTrainer(Trainer):
             self.opts["parallel"] = self.X.nnz * self.K >= 2e6
         self.total_iters = 0
         self.converged = False
+        self.finished = False
+        self._state: dict = {}
+        self._fx = None
         self.nfev = 0
         self.alpha_iters = 0
         self.history: list[dict] = []
@@ -833,6 +848,7 @@ class _LBFGSTrainer(Trainer):
                                        GT, mode, a, self._block, 1, 200)
         self.nfev += 1
         self.alpha_iters += it
+        self._fx = x.copy()          # where u (alpha) was last solved
         N, mu = self.N, self.mu
         val = total / N + 0.5 * mu / N * float(x @ x)
         g = GT.ravel()
@@ -853,6 +869,8 @@ class _LBFGSTrainer(Trainer):
             self.u = None
         self.total_iters = 0
         self.converged = False
+        self.finished = False
+        self._state = {}
         self.trace = []
 
     def run_epoch(self, order=None, lr=None, seed=None):
@@ -869,10 +887,17 @@ class _LBFGSTrainer(Trainer):
         self.nfev = 0
         self.alpha_iters = 0
         x0 = np.ascontiguousarray(self.W.T).ravel()
-        if self.converged or budget <= 0:
-            val, g = self._fun(x0)
+        if self.finished or budget <= 0:
+            # nothing left to do (fit stops its epoch loop before this): the last
+            # epoch's numbers, without evaluating again when W has not changed
+            last = self._state
+            if "x" in last and np.array_equal(last["x"], x0):
+                val, g = last["f"], last["g"]
+            else:
+                val, g = self._fun(x0)
+            self.finished = True
             return EpochReport(steps=0, extra=self._extra(val, g, 0, "nothing to do: "
-                               + ("converged" if self.converged else "maxiter reached")))
+                               + ("converged" if self.converged else "stopped")))
         start = self.total_iters
         if o["trace"] and not self.trace:
             self.trace.append((start, float(self._fun(x0)[0])))
@@ -885,7 +910,8 @@ class _LBFGSTrainer(Trainer):
 
             res = lbfgs(self._fun, x0, gtol=o["gtol"], maxiter=int(budget),
                         memory=o["memory"], maxfun=max(20 * int(budget), 100),
-                        callback=record if (o["trace"] or o["callback"]) else None)
+                        callback=record if (o["trace"] or o["callback"]) else None,
+                        ftol=o["ftol"], state=self._state)
         else:
             done = [start]
 
@@ -901,13 +927,25 @@ class _LBFGSTrainer(Trainer):
                 callback=record_scipy if (o["trace"] or o["callback"]) else None,
                 options=dict(maxiter=int(budget), gtol=o["gtol"], ftol=o["ftol"],
                              maxcor=o["memory"], maxfun=max(20 * int(budget), 100)))
-        # re-evaluate at the returned point: u (alpha) must belong to this W
-        val, g = self._fun(res.x)
+        if o["solver"] == "lbfgs" and np.array_equal(self._fx, res.x):
+            val, g = res.fun, res.jac   # the last evaluation was at res.x (u belongs to it)
+        else:
+            # re-evaluate at the returned point: u (alpha) must belong to this W
+            val, g = self._fun(res.x)
         self.W[:] = res.x.reshape(self.D, self.K).T
         self.total_iters += int(res.nit)
         ginf = float(np.max(np.abs(g))) if g.size else 0.0
         self.converged = ginf <= o["gtol"]
         msg = str(res.message)
+        # finished for good: converged (either test), or the solver stopped before the
+        # epoch's budget for another reason (line search, evaluations), or maxiter spent
+        self.finished = (self.converged or msg.startswith("converged")
+                         or int(res.nit) < int(budget)
+                         or (o["maxiter"] is not None and self.total_iters >= o["maxiter"]))
+        if o["solver"] == "scipy":
+            self.finished = self.finished or bool(res.success)
+        if self.finished:
+            self._state = {"x": res.x, "f": float(val), "g": g}
         if self.mu == 0.0:
             msg += (" (mu = 0: on linearly separable data the optimum does not exist and the"
                     " gradient only vanishes as ||W|| grows)")

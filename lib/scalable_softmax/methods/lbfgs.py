@@ -26,7 +26,19 @@ and 7.5) in NumPy, with SciPy's strong-Wolfe line search
   target below what rounding allows).
 
 Stops when ``max |g| <= gtol`` (the same test as L-BFGS-B's projected gradient with no
-bounds), after ``maxiter`` iterations, or once ``maxfun`` evaluations are spent.
+bounds), when an iteration's relative decrease ``(f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1)``
+is ``<= ftol`` (L-BFGS-B's ``ftol`` test; ``ftol = 0``, the default: off), after ``maxiter`` iterations,
+or once ``maxfun`` evaluations are spent. These are scikit-learn's units: its
+``LogisticRegression(solver="lbfgs", tol=tol)`` runs L-BFGS-B with ``gtol = tol`` and
+``ftol = 64 eps`` on the mean loss plus ``||W||^2 / (2 C N)``, which is the objective
+``F`` of :mod:`scalable_softmax.methods.full` with ``mu = 1/C``; so ``gtol=tol,
+ftol=64 * np.finfo(float).eps`` asks for what scikit-learn asks for.
+
+Each evaluation of ``fun`` returns the value and the gradient together (one pass), and
+the line search never evaluates twice at the same point (:class:`_Cached`). A run can be
+continued where it stopped, curvature pairs included, by passing back the ``state``
+dict it filled (what :class:`scalable_softmax.methods.full.ExactTrainer` does between
+epochs): the iterates are then those of one uninterrupted run.
 :func:`bfgs_inverse_reference` is the dense NumPy matrix the two-loop recursion
 applies, for tests.
 """
@@ -148,7 +160,7 @@ def _line_search(ev, x, d, g, f, slope, *, first, c1, c2):
 
 
 def lbfgs(fun, x0, *, gtol=1e-8, maxiter=15000, memory=10, maxfun=None, callback=None,
-          c1=1e-4, c2=0.9):
+          c1=1e-4, c2=0.9, ftol=0.0, state=None):
     """Minimise ``fun`` (returning ``(value, gradient)``) from ``x0`` (module docstring).
 
     Parameters
@@ -162,6 +174,12 @@ def lbfgs(fun, x0, *, gtol=1e-8, maxiter=15000, memory=10, maxfun=None, callback
     maxfun : evaluations at most (default ``max(20 maxiter, 100)``)
     callback : called as ``callback(nit, x, f, g)`` after every iteration
     c1, c2 : the Wolfe constants
+    ftol : stop when an iteration's relative decrease of ``f`` is ``<= ftol`` (module
+        docstring; 0: off)
+    state : None or a dict. An empty dict is filled, at return, with what continuing
+        needs (``x``, ``f``, ``g`` and the curvature pairs); a dict so filled, passed
+        again with ``x0`` equal to its ``x``, continues that run without evaluating
+        ``fun`` at ``x0`` again (``x0`` different from its ``x``: a fresh start).
 
     Returns
     -------
@@ -173,17 +191,28 @@ def lbfgs(fun, x0, *, gtol=1e-8, maxiter=15000, memory=10, maxfun=None, callback
     ev = _Cached(fun)
     x = np.array(x0, dtype=np.float64, copy=True)
     n = x.size
-    f = ev.f(x)
-    g = np.array(ev.gval, copy=True)
-    S = np.empty((memory, n))
-    Y = np.empty((memory, n))
-    rho = np.empty(memory)
-    order: list[int] = []
+    resume = (state is not None and "S" in state and state["S"].shape == (memory, n)
+              and np.array_equal(state["x"], x))
+    if resume:
+        f, g = float(state["f"]), state["g"]
+        S, Y, rho, order = state["S"], state["Y"], state["rho"], list(state["order"])
+        ev.x, ev.fval, ev.gval = x.copy(), f, g
+    else:
+        f = ev.f(x)
+        g = np.array(ev.gval, copy=True)
+        S = np.empty((memory, n))
+        Y = np.empty((memory, n))
+        rho = np.empty(memory)
+        order: list[int] = []
     nit = 0
+    decreased = np.inf          # the last iteration's relative decrease
     message = f"maximum number of iterations ({maxiter}) reached"
     while True:
         if n == 0 or float(np.max(np.abs(g))) <= gtol:
             message = "converged: max |gradient| <= gtol"
+            break
+        if ftol > 0.0 and decreased <= ftol:
+            message = "converged: relative decrease of f <= ftol"
             break
         if nit >= maxiter:
             break
@@ -223,10 +252,14 @@ def lbfgs(fun, x0, *, gtol=1e-8, maxiter=15000, memory=10, maxfun=None, callback
             Y[slot] = yv
             rho[slot] = 1.0 / sy
             order.append(slot)
+        decreased = (f - float(f_new)) / max(abs(f), abs(float(f_new)), 1.0)
         x, f, g = x_new, float(f_new), g_new
         nit += 1
         if callback is not None:
             callback(nit, x, f, g)
     ginf = float(np.max(np.abs(g))) if n else 0.0
+    if state is not None:
+        state.clear()
+        state.update(x=x, f=float(f), g=g, S=S, Y=Y, rho=rho, order=list(order))
     return LBFGSResult(x=x, fun=float(f), jac=g, nit=nit, nfev=ev.nfev,
                        success=ginf <= gtol, message=message)
