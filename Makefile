@@ -211,14 +211,29 @@ lab: $(STAMP)  ## open the notebooks in JupyterLab (prints the URL to open; Ctrl
 site: $(STAMP)  ## static HTML site in build/site from the executed notebooks, README, docs/math.md
 	$(BIN)/python -m scalable_softmax.repro.site build
 
-# headless Chromium is installed only when asked: make site-check INSTALL=1
+# headless Chromium is installed only when asked: make site-check INSTALL=1. The browser is
+# any of chromium, chromium-browser, google-chrome (as repro/site.py looks for it); the
+# hint fits the system (/etc/os-release): Debian's apt package chromium, Ubuntu's snap
+# (Ubuntu's apt package chromium-browser only installs the snap) or Google Chrome
 INSTALL ?=
+OS_RELEASE ?= /etc/os-release
 site-check: site  ## open the site in headless Chromium; screenshots in build/site-screenshots/ (INSTALL=1 installs Chromium)
-	@command -v chromium >/dev/null || { \
-	  if [ "$(INSTALL)" = 1 ]; then echo "installing Debian's chromium package (INSTALL=1)"; \
-	    SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	    $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-upgrade chromium; \
-	  else echo "error: headless Chromium is missing: install it (Debian/Ubuntu: sudo apt-get install chromium), or run make site-check INSTALL=1 to have make install it"; exit 1; fi; }
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	command -v google-chrome >/dev/null || { \
+	  os=" $$(. $(OS_RELEASE) 2>/dev/null; echo $$ID $$ID_LIKE) "; \
+	  case "$$os" in *" ubuntu "*) os=ubuntu;; *" debian "*) os=debian;; *) os=other;; esac; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  if [ "$(INSTALL)" = 1 ] && [ $$os = debian ]; then \
+	    echo "installing Debian's chromium package (INSTALL=1)"; \
+	    $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-upgrade chromium || exit 1; \
+	  elif [ "$(INSTALL)" = 1 ] && [ $$os = ubuntu ]; then \
+	    echo "installing the chromium snap (INSTALL=1; Ubuntu packages Chromium as a snap)"; \
+	    $$SUDO snap install chromium || exit 1; \
+	  else case $$os in \
+	    debian) hint="on Debian: sudo apt-get install chromium; or run make site-check INSTALL=1 to have make install it";; \
+	    ubuntu) hint="on Ubuntu: sudo snap install chromium (the apt package chromium-browser only installs that snap), or Google Chrome (google-chrome) from https://www.google.com/chrome/; or run make site-check INSTALL=1 to have make install the snap";; \
+	    *) hint="with your system's package manager: Chromium or Google Chrome (make site-check INSTALL=1 can install it on Debian and Ubuntu only)";; esac; \
+	    echo "error: no headless browser: none of chromium, chromium-browser, google-chrome is on PATH; install one $$hint"; exit 1; fi; }
 	$(BIN)/python -m scalable_softmax.repro.site screenshots
 
 clean:  ## remove executed notebooks and caches (keeps data, figures, tables)

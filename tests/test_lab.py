@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -135,3 +136,53 @@ def test_make_help_shows_the_smoke_profile_and_site_check_never_installs_unasked
     assert "apt-get" in recipe and recipe.index("apt-get") > install, \
         "site-check may run apt-get only under INSTALL=1"
     assert "make site-check INSTALL=1" in recipe     # the error says how to install
+
+
+def _site_check(tmp_path, os_release, browser=None):
+    """``make site-check`` without building the site (``-o site``), with a PATH of
+    /usr/bin and /bin plus a folder holding a stand-in ``browser`` (if any) and a stand-in
+    ``python`` that only says what it would run; never INSTALL."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    scripts = {"python": "#!/bin/sh\necho \"would run: $*\"\n"}
+    if browser:
+        scripts[browser] = "#!/bin/sh\nexit 0\n"
+    for name, text in scripts.items():
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
+    (tmp_path / "os-release").write_text(os_release)
+    env = {k: v for k, v in os.environ.items() if k not in ("INSTALL", "MAKEFLAGS")}
+    env["PATH"] = f"{fake}:/usr/bin:/bin"
+    return subprocess.run(["make", "-s", "-o", "site", "site-check", f"BIN={fake}",
+                           f"OS_RELEASE={tmp_path / 'os-release'}"], cwd=paths.ROOT,
+                          env=env, capture_output=True, text=True)
+
+
+UBUNTU = 'NAME="Ubuntu"\nID=ubuntu\nID_LIKE=debian\n'
+DEBIAN = 'NAME="Debian GNU/Linux"\nID=debian\n'
+
+
+@pytest.mark.parametrize("browser", ["chromium", "chromium-browser", "google-chrome"])
+def test_site_check_finds_each_browser_name(tmp_path, browser):
+    proc = _site_check(tmp_path, UBUNTU, browser)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "would run: -m scalable_softmax.repro.site screenshots" in proc.stdout
+
+
+@pytest.mark.parametrize("os_release, hint", [
+    (UBUNTU, "sudo snap install chromium"),
+    (DEBIAN, "sudo apt-get install chromium"),
+    ("ID=fedora\n", "with your system's package manager"),
+])
+def test_site_check_hint_fits_the_system(tmp_path, os_release, hint):
+    if any(shutil.which(b, path="/usr/bin:/bin")
+           for b in ("chromium", "chromium-browser", "google-chrome")):
+        pytest.skip("a browser is installed in /usr/bin or /bin: the hint is not shown")
+    proc = _site_check(tmp_path, os_release)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert hint in out and "would run" not in out
+    assert "chromium, chromium-browser, google-chrome" in out
+    if os_release == UBUNTU:
+        assert "apt-get" not in out.split("(the apt package")[0], \
+            "on Ubuntu the hint must not send the user to apt-get install chromium"
