@@ -3,8 +3,10 @@
 ``make data`` obtains the 34 pickles of francoisfagan/Log-tricks @ 6f9129b like every
 raw file (data dir, mirror, public URL; sha256 verified) and builds
 ``authors-results/table3-runs-6f9129b.csv`` from them, byte-identical to the registered
-CSV. The pickles are read by a restricted unpickler. Tests that need the pickles read
-them from the mirror (``DATA_MIRROR``) and are skipped, with the reason, without it.
+CSV. The pickles are read by a restricted unpickler. Tests that need the real pickles
+(``realdata``) take them from the mirror (``DATA_MIRROR``) or the data directory; without
+either they raise MissingDataError, which conftest.py reports as skipped with the reason
+(an error under CI=true).
 """
 from __future__ import annotations
 
@@ -27,15 +29,19 @@ from scalable_softmax.repro.paper import load_recorded
 MIRROR = paths.mirror_dir()
 CSV = A.CSV_PATH
 PICKLES = list(R.FILES[CSV].derived_from)
-_HAVE_PICKLES = all((MIRROR / r).is_file() for r in PICKLES)
 
 
-def needs_pickles(fn):
-    """Needs the 34 pickles in the mirror (realdata; skipped, with the reason, without)."""
-    fn = pytest.mark.skipif(not _HAVE_PICKLES, reason=(
-        f"the data mirror {MIRROR} (DATA_MIRROR) lacks the authors' pickles "
-        f"{A.PICKLE_DIR}/"))(fn)
-    return pytest.mark.realdata(fn)
+def _pickle_source() -> Path:
+    """A folder holding the 34 pickles (``authors-results/log-tricks-6f9129b/...``): the
+    mirror, else the data directory (``make data`` fills it from the public URLs).
+    Without either, MissingDataError: skipped with the reason (conftest.py), an error
+    under CI=true."""
+    for folder in (MIRROR, paths.raw_dir()):
+        if all((folder / r).is_file() for r in PICKLES):
+            return folder
+    raise MissingDataError(f"the authors' pickles {A.PICKLE_DIR}/ are neither in the data "
+                           f"mirror {MIRROR} (DATA_MIRROR) nor in the data directory "
+                           f"{paths.raw_dir()}; run `make data`")
 
 
 def _os_system_pickle(command: str) -> bytes:
@@ -81,6 +87,23 @@ def test_a_pickle_naming_os_system_is_refused_and_nothing_runs(tmp_path, make):
     msg = str(ei.value)
     assert str(evil) in msg and "system, which is not allowed" in msg
     assert "Nothing was executed" in msg
+    assert not marker.exists()
+
+
+def test_an_extension_code_for_os_system_is_refused_too(tmp_path):
+    """The EXT opcodes (copyreg's extension registry) resolve through find_class too."""
+    import copyreg
+
+    marker = tmp_path / "ran"
+    cmd = f"touch {marker}".encode()
+    payload = (b"\x80\x02\x82\xf0X" + len(cmd).to_bytes(4, "little") + cmd
+               + b"\x85R.")                       # EXT1 240, (cmd,), REDUCE
+    copyreg.add_extension("posix", "system", 240)
+    try:
+        with pytest.raises(A.UnsafePickleError, match=r"^ext\.p: .*posix\.system"):
+            A.load_run(payload, "ext.p")
+    finally:
+        copyreg.remove_extension("posix", "system", 240)
     assert not marker.exists()
 
 
@@ -168,9 +191,11 @@ def test_the_pickles_are_registered_at_their_public_home():
 # --------------------------------------------------------------------------- with the pickles
 def _pickle_mirror(tmp_path) -> Path:
     """A mirror holding the 34 pickles and nothing else (no CSV)."""
+    src = _pickle_source()
     mirror = tmp_path / "mirror"
-    shutil.copytree(MIRROR / A.PICKLE_DIR, mirror / A.PICKLE_DIR,
-                    ignore=shutil.ignore_patterns("SHA256SUMS", "README*"))
+    for rel in PICKLES:
+        (mirror / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, mirror / rel)
     assert not (mirror / CSV).exists()
     return mirror
 
@@ -179,7 +204,7 @@ def _offline(url, tmp_dir):
     raise ConnectionError("no network")
 
 
-@needs_pickles
+@pytest.mark.realdata
 def test_make_data_builds_the_csv_from_a_mirror_without_it(tmp_path, capsys):
     mirror, dd = _pickle_mirror(tmp_path), tmp_path / "raw"
     rc = cli(["fetch", "--datasets", "authors-results", "--data-dir", str(dd),
@@ -190,7 +215,7 @@ def test_make_data_builds_the_csv_from_a_mirror_without_it(tmp_path, capsys):
     payload = (dd / CSV).read_bytes()
     assert hashlib.sha256(payload).hexdigest() == \
         "eb599dbc9f87dad83bedf88259e5274a6c3fef7e00c7e0a29ecc3401953e8e7a"
-    if (MIRROR / CSV).is_file():   # the mirror's copy, where there is one
+    if (MIRROR / CSV).is_file():   # the mirror's own copy, where there is one
         assert payload == (MIRROR / CSV).read_bytes()
     df = load_recorded(R.locate("authors-results", data_dir=dd)["csv"])
     assert len(df) == 850 and df.source_file.nunique() == 34
@@ -201,14 +226,14 @@ def test_make_data_builds_the_csv_from_a_mirror_without_it(tmp_path, capsys):
     assert "35 present" in capsys.readouterr().out
 
 
-@needs_pickles
+@pytest.mark.realdata
 def test_the_pickles_are_downloaded_from_their_urls_when_no_mirror_has_them(tmp_path):
-    urls = []
+    src, urls = _pickle_source(), []
 
     def fake_download(url, tmp_dir):   # serves what the public URL serves
         urls.append(url)
         out = Path(tmp_dir) / "dl"
-        out.write_bytes((MIRROR / A.PICKLE_DIR / url.rsplit("/", 1)[-1]).read_bytes())
+        out.write_bytes((src / A.PICKLE_DIR / url.rsplit("/", 1)[-1]).read_bytes())
         return out
 
     empty, dd = tmp_path / "empty", tmp_path / "raw"
@@ -222,7 +247,7 @@ def test_the_pickles_are_downloaded_from_their_urls_when_no_mirror_has_them(tmp_
     assert _leftovers(dd) == []
 
 
-@needs_pickles
+@pytest.mark.realdata
 def test_a_pickle_with_one_changed_byte_is_refused_and_no_csv_is_written(tmp_path, capsys):
     mirror, dd = _pickle_mirror(tmp_path), tmp_path / "raw"
     bad = mirror / PICKLES[7]
@@ -243,7 +268,7 @@ def test_a_pickle_with_one_changed_byte_is_refused_and_no_csv_is_written(tmp_pat
     assert not (dd / CSV).exists()
 
 
-@needs_pickles
+@pytest.mark.realdata
 def test_the_builder_rehashes_its_inputs(tmp_path):
     """A pickle changed in the data directory after ``fetch`` verified it is refused by
     the builder's own sha256 check; no CSV is written."""
@@ -259,10 +284,11 @@ def test_the_builder_rehashes_its_inputs(tmp_path):
     assert not (dd / CSV).exists() and _leftovers(dd) == []
 
 
-@needs_pickles
+@pytest.mark.realdata
 def test_the_restricted_reader_gives_what_the_plain_one_gives():
+    src = _pickle_source()
     for rel in PICKLES:
-        payload = (MIRROR / rel).read_bytes()
+        payload = (src / rel).read_bytes()
         assert R.FILES[rel].sha256 == hashlib.sha256(payload).hexdigest()
         ours = A.load_run(payload, rel)
         theirs = pickle.load(io.BytesIO(payload))   # trusted here: its sha256 verified

@@ -1,7 +1,8 @@
 """The authors' own recorded learning curves behind the published Table 3.
 
-The file ``authors-results/table3-runs-6f9129b.csv`` of the data directory (fetched and
-verified by ``make data`` like the data sets) holds every run recorded in
+The file ``authors-results/table3-runs-6f9129b.csv`` of the data directory (built and
+verified by ``make data`` from the authors' 34 pickles, which it fetches and verifies like
+the data sets: :mod:`scalable_softmax.data.authors`) holds every run recorded in
 ``Results/Complete/Tuned/*.p`` of the authors' public experiment repository
 (francoisfagan/Log-tricks at commit 6f9129b, December 2017): one row per recorded point,
 after epochs 2, 4, ..., 50, one run per data set and method, at the Table 2 rate. For
