@@ -166,9 +166,16 @@ def test_protocol_settings_reach_fit():
     assert p["order"] == "file" and p["n_sampled"] == 3     # 5 of all K capped at K = 3
     assert p["options"]["sample_from"] == "all" and p["options"]["delta0"] == 1.0
     assert p["u_init"] == "zero" and p["lr_decay"] == 0.9
+    # a parameter given explicitly wins over the protocol (as in fit and RunSpec); the
+    # protocol supplies the rest
     text = SoftmaxSGDClassifier(method="umax", lr=0.1, epochs=2, protocol="paper-text",
                                 u_init="zero", order="file", random_state=0).fit(X, y)
     p = text.result_.params
+    assert p["u_init"] == "zero" and p["order"] == "file" and p["n_sampled"] == 1
+    assert p["protocol"] == "paper-text"
+    plain = SoftmaxSGDClassifier(method="umax", lr=0.1, epochs=2, protocol="paper-text",
+                                 random_state=0).fit(X, y)
+    p = plain.result_.params
     assert p["u_init"] == "logK" and p["order"] == "shuffle" and p["n_sampled"] == 1
     ours = SoftmaxSGDClassifier(method="umax", lr=0.1, epochs=2, u_init="logK",
                                 lr_decay=0.5, order="file", random_state=0).fit(X, y)

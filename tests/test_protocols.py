@@ -99,8 +99,9 @@ def test_runspec_protocol_sets_fields_and_key():
     s3 = ex.RunSpec.make("bibtex", "implicit", 10.0, protocol="paper-text")
     assert s3.u_init == "logK"
     assert len({s1.key, s2.key, s3.key}) == 3
-    with pytest.raises(ValueError, match="contradicts protocol"):
-        ex.RunSpec.make("bibtex", "umax", 0.1, protocol="authors-code", u_init="logK")
+    # given explicitly, a field wins over the protocol (as in fit and the estimator)
+    s4 = ex.RunSpec.make("bibtex", "umax", 0.1, protocol="authors-code", u_init="logK")
+    assert s4.u_init == "logK" and s4.lr_decay == 0.9
     with pytest.raises(ValueError, match="unknown protocol .nope"):
         ex.RunSpec.make("bibtex", "umax", 0.1, protocol="nope")
     with pytest.raises(ValueError, match="RunSpec.subset"):
@@ -162,3 +163,35 @@ def test_recorded_file_gives_the_published_table3():
             if np.isfinite(r) and not (d == "bibtex" and m == "is"):
                 assert abs(r - v) <= 0.006 * v + 0.006, (d, m, r, v)
     assert abs(t.loc["bibtex", "is"] - 28.69) < 0.01      # printed as 32.71
+
+
+def test_fit_protocol_supplies_defaults_and_explicit_arguments_win():
+    """fit(protocol=...) trains exactly as fit(**fit_kwargs(protocol, method)); an
+    argument given explicitly overrides the protocol's value (protocols.resolve)."""
+    import warnings
+
+    import numpy as np
+
+    from scalable_softmax.fit import fit
+    from scalable_softmax.protocols import LIBRARY_DEFAULTS, fit_kwargs, resolve
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((80, 6))
+    y = rng.integers(0, 7, 80)
+    common = dict(epochs=2, K=7, progress=False, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        by_name = fit(X, y, "umax", 0.1, protocol="authors-code", **common)
+        by_args = fit(X, y, "umax", 0.1, **fit_kwargs("authors-code", "umax"), **common)
+        mixed = fit(X, y, "umax", 0.1, protocol="authors-code", order="shuffle",
+                    delta0=2.0, **common)
+        plain = fit(X, y, "umax", 0.1, **common)
+    np.testing.assert_array_equal(by_name.W, by_args.W)
+    np.testing.assert_array_equal(by_name.u, by_args.u)
+    assert by_name.params["order"] == "file" and by_name.params["protocol"] == "authors-code"
+    assert mixed.params["order"] == "shuffle" and mixed.params["options"]["delta0"] == 2.0
+    assert mixed.params["options"]["sample_from"] == "all"      # the protocol's still
+    for k, v in LIBRARY_DEFAULTS.items():
+        assert plain.params[k] == v
+    assert resolve("paper-text", "umax", {"u_init": None})["u_init"] == "logK"
+    assert resolve("paper-text", "umax", {"u_init": "zero"})["u_init"] == "zero"

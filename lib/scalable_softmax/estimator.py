@@ -39,6 +39,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from scalable_softmax.fit import FitResult, fit
 from scalable_softmax.methods import METHODS, get_trainer_class
+from scalable_softmax.protocols import CONVENTIONS, resolve
 
 __all__ = ["SoftmaxSGDClassifier"]
 
@@ -73,17 +74,20 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         Ignored by the full-batch methods (``exact``, ``bouchard``, ``ove-exact``).
     epochs : int >= 1, default 50
         Passes over the data in :meth:`fit`.
-    lr_decay : float in (0, 1], default 0.9
+    lr_decay : float in (0, 1] or None, default None
         Epoch ``e = 1, 2, ...`` runs at ``lr * lr_decay**(e-1)``. :meth:`partial_fit`
-        call ``t = 0, 1, ...`` runs one pass at ``lr * lr_decay**t``.
+        call ``t = 0, 1, ...`` runs one pass at ``lr * lr_decay**t``. None: the
+        protocol's, else 0.9.
     mu : float >= 0, default 0.0
         Ridge parameter (it also shrinks the intercepts).
     batch_size, n_sampled : int or None
-        Datapoints per step and sampled classes per datapoint (None: the method's
-        default).
-    order : ``"shuffle"`` (default), ``"file"`` or ``"uniform"``
+        Datapoints per step and sampled classes per datapoint (None: the protocol's,
+        else the method's default).
+    order : ``"shuffle"``, ``"file"``, ``"uniform"`` or None (default: the protocol's,
+        else ``"shuffle"``)
         Order of the datapoints within an epoch.
-    u_init : ``"zero"`` (default), ``"logK"`` or ``"exact"``
+    u_init : ``"zero"``, ``"logK"``, ``"exact"`` or None (default: the protocol's, else
+        ``"zero"``)
         Initial ``u`` of the double-sum methods in :meth:`fit`.
     fit_intercept : bool, default True
         Learn per-class intercepts ``intercept_``.
@@ -93,10 +97,10 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
     protocol : None or str
         A protocol of :mod:`scalable_softmax.protocols` (``"authors-code"``,
         ``"authors-code-1pass"``, ``"paper-text"``; defined for the paper's six
-        methods). It names one complete set of conventions, so its values replace
-        this estimator's ``order``, ``u_init``, ``batch_size``, ``n_sampled`` and
-        ``lr_decay`` where it sets them, and its method options join
-        ``method_options``.
+        methods). It supplies the defaults of ``order``, ``u_init``, ``batch_size``,
+        ``n_sampled``, ``lr_decay`` and the method options; a parameter given here (not
+        None) wins over the protocol, as in :func:`scalable_softmax.fit.fit`
+        (:func:`scalable_softmax.protocols.resolve`).
     method_options : None or dict
         Extra options of the method (e.g. ``{"delta0": 1.0}`` for ``umax``).
     random_state : None, int or numpy RandomState
@@ -117,8 +121,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         :meth:`partial_fit`).
     """
 
-    def __init__(self, method="implicit", *, lr=1.0, epochs=50, lr_decay=0.9, mu=0.0,
-                 batch_size=None, n_sampled=None, order="shuffle", u_init="zero",
+    def __init__(self, method="implicit", *, lr=1.0, epochs=50, lr_decay=None, mu=0.0,
+                 batch_size=None, n_sampled=None, order=None, u_init=None,
                  fit_intercept=True, intercept_scaling=1.0, protocol=None,
                  method_options=None, random_state=None, verbose=False):
         self.method = method
@@ -156,17 +160,13 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         if self.method_options is not None and not isinstance(self.method_options, dict):
             raise ValueError(f"method_options must be None or a dict; got "
                              f"{self.method_options!r}")
-        kw = dict(lr_decay=self.lr_decay, mu=self.mu, batch_size=self.batch_size,
-                  n_sampled=self.n_sampled, order=self.order, u_init=self.u_init)
-        options = dict(self.method_options or {})
-        if self.protocol is not None:
-            from scalable_softmax.protocols import fit_kwargs
-            for key, value in fit_kwargs(self.protocol, self.method).items():
-                if key in kw:
-                    kw[key] = value
-                else:
-                    options[key] = value
-        return kw, options
+        conv = resolve(self.protocol, self.method,
+                       dict(lr_decay=self.lr_decay, batch_size=self.batch_size,
+                            n_sampled=self.n_sampled, order=self.order,
+                            u_init=self.u_init, **(self.method_options or {})))
+        kw = {k: conv.pop(k, None) for k in CONVENTIONS}
+        kw["mu"] = self.mu
+        return kw, conv
 
     def _seed(self):
         rs = self.random_state
@@ -217,7 +217,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
                    eval_epochs=[], progress=bool(self.verbose), K=K,
                    fit_intercept=self.fit_intercept,
                    intercept_scaling=self.intercept_scaling, init_W=W0,
-                   init_intercept=b0, **kw, **options)
+                   init_intercept=b0, protocol=self.protocol, **kw, **options)
 
     # -- the estimator API ------------------------------------------------------------
 
@@ -267,7 +267,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             init = (self.coef_, self.intercept_)
             t = self.t_
         yi = _labels_to_index(y, classes, "partial_fit")
-        lr = self.lr * self.lr_decay ** t if self.lr is not None else None
+        decay = self._settings()[0]["lr_decay"]
+        lr = self.lr * decay ** t if self.lr is not None else None
         res = self._fit_call(X, yi, len(classes), lr, 1, init=init, partial=True)
         self._store(res, classes)
         self.t_ = t + 1

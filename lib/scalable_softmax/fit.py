@@ -50,6 +50,7 @@ import scipy.sparse as sp
 from scalable_softmax._version import __version__
 from scalable_softmax._atomic import atomic_open
 from scalable_softmax.methods import get_trainer_class
+from scalable_softmax.protocols import resolve
 
 __all__ = ["fit", "FitResult", "DivergenceWarning", "ORDERS", "default_eval_epochs",
            "run_epochs", "assemble_history", "FORMAT_NAME", "FORMAT_VERSION"]
@@ -846,12 +847,20 @@ def _prepare(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed
     return trainer, lr, sets, ev, params
 
 
-def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
-        n_sampled=None, seed=0, order="shuffle", eval_epochs=None, eval_sets=None,
-        eval_rows=None, progress=True, u_init="zero", K=None, fit_intercept=False,
+def fit(X, y, method, lr, epochs=50, lr_decay=None, mu=0.0, batch_size=None,
+        n_sampled=None, seed=0, order=None, eval_epochs=None, eval_sets=None,
+        eval_rows=None, progress=True, u_init=None, K=None, fit_intercept=False,
         intercept_scaling=1.0, init_W=None, init_intercept=None, on_epoch=None,
-        **method_options):
+        protocol=None, **method_options):
     """Train a softmax model with one of the registered optimisers.
+
+    The conventions ``lr_decay``, ``order``, ``u_init``, ``batch_size``,
+    ``n_sampled`` and the method options follow one rule
+    (:func:`scalable_softmax.protocols.resolve`): an argument given (not None) wins;
+    else ``protocol``'s value, when a protocol is named and sets it; else the library's
+    default (:data:`scalable_softmax.protocols.LIBRARY_DEFAULTS`: ``lr_decay=0.9``,
+    ``order="shuffle"``, ``u_init="zero"``; the method's own ``batch_size``,
+    ``n_sampled`` and options).
 
     Parameters
     ----------
@@ -865,12 +874,14 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     epochs : int >= 1; for the full-batch methods a cap: they stop after the epoch in
         which L-BFGS converged (or stopped for good), the history ends with that epoch
         (evaluated when a later epoch was to be) and ``params["stopped_at_epoch"]`` says which it was.
-        lr_decay : float in (0, 1]; epoch ``e`` runs at
+        lr_decay : float in (0, 1] or None (0.9, or the protocol's); epoch ``e`` runs at
         ``lr * lr_decay**(e-1)``. mu : float >= 0, ridge parameter.
     batch_size, n_sampled : datapoints per step and classes per datapoint (None: the
-        method's default). seed : int >= 0; the same seed gives bit-identical results.
-    order : ``"shuffle"`` (a fresh permutation each epoch), ``"uniform"`` (N draws with
-        replacement) or ``"file"`` (``0..N-1``).
+        protocol's, else the method's default). seed : int >= 0; the same seed gives
+        bit-identical results.
+    order : ``"shuffle"`` (a fresh permutation each epoch; the default), ``"uniform"``
+        (N draws with replacement), ``"file"`` (``0..N-1``) or None (the protocol's,
+        else ``"shuffle"``).
     eval_epochs : epochs in ``0..epochs`` to evaluate (0 = the initial point); default
         :func:`default_eval_epochs`; ``[]`` evaluates nothing.
     eval_sets : dict name -> (X, y), default ``{"train": (X, y)}``; eval_rows : int,
@@ -878,8 +889,13 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     progress : bool, show a progress bar over epochs (cleared at the end).
     on_epoch : None or a callable ``on_epoch(e)`` called after each epoch ``e``; an
         exception it raises stops training (a cancelled sweep's run stops this way).
-    u_init : ``"zero"``, ``"logK"`` or ``"exact"`` (the optimum ``u_i*(W)`` of the
-        initial weights: the natural start of a warm start), for the double-sum methods.
+    u_init : ``"zero"`` (the default), ``"logK"``, ``"exact"`` (the optimum ``u_i*(W)``
+        of the initial weights: the natural start of a warm start, for the methods whose
+        ``Trainer.exact_u`` is set) or None (the protocol's, else ``"zero"``), for the
+        double-sum methods.
+    protocol : None or a name of :data:`scalable_softmax.protocols.PROTOCOLS`
+        (``"authors-code"``, ``"authors-code-1pass"``, ``"paper-text"``; defined for
+        the paper's six methods): supplies the defaults of the conventions above.
     K : int >= 2, number of classes (default ``max(y) + 1``).
     fit_intercept, intercept_scaling : learn a per-class intercept ``b_k`` through a
         constant feature of value ``intercept_scaling`` (> 0) appended to every row; the
@@ -909,10 +925,18 @@ def fit(X, y, method, lr, epochs=50, lr_decay=0.9, mu=0.0, batch_size=None,
     ['epoch', 'steps', 'seconds', 'lr']
     """
     t_call = time.perf_counter()
+    conv = resolve(protocol, method, dict(lr_decay=lr_decay, order=order, u_init=u_init,
+                                          batch_size=batch_size, n_sampled=n_sampled,
+                                          **method_options))
+    lr_decay, order, u_init = conv.pop("lr_decay"), conv.pop("order"), conv.pop("u_init")
+    batch_size, n_sampled = conv.pop("batch_size", None), conv.pop("n_sampled", None)
+    method_options = conv
     trainer, lr, sets, ev, params = _prepare(
         X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed, order,
         eval_epochs, eval_sets, eval_rows, progress, u_init, K, fit_intercept,
         intercept_scaling, init_W, init_intercept, method_options)
+    if protocol is not None:
+        params["protocol"] = protocol
     setup = time.perf_counter() - t_call
     monitor = _Monitor(sets, eval_rows, seed)
     rows, extras, diverged_at, reason = run_epochs(

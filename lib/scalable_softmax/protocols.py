@@ -47,10 +47,32 @@ trains exactly as that protocol says. The protocols:
 
 Every protocol covers the paper's six methods (:data:`PROTOCOL_METHODS`); other methods
 raise ``ValueError``.
+
+Precedence, the same everywhere (:func:`scalable_softmax.fit.fit`, the estimator,
+``RunSpec``, the notebooks): an argument given explicitly wins; else the protocol's value
+(when a protocol is named and sets it); else the library's default
+(:data:`LIBRARY_DEFAULTS` for the conventions, the method's own default for
+``batch_size``, ``n_sampled`` and its options). :func:`resolve` is the one
+implementation of this rule.
 """
 from __future__ import annotations
 
-__all__ = ["PROTOCOLS", "PROTOCOL_METHODS", "fit_kwargs", "describe", "DEFAULT_PROTOCOL"]
+__all__ = ["PROTOCOLS", "PROTOCOL_METHODS", "fit_kwargs", "describe", "DEFAULT_PROTOCOL",
+           "LIBRARY_DEFAULTS", "STUDY_DEFAULTS", "resolve"]
+
+#: the conventions of :func:`scalable_softmax.fit.fit` without a protocol (a ``None``
+#: argument of ``fit`` means: the protocol's value, else this one)
+LIBRARY_DEFAULTS = {"lr_decay": 0.9, "order": "shuffle", "u_init": "zero"}
+
+#: the arguments of ``fit`` for which ``None`` means "not given" (the protocol's value,
+#: else the default); any other explicit argument (a method option) wins as given
+CONVENTIONS = ("lr_decay", "order", "u_init", "batch_size", "n_sampled")
+
+#: the conventions of the notebooks' runs (``RunSpec``) without a protocol: the
+#: library's, but ``u`` starts at ``log K`` as in the paper's Algorithm 1 (vanilla SGD at
+#: the paper's Table 2 rates overflows from ``u = 0`` but not from ``u = log K``,
+#: notebook 02)
+STUDY_DEFAULTS = {**LIBRARY_DEFAULTS, "u_init": "logK"}
 
 #: the methods every protocol defines (the paper's six, in its column order)
 PROTOCOL_METHODS = ("ove", "nce", "is", "vanilla", "umax", "implicit")
@@ -129,6 +151,30 @@ def fit_kwargs(protocol: str, method: str) -> dict:
         raise ValueError(f"protocol {protocol!r} defines the methods "
                          f"{', '.join(table)}; got {method!r}")
     return dict(table[method])
+
+
+def resolve(protocol: str | None, method: str, explicit: dict | None = None,
+            defaults: dict | None = None) -> dict:
+    """The ``fit()`` keyword arguments of ``method``: ``explicit`` (arguments given; a
+    ``None`` value of a :data:`CONVENTIONS` argument means "not given") over the
+    protocol's (:func:`fit_kwargs`; none
+    when ``protocol`` is None) over ``defaults`` (default :data:`LIBRARY_DEFAULTS`).
+
+    Examples
+    --------
+    >>> resolve("authors-code", "umax", {"order": "shuffle"})["order"]
+    'shuffle'
+    >>> resolve("authors-code", "umax")["order"]
+    'file'
+    >>> resolve(None, "umax")["u_init"]
+    'zero'
+    """
+    out = dict(LIBRARY_DEFAULTS if defaults is None else defaults)
+    if protocol is not None:
+        out.update(fit_kwargs(protocol, method))
+    out.update({k: v for k, v in (explicit or {}).items()
+                if not (v is None and k in CONVENTIONS)})
+    return out
 
 
 def describe(protocol: str) -> str:

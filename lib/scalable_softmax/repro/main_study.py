@@ -10,6 +10,7 @@ time goes (:func:`time_table`) and its invariants (:func:`check_dataset_run`).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -55,15 +56,23 @@ def _rate(d, m, overrides):
     return float(ex.PAPER_TABLE2[d][m])
 
 
-def run_paper_methods(datasets, methods=ex.PAPER_METHODS, seeds=(0, 1, 2), epochs=50,
-                      lr_decay=0.9, u_init="logK", monitor_rows=1000, final_rows=20000,
+#: the defaults of :class:`experiments.RunSpec`'s fields (the study's defaults are the
+#: spec's, not literals of their own)
+_SPEC = {f.name: f.default for f in dataclasses.fields(ex.RunSpec) if f.init}
+
+
+def run_paper_methods(datasets, methods=ex.PAPER_METHODS, seeds=(0, 1, 2),
+                      epochs=_SPEC["epochs"], lr_decay=None, u_init=None,
+                      monitor_rows=_SPEC["monitor_rows"], final_rows=20000,
                       step_down=3,
                       workers=2, rate_overrides=None, rate_label="paper", progress=True,
                       protocol=None, eval_epochs=None):
     """Run ``methods x datasets x seeds`` under ``protocol`` (a name of
-    :data:`scalable_softmax.protocols.PROTOCOLS`, which then sets ``lr_decay``,
-    ``u_init``, the data order and the sampling; None: the library defaults with the
-    given ``lr_decay`` and ``u_init``) at the paper's Table 2 rates (or
+    :data:`scalable_softmax.protocols.PROTOCOLS`, which then supplies ``lr_decay``,
+    ``u_init``, the data order and the sampling; None: the study's defaults,
+    :data:`scalable_softmax.protocols.STUDY_DEFAULTS`; ``lr_decay`` and ``u_init``, when
+    given, win over both, as in :meth:`experiments.RunSpec.make`) at the paper's Table 2
+    rates (or
     ``rate_overrides[dataset][method]``); where a ``(dataset, method)`` diverges in some
     seed, run all seeds again at 10x smaller rates, one step at a time, until every
     seed is finite (at most ``step_down`` steps). The final exact evaluation uses at most
@@ -100,12 +109,9 @@ def run_paper_methods(datasets, methods=ex.PAPER_METHODS, seeds=(0, 1, 2), epoch
     def mrows(d):
         return monitor_rows.get(d) if isinstance(monitor_rows, dict) else monitor_rows
 
-    common = dict(epochs=epochs, final_rows=final_rows,
+    common = dict(epochs=epochs, final_rows=final_rows, protocol=protocol,
+                  lr_decay=lr_decay, u_init=u_init,
                   eval_epochs=tuple(eval_epochs) if eval_epochs is not None else None)
-    if protocol is None:
-        common.update(lr_decay=lr_decay, u_init=u_init)
-    else:
-        common.update(protocol=protocol)
 
     def specs_for(triples):
         out = [ex.RunSpec.make(loader[d], m, lr, seed=int(s), monitor_rows=mrows(d),

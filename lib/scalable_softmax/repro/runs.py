@@ -87,6 +87,7 @@ import numpy as np
 import pandas as pd
 
 from scalable_softmax import paths
+from scalable_softmax.protocols import STUDY_DEFAULTS
 
 __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories_frame",
            "CODE_VERSION", "default_cache_dir", "PAPER_METHODS", "PAPER_DATASETS",
@@ -314,7 +315,8 @@ class RunSpec:
     method : a :data:`scalable_softmax.methods.METHODS` key.
     lr : initial learning rate (the per-datapoint units of docs/math.md section 2.3).
     seed : seed of the run (data order, sampled classes, monitoring subsample).
-    epochs, lr_decay : 50 and 0.9 in the paper.
+    epochs, lr_decay : 50 and 0.9 in the paper (``lr_decay``: the protocol's, else
+        :data:`scalable_softmax.protocols.STUDY_DEFAULTS`, which is ``fit``'s default).
     train_fraction : train on a seeded random subset of this fraction of the training
         set (the paper tunes on 10%); the subset depends only on ``subset_seed`` so
         every method and rate sees the same points.
@@ -324,18 +326,20 @@ class RunSpec:
     eval_epochs : epochs to monitor (None: epoch 0 and 10 evenly spaced epochs).
     final_rows : cap on the rows of the final exact evaluation of each set (None: all).
     test : also evaluate the final weights on the test split.
-    u_init : initial ``u`` of the double-sum methods: ``"logK"`` (default) as in the
-        paper's Algorithm 1 (``u_i <- log K``, the optimal ``u`` at ``W = 0``), or
-        ``"zero"``. Vanilla SGD at the paper's Table 2 rates overflows from ``u = 0``
-        but not from ``u = log K`` (notebook 02).
+    u_init : initial ``u`` of the double-sum methods: the protocol's, else
+        ``STUDY_DEFAULTS["u_init"]`` = ``"logK"`` as in the paper's Algorithm 1
+        (``u_i <- log K``, the optimal ``u`` at ``W = 0``); or ``"zero"``. Vanilla SGD
+        at the paper's Table 2 rates overflows from ``u = 0`` but not from
+        ``u = log K`` (notebook 02).
     subset : how the ``train_fraction`` subset is chosen: ``"random"`` (seeded by
         ``subset_seed``, kept in file order) or ``"head"`` (the first rows in file
         order, as the authors' code tuned its rates).
     protocol : None, or a name of :data:`scalable_softmax.protocols.PROTOCOLS`: the
         run trains with ``fit_kwargs(protocol, method)`` (data order, class sampling,
         ``u`` start, passes, minibatch conventions); :meth:`make` copies the protocol's
-        ``lr_decay`` and ``u_init`` into those fields. ``options`` override the
-        protocol's other arguments.
+        ``lr_decay`` and ``u_init`` into those fields unless they are given. As in
+        ``fit`` (:func:`scalable_softmax.protocols.resolve`), what is given explicitly
+        (these fields, ``options``) wins over the protocol.
     protocol_options : the protocol's ``fit()`` arguments as ``(name, value)`` pairs,
         resolved once when the spec is built (:func:`resolve_protocol`; ``()`` without
         a protocol); derived, so not part of :meth:`as_dict` or of equality.
@@ -353,14 +357,14 @@ class RunSpec:
     lr: float
     seed: int = 0
     epochs: int = 50
-    lr_decay: float = 0.9
+    lr_decay: float = STUDY_DEFAULTS["lr_decay"]
     train_fraction: float = 1.0
     subset_seed: int = 0
     monitor_rows: int | None = 2000
     eval_epochs: tuple | None = None
     final_rows: int | None = None
     test: bool = True
-    u_init: str = "logK"
+    u_init: str = STUDY_DEFAULTS["u_init"]
     subset: str = "random"
     protocol: str | None = None
     options: tuple = ()
@@ -383,9 +387,10 @@ class RunSpec:
 
     @classmethod
     def make(cls, dataset, method, lr, **kw) -> "RunSpec":
-        """Build a spec; keyword arguments that are not fields go to ``options``. The
-        protocol's ``lr_decay`` and ``u_init`` (if it sets them) become the spec's
-        fields; giving other values for them raises ``ValueError``."""
+        """Build a spec; keyword arguments that are not fields go to ``options``.
+        ``lr_decay`` and ``u_init`` not given (or None) become the protocol's (if it
+        sets them), else :data:`scalable_softmax.protocols.STUDY_DEFAULTS`'s; given,
+        they win over the protocol (:func:`scalable_softmax.protocols.resolve`)."""
         fields = {f.name for f in dataclasses.fields(cls) if f.init}
         opts = {k: kw.pop(k) for k in list(kw) if k not in fields}
         if "options" in kw:
@@ -394,17 +399,16 @@ class RunSpec:
             kw["eval_epochs"] = tuple(int(e) for e in kw["eval_epochs"])
         if isinstance(kw.get("data_options"), dict):
             kw["data_options"] = tuple(sorted(kw["data_options"].items()))
+        given = {nm: kw.pop(nm) for nm in ("lr_decay", "u_init") if nm in kw}
         spec = cls(dataset=str(dataset), method=str(method),
                    lr=None if lr is None else float(lr),
                    options=tuple(sorted(opts.items())), **kw)
-        fixed = {}
-        for nm, value in spec.protocol_options:
-            if nm in ("lr_decay", "u_init"):
-                if nm in kw and kw[nm] != value:
-                    raise ValueError(
-                        f"RunSpec.{nm}={kw[nm]!r} contradicts protocol "
-                        f"{spec.protocol!r}, which sets {nm}={value!r}; leave it out")
-                fixed[nm] = value
+        # explicit over the protocol's (resolved once, in __post_init__) over the study's
+        # defaults: protocols.resolve's rule
+        fields = {**STUDY_DEFAULTS, **dict(spec.protocol_options),
+                  **{k: v for k, v in given.items() if v is not None}}
+        fixed = {nm: fields[nm] for nm in ("lr_decay", "u_init")
+                 if fields[nm] != getattr(spec, nm)}
         if fixed:
             spec = dataclasses.replace(spec, **fixed)
         spec.validate()
@@ -550,14 +554,14 @@ def _train(spec: RunSpec) -> tuple[pd.DataFrame, dict]:
     X, y, K, synthetic = load_split(spec.dataset, "train", spec.train_fraction,
                                     spec.subset_seed, spec.subset, spec.data_options)
     t_loaded = time.perf_counter()
-    # the protocol's arguments (lr_decay and u_init are already the spec's fields)
-    opts = {k: v for k, v in spec.protocol_options if k not in ("lr_decay", "u_init")}
-    opts.update(dict(spec.options))
+    # fit()'s arguments by protocols.resolve's rule: the spec's fields and options (given)
+    # over the protocol's arguments (resolved once, when the spec was built)
+    opts = {**dict(spec.protocol_options), "lr_decay": spec.lr_decay,
+            "u_init": spec.u_init, **dict(spec.options)}
     with warnings.catch_warnings():     # a sweep expects some runs to diverge: the
         warnings.simplefilter("ignore", DivergenceWarning)    # result records it
-        res = fit(X, y, spec.method, spec.lr, epochs=spec.epochs, lr_decay=spec.lr_decay,
-                  seed=spec.seed, K=K, progress=False, eval_rows=spec.monitor_rows,
-                  u_init=spec.u_init, on_epoch=_epoch_check,
+        res = fit(X, y, spec.method, spec.lr, epochs=spec.epochs, seed=spec.seed, K=K,
+                  progress=False, eval_rows=spec.monitor_rows, on_epoch=_epoch_check,
                   eval_epochs=list(spec.eval_epochs) if spec.eval_epochs is not None
                   else None, **opts)
     h = res.history
