@@ -23,10 +23,12 @@ stopping rule), each timed from the call to its return:
 * ``ours-sk-rule``: the same with scikit-learn's stopping rule, ``gtol = tol = 1e-6``
   and ``ftol = 64 eps``.
 
-Per iteration: seconds of the whole call divided by iterations, for each solver; the
-ratios are ours / scikit-learn's. Best of ``--repeats`` (default 3) for every time,
-because the machine is shared (the load average at the start and at the end is in
-the result file).
+Per iteration: CPU seconds of the whole call divided by its iterations, for each
+solver; the ratios are ours / scikit-learn's. Every time is taken both as wall clock
+and as the process's CPU time (``time.process_time``; one thread each, so it is the
+work done, less disturbed when other jobs share the cores). Best of ``--repeats``
+(default 3) for every time, because the machine is shared (the load average at the
+start and at the end is in the result file).
 
 Usage: ``python benchmarks/bench_full_batch_sklearn.py [--quick] [--repeats R]``;
 results in ``benchmarks/results/full_batch_sklearn.{json,md}`` (``--quick``: 1,000
@@ -82,32 +84,36 @@ def objective(X, y, W, mu):
 def run_sklearn(X, y, K):
     from sklearn.linear_model import LogisticRegression
     clf = LogisticRegression(C=C, tol=TOL, max_iter=5000, fit_intercept=False)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clf.fit(X, y)
-    sec = time.perf_counter() - t0
+    sec, cpu = time.perf_counter() - t0, time.process_time() - c0
     W = np.zeros((K, X.shape[1]))
     W[clf.classes_] = clf.coef_
-    return dict(seconds=sec, nit=int(np.max(clf.n_iter_)), W=W)
+    return dict(seconds=sec, cpu=cpu, nit=int(np.max(clf.n_iter_)), W=W)
 
 
 def run_ours(X, y, K, **options):
     from scalable_softmax.fit import fit
-    stamps, copies = [], []
-    spent = [0.0]
+    stamps, cstamps, copies = [], [], []
+    spent, cspent = [0.0], [0.0]
 
     def cb(it, W):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         stamps.append(t - spent[0])
+        cstamps.append(c - cspent[0])
         copies.append(np.array(W, copy=True))
         spent[0] += time.perf_counter() - t
+        cspent[0] += time.process_time() - c
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = fit(X, y, "exact", None, mu=1.0 / C, epochs=EPOCHS, eval_epochs=[], progress=False,
               K=K, callback=cb, **options)
     sec = time.perf_counter() - t0 - spent[0]
-    return dict(seconds=sec, nit=int(res.history.steps.iloc[-1]), W=res.W,
+    cpu = time.process_time() - c0 - cspent[0]
+    return dict(seconds=sec, cpu=cpu, cstamps=[c - c0 for c in cstamps],
+                nit=int(res.history.steps.iloc[-1]), W=res.W,
                 epochs_run=int(len(res.history) - 1), history_rows=int(len(res.history)),
                 stopped_at_epoch=res.params.get("stopped_at_epoch"),
                 message=str(res.extra.message.iloc[-1]),
@@ -115,11 +121,12 @@ def run_ours(X, y, K, **options):
 
 
 def time_to(run, X, y, target, mu):
-    """Seconds from the call to the first iterate with objective ``<= target``."""
-    for t, W in zip(run["stamps"], run["copies"]):
+    """Seconds (wall, CPU) from the call to the first iterate with objective
+    ``<= target``, and that iteration."""
+    for i, (t, c, W) in enumerate(zip(run["stamps"], run["cstamps"], run["copies"])):
         if objective(X, y, W, mu) <= target:
-            return t
-    return None
+            return t, c, i + 1
+    return None, None, None
 
 
 def main(argv=None):
@@ -146,12 +153,15 @@ def main(argv=None):
         for r in range(args.repeats):
             sk = run_sklearn(X, y, K)
             f_sk = objective(X, y, sk["W"], mu)
-            row = {"sklearn": dict(seconds=sk["seconds"], nit=sk["nit"], objective=f_sk)}
+            row = {"sklearn": dict(seconds=sk["seconds"], cpu=sk["cpu"], nit=sk["nit"],
+                                   objective=f_sk)}
             for v, opts in variants.items():
                 o = run_ours(X, y, K, **opts)
-                row[v] = dict(seconds=o["seconds"], nit=o["nit"],
+                tt, ct, it = time_to(o, X, y, f_sk, mu)
+                row[v] = dict(seconds=o["seconds"], cpu=o["cpu"], nit=o["nit"],
                               objective=objective(X, y, o["W"], mu),
-                              time_to_sklearn_objective=time_to(o, X, y, f_sk, mu),
+                              time_to_sklearn_objective=tt, cpu_to_sklearn_objective=ct,
+                              iterations_to_sklearn_objective=it,
                               epochs_run=o["epochs_run"], history_rows=o["history_rows"],
                               stopped_at_epoch=o["stopped_at_epoch"], message=o["message"])
                 del o
@@ -167,8 +177,12 @@ def main(argv=None):
 
 
 def _best(runs, variant, key):
-    vals = [r[variant][key] for r in runs if r[variant][key] is not None]
+    vals = [r[variant][key] for r in runs if r[variant].get(key) is not None]
     return min(vals) if vals else None
+
+
+def _f(v, fmt="{:.3f}"):
+    return "never" if v is None else fmt.format(v)
 
 
 def report(out):
@@ -182,42 +196,51 @@ def report(out):
          f"mu={1 / out['C']:g}, epochs={out['epochs_cap']})`. Machine: {m['cpu_model']}, "
          f"{m['cpus']} CPUs, shared with other jobs: load average "
          f"{out['load_average_start']} at the start, {out['load_average_end']} at the end "
-         "(1, 5, 15 minutes).", "",
+         "(1, 5, 15 minutes). With the machine oversubscribed the wall-clock times swing "
+         "by 2x between repeats; the CPU times of the process (`time.process_time`, "
+         "one thread each) are the steadier measure, and both are given.", "",
          "Objective: `F = mean log-loss + ||W||^2/(2 C N)`, scikit-learn's own, "
-         "evaluated by one function for both. *time to F_sk*: from the call until the "
-         "first iterate of ours whose objective is at most scikit-learn's final one. "
-         "*per iteration*: the whole call's seconds / its L-BFGS iterations.", "",
-         "| data | layout | solver | seconds (best) | time to F_sk (best) | ratio to sklearn "
-         "| iterations | s / iteration | per-iteration ratio | final F | history rows | stop |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "evaluated by one function for both. *to F_sk*: from the call until the first "
+         "iterate of ours whose objective is at most scikit-learn's final one (for "
+         "scikit-learn: its whole call). *per iteration*: the whole call's CPU seconds / "
+         "its L-BFGS iterations. Ratios: ours / scikit-learn's, best against best.", "",
+         "| data | solver | wall s (best) | CPU s (best) | wall to F_sk | CPU to F_sk "
+         "| ratio to sklearn, wall / CPU | iterations (to F_sk) | CPU ms / iteration "
+         "| per-iteration ratio | final F | history rows | stop |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, rec in out["data"].items():
         runs = rec["runs"]
         sk_s = _best(runs, "sklearn", "seconds")
+        sk_c = _best(runs, "sklearn", "cpu")
         sk_it = runs[0]["sklearn"]["nit"]
-        sk_per = min(r["sklearn"]["seconds"] / max(r["sklearn"]["nit"], 1) for r in runs)
-        L.append(f"| {name} (N {rec['N']}, D {rec['D']}, K {rec['K']}) | {rec['layout']} | "
-                 f"scikit-learn | {sk_s:.3f} | {sk_s:.3f} | 1 | {sk_it} | {sk_per * 1e3:.1f} ms | 1 | "
+        sk_per = min(r["sklearn"]["cpu"] / max(r["sklearn"]["nit"], 1) for r in runs)
+        L.append(f"| {name} ({rec['layout']}, N {rec['N']}, D {rec['D']}, K {rec['K']}) | "
+                 f"scikit-learn | {sk_s:.3f} | {sk_c:.3f} | {sk_s:.3f} | {sk_c:.3f} | 1 / 1 | "
+                 f"{sk_it} | {sk_per * 1e3:.1f} | 1 | "
                  f"{runs[0]['sklearn']['objective']:.10f} | | tol = {out['tol']:g} |")
         for v in ("ours", "ours-sk-rule"):
             s = _best(runs, v, "seconds")
+            c = _best(runs, v, "cpu")
             tt = _best(runs, v, "time_to_sklearn_objective")
-            per = min(r[v]["seconds"] / max(r[v]["nit"], 1) for r in runs)
+            ct = _best(runs, v, "cpu_to_sklearn_objective")
+            per = min(r[v]["cpu"] / max(r[v]["nit"], 1) for r in runs)
             r0 = runs[0][v]
-            label = "ours, gtol 1e-8" if v == "ours" else "ours, gtol 1e-6 + ftol 64 eps"
-            tts = "never" if tt is None else f"{tt:.3f}"
-            ratio = "" if tt is None else f"{tt / sk_s:.2f}"
-            L.append(f"| | | {label} | {s:.3f} | {tts} | {ratio} | {r0['nit']} | "
-                     f"{per * 1e3:.1f} ms | {per / sk_per:.2f} | {r0['objective']:.10f} | "
+            label = "ours, gtol 1e-8 (default)" if v == "ours" else \
+                "ours, gtol 1e-6 + ftol 64 eps (sklearn's rule)"
+            ratio = "" if tt is None else f"{tt / sk_s:.2f} / {ct / sk_c:.2f}"
+            L.append(f"| | {label} | {s:.3f} | {c:.3f} | {_f(tt)} | {_f(ct)} | {ratio} | "
+                     f"{r0['nit']} ({_f(r0['iterations_to_sklearn_objective'], '{}')}) | "
+                     f"{per * 1e3:.1f} | {per / sk_per:.2f} | {r0['objective']:.10f} | "
                      f"{r0['history_rows']} (stopped at epoch {r0['stopped_at_epoch']}) | "
                      f"{r0['message']} |")
-    L += ["", "Every run (seconds; time to F_sk):", ""]
+    L += ["", "Every run (wall / CPU seconds of the call; wall / CPU to F_sk):", ""]
     for name, rec in out["data"].items():
         for i, r in enumerate(rec["runs"]):
-            parts = [f"sklearn {r['sklearn']['seconds']:.3f}"]
+            parts = [f"sklearn {r['sklearn']['seconds']:.3f} / {r['sklearn']['cpu']:.3f}"]
             for v in ("ours", "ours-sk-rule"):
-                t = r[v]["time_to_sklearn_objective"]
-                parts.append(f"{v} {r[v]['seconds']:.3f}; "
-                             + ("never" if t is None else f"{t:.3f}"))
+                parts.append(f"{v} {r[v]['seconds']:.3f} / {r[v]['cpu']:.3f}; "
+                             f"{_f(r[v]['time_to_sklearn_objective'])} / "
+                             f"{_f(r[v]['cpu_to_sklearn_objective'])}")
             L.append(f"* {name} repeat {i + 1}: " + " | ".join(parts))
     return "\n".join(L) + "\n"
 

@@ -873,7 +873,8 @@ def fit(X, y, method, lr, epochs=50, lr_decay=None, mu=0.0, batch_size=None,
         for the full-batch methods (``exact``, ``bouchard``, ``ove-exact``).
     epochs : int >= 1; for the full-batch methods a cap: they stop after the epoch in
         which L-BFGS converged (or stopped for good), the history ends with that epoch
-        (evaluated when a later epoch was to be) and ``params["stopped_at_epoch"]`` says which it was.
+        (evaluated when a later epoch was to be) and ``params["stopped_at_epoch"]``
+        says which it was.
         lr_decay : float in (0, 1] or None (0.9, or the protocol's); epoch ``e`` runs at
         ``lr * lr_decay**(e-1)``. mu : float >= 0, ridge parameter.
     batch_size, n_sampled : datapoints per step and classes per datapoint (None: the

@@ -26,9 +26,10 @@ and 7.5) in NumPy, with SciPy's strong-Wolfe line search
   target below what rounding allows).
 
 Stops when ``max |g| <= gtol`` (the same test as L-BFGS-B's projected gradient with no
-bounds), when an iteration's relative decrease ``(f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1)``
-is ``<= ftol`` (L-BFGS-B's ``ftol`` test; ``ftol = 0``, the default: off), after ``maxiter`` iterations,
-or once ``maxfun`` evaluations are spent. These are scikit-learn's units: its
+bounds), when an iteration's relative decrease
+``(f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1)`` is ``<= ftol`` (L-BFGS-B's ``ftol``
+test; ``ftol = 0``, the default: off), after ``maxiter`` iterations, or once
+``maxfun`` evaluations are spent. These are scikit-learn's units: its
 ``LogisticRegression(solver="lbfgs", tol=tol)`` runs L-BFGS-B with ``gtol = tol`` and
 ``ftol = 64 eps`` on the mean loss plus ``||W||^2 / (2 C N)``, which is the objective
 ``F`` of :mod:`scalable_softmax.methods.full` with ``mu = 1/C``; so ``gtol=tol,
