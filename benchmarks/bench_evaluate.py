@@ -56,7 +56,8 @@ import _common
 
 from numba import prange
 
-from scalable_softmax.evaluate import _per_row, _transpose32, _tile_width, evaluate
+from scalable_softmax.evaluate import evaluate
+from scalable_softmax.kernels.evaluate import per_row, tile_width, transpose32
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TORCH_SCORE_BYTES = 256 * 2**20  # float32 scores per torch block
@@ -227,7 +228,7 @@ def _stream_tiles(indptr, indices, rows, W, tile, block_rows, with_rows):
     for k0 in range(0, K, tile):
         kc = min(tile, K - k0)
         T = buf[: D * kc].reshape((D, kc))
-        _transpose32(W, k0, kc, T)
+        transpose32(W, k0, kc, T)
         if not with_rows:
             out[0] += T[0, 0]
             continue
@@ -266,7 +267,7 @@ def stream_bound(X, W, repeats=2):
     transposes alone."""
     N, D = X.shape
     rows = np.arange(N, dtype=np.int64)
-    tw = _tile_width(W.shape[0], D, None, 4)
+    tw = tile_width(W.shape[0], D, None, 4)
     _stream_tiles(X.indptr, X.indices, rows[:64], W, tw, 32, True)
     best, best_t = math.inf, math.inf
     for _ in range(repeats):
@@ -286,13 +287,13 @@ def simd_evidence():
     loop, from fresh uncached compilations (numba shows no assembly for cached code)."""
     import re
     from numba import types as nt
-    from scalable_softmax import evaluate as evm
+    from scalable_softmax.kernels import evaluate as evm
     f32a, i32a = nt.float32[::1], nt.int32[::1]
-    cases = [(evm._scores32, evm.JIT32, (i32a, i32a, f32a, nt.int64, nt.float32[:, ::1], f32a,
-                                         nt.int64)),
-             (evm._vexp32_sum, evm.JIT32, (f32a, nt.float32, f32a, f32a, i32a, nt.int64)),
-             (evm._max32, evm.JIT32, (i32a, nt.int64, i32a, f32a)),
-             (evm._sum32to64, evm.JIT32R, (f32a, nt.int64)),
+    cases = [(evm.scores32, evm.JIT32, (i32a, i32a, f32a, nt.int64, nt.float32[:, ::1], f32a,
+                                        nt.int64)),
+             (evm.vexp32_sum, evm.JIT32, (f32a, nt.float32, f32a, f32a, i32a, nt.int64)),
+             (evm.max32, evm.JIT32, (i32a, nt.int64, i32a, f32a)),
+             (evm.sum32to64, evm.JIT32R, (f32a, nt.int64)),
              (_fma_loop, dict(fastmath={"contract"}), (f32a, nt.int64, nt.float32, nt.float32))]
     out = {}
     for f, flags, sig in cases:
@@ -315,8 +316,8 @@ def simd_evidence():
 def accuracy_study(X, y, W, n_rows=10_000):
     """Per-row float32 vs float64 on the first ``n_rows`` rows."""
     rows = np.arange(min(n_rows, X.shape[0]))
-    n32, e32, d32, _ = _per_row(X, y, W, rows=rows, precision="float32")
-    n64, e64, d64, _ = _per_row(X, y, W, rows=rows, precision="float64")
+    n32, e32, d32, _ = per_row(X, y, W, rows=rows, precision="float32")
+    n64, e64, d64, _ = per_row(X, y, W, rows=rows, precision="float64")
     return dict(n_rows=int(rows.size),
                 max_rel_diff_log_loss_per_row=float(np.max(np.abs(n32 - n64) / n64)),
                 rel_diff_mean_log_loss=float(abs(n32.mean() - n64.mean()) / n64.mean()),
@@ -420,7 +421,7 @@ def subsample_study(X, y, W, nb_full=None, w_std=0.01, n_sub=10_000, seeds=(0, 1
                          abs_diff_defective=abs(ev.defective - nb_full["defective"])))
     # predicted standard error of a mean of n_sub rows out of N (no replacement): the
     # per-row spread of the loss (seed 0's rows), the binomial one for the error
-    nll, _, _, _ = _per_row(X, y, W, subsample=n_sub, seed=seeds[0], precision="float32")
+    nll, _, _, _ = per_row(X, y, W, subsample=n_sub, seed=seeds[0], precision="float32")
     fpc = math.sqrt((N - n_sub) / (N - 1))
     p_err = nb_full["error"]
     return dict(K=W.shape[0], w_std=w_std, N=N, n_sub=n_sub,

@@ -45,7 +45,9 @@ import numpy as np
 
 from _common import RESULTS, machine_info, write_atomic
 from bench_sgd import sparse_data, time_variants
-from scalable_softmax.methods import implicit_batch as ib
+from scalable_softmax import kernels
+from scalable_softmax.kernels import implicit_batch as ib
+from scalable_softmax.kernels import sgd as ksgd
 from scalable_softmax.methods import sgd
 from scalable_softmax.methods.implicit_batch import ImplicitBatchTrainer
 
@@ -75,20 +77,20 @@ def _rw_rows(W, indptr, indices, data, y, order, m, seed, ahead, dots=0):
     n = order.shape[0]
     K = W.shape[0]
     if m == 1:
-        ks = sgd._draw_classes_m1(seed, order, y, K).reshape(n, 1)
+        ks = ksgd.draw_classes_m1(seed, order, y, K).reshape(n, 1)
     else:
-        ks = sgd._draw_classes_multi(seed, order, y, K, m)
+        ks = ksgd.draw_classes_multi(seed, order, y, K, m)
     touched = 0
     for t in range(n):
         if ahead > 0 and t + ahead < n:
             j = order[t + ahead]
             yj = y[j]
             for p in range(indptr[j], indptr[j + 1]):
-                sgd._prefetch_w(W, yj, indices[p])
+                kernels.prefetch_w(W, yj, indices[p])
             for q in range(m):
                 kq = ks[t + ahead, q]
                 for p in range(indptr[j], indptr[j + 1]):
-                    sgd._prefetch_w(W, kq, indices[p])
+                    kernels.prefetch_w(W, kq, indices[p])
         i = order[t]
         a0 = indptr[i]
         a1 = indptr[i + 1]
@@ -101,7 +103,7 @@ def _rw_rows(W, indptr, indices, data, y, order, m, seed, ahead, dots=0):
                     f = order[tf]
                     kf = y[f] if qf == m else ks[tf, qf]
                     for p in range(indptr[f], indptr[f + 1]):
-                        sgd._prefetch_w(W, kf, indices[p])
+                        kernels.prefetch_w(W, kf, indices[p])
             k = y[i] if q == m else ks[t, q]
             for p in range(a0, a1):
                 W[k, indices[p]] += 0.0 * data[p]
@@ -132,10 +134,10 @@ def _rw_batches(W, indptr, indices, data, y, order, nb, classes, ahead, dots):
             for t in range(fs, fe):
                 i = order[t]
                 for p in range(indptr[i], indptr[i + 1]):
-                    sgd._prefetch_w(W, y[i], indices[p])
+                    kernels.prefetch_w(W, y[i], indices[p])
                     for c in range(m):
                         if classes[step + ahead, c] >= 0:
-                            sgd._prefetch_w(W, classes[step + ahead, c], indices[p])
+                            kernels.prefetch_w(W, classes[step + ahead, c], indices[p])
         q = 0
         for t in range(start, stop):
             lab = y[order[t]]
@@ -155,7 +157,7 @@ def _rw_batches(W, indptr, indices, data, y, order, nb, classes, ahead, dots):
         for j in range(min(dots, npair)):
             i = order[start + j % (stop - start)]
             for p in range(indptr[i], indptr[i + 1]):
-                sgd._prefetch_w(W, rows[j // (stop - start)], indices[p])
+                kernels.prefetch_w(W, rows[j // (stop - start)], indices[p])
         for b in range(q):
             k = rows[b]
             for t in range(start, stop):
@@ -163,7 +165,7 @@ def _rw_batches(W, indptr, indices, data, y, order, nb, classes, ahead, dots):
                 if dots > 0 and j < npair:
                     i = order[start + j % (stop - start)]
                     for p in range(indptr[i], indptr[i + 1]):
-                        sgd._prefetch_w(W, rows[j // (stop - start)], indices[p])
+                        kernels.prefetch_w(W, rows[j // (stop - start)], indices[p])
                 i = order[t]
                 for p in range(indptr[i], indptr[i + 1]):
                     W[k, indices[p]] += 0.0 * data[p]
@@ -179,7 +181,7 @@ def sgd_runner(trainer, lr, mode=None):
     """One epoch of an explicit-SGD trainer (kernel ``mode``: 0 plain, 2 pipelined)."""
     def run(order, e):
         if mode is not None:
-            trainer._pf_mode = mode
+            kernels.set_prefetch_mode(trainer, mode)
         rep = trainer.run_epoch(order, lr, 1000 + e)
         if rep.diverged_at >= 0:
             raise RuntimeError(f"{trainer.name} m={trainer.n_sampled} diverged at "
@@ -190,9 +192,11 @@ def sgd_runner(trainer, lr, mode=None):
 
 def rows_bound_runner(trainer, m, ahead, dots=0):
     """:func:`_rw_rows` with the classes the kernel draws in epoch ``e``."""
+    indptr, indices, data, y = kernels.csr_arrays(trainer)
+
     def run(order, e):
-        _rw_rows(trainer.W, trainer._indptr, trainer._indices, trainer._data, trainer._y,
-                 order, m, np.int64(1000 + e), ahead, dots)
+        _rw_rows(trainer.W, indptr, indices, data, y, order, m, np.int64(1000 + e), ahead,
+                 dots)
         return order.size
     return run
 
@@ -222,8 +226,8 @@ class BatchRunner:
         def run(order, e):
             # the classes of the kernel's epoch e (drawn by its own random stream)
             order_e, classes = self.classes[e]
-            _rw_batches(tr.W, tr._indptr, tr._indices, tr._data, tr._y, order_e,
-                        tr.batch_size, classes, ahead, dots)
+            _rw_batches(tr.W, *kernels.csr_arrays(tr), order_e, tr.batch_size, classes,
+                        ahead, dots)
             return order.size
         return run
 
@@ -232,25 +236,25 @@ def newton_flops(s, q, r, chord=False):
     """Flops (a multiply and an add counted apart; a square root or a division counted
     as one) of one Newton iteration of implicit-batch's reduced problem with ``s``
     points, ``q`` classes and rank ``r``, counted loop by loop as
-    :func:`scalable_softmax.methods.implicit_batch._solve_reduced` does them with the
-    structured direction: the gradient at the iterate (``_gradient``, from the softmax
+    :func:`scalable_softmax.kernels.implicit_batch.solve_reduced` does them with the
+    structured direction: the gradient at the iterate (``gradient``, from the softmax
     and ``ψ'`` of the previous iteration's accepted trial point), the direction
-    (``_structured_direction``: the ``q`` blocks ``A_k``, their Cholesky factors,
+    (``structured_direction``: the ``q`` blocks ``A_k``, their Cholesky factors,
     ``L_k⁻¹ Bᵀ`` and ``L_k⁻¹ h_k``, ``B A_k⁻¹ h_k``, the ``2s x 2s`` capacitance
     contracted from ``Q_k = W_kᵀ W_k``, its LU solve, ``h - V w`` and the two triangular
-    solves), the change of the scores along it (``_score_change``) and one trial point
-    of the line search (``_scores_value`` with the softmax pieces the next iteration
-    uses, ``_ridge_value``). With ``chord`` the direction reuses an earlier
-    factorisation (``_ls_solve`` alone: ``L_k⁻¹ h_k``, ``B A_k⁻¹ h_k``, the
+    solves), the change of the scores along it (``score_change``) and one trial point
+    of the line search (``scores_value`` with the softmax pieces the next iteration
+    uses, ``ridge_value``). With ``chord`` the direction reuses an earlier
+    factorisation (``ls_solve`` alone: ``L_k⁻¹ h_k``, ``B A_k⁻¹ h_k``, the
     capacitance's right-hand side and LU substitutions, ``h - V w`` and the triangular
     solves). Its ``s q`` exponentials and ``s`` Lambert W are left out, and so is the
     evaluation at the start point (once per step, not per iteration)."""
     f = 0
     # gradient and the convergence test at the iterate
-    f += s * q + 2 * s * q * r + 5 * q * r          # _gradient
+    f += s * q + 2 * s * q * r + 5 * q * r          # gradient
     f += 2 * q * r + 2 * q * r                      # ||grad||, slope
     n = 2 * s
-    if not chord:                                   # _ls_factor
+    if not chord:                                   # ls_factor
         f += s * q + s                              # ψ' π, e
         f += 2 * r * q + s * (r * (r + 1) // 2) * (1 + 2 * q)  # A_k
         for j in range(r):                          # Cholesky, q in lockstep
@@ -262,7 +266,7 @@ def newton_flops(s, q, r, chord=False):
         f += npair * (2 * r * q + 10 * q) + 8 * (npair - s) + 4 * s + 2 * s  # capacitance
         for j in range(n):                          # its LU with partial pivoting
             f += 1 + (n - j - 1) * (1 + 2 * (n - j - 1))
-    # _ls_solve
+    # ls_solve
     for a in range(r):                              # L⁻¹ h
         f += a * 2 * q + q
     f += 2 * s * r * q                              # B A⁻¹ h
@@ -279,11 +283,11 @@ def newton_flops(s, q, r, chord=False):
 def newton_iteration_seconds(s, q, r, calls=2000, seed=0, chord=False):
     """Seconds of one Newton iteration's arithmetic measured in this run: the
     gradient, the structured direction, the change of the scores along it and one trial
-    point of the line search (the calls ``_solve_reduced`` makes per iteration; the
+    point of the line search (the calls ``solve_reduced`` makes per iteration; the
     evaluation at the start point, once per step, is left out), on a random reduced
     problem of ``s`` points, ``q`` classes, rank ``r``
     (all in cache); best of three batches of ``calls``. With ``chord`` the direction
-    reuses a factorisation made before the timed calls (``_ls_solve`` alone)."""
+    reuses a factorisation made before the timed calls (``ls_solve`` alone)."""
     rng = np.random.default_rng(seed)
     Bm = rng.standard_normal((s, r)) * 0.3
     Z = rng.standard_normal((s, q)) * 0.1
@@ -313,23 +317,23 @@ def _newton_iterations(calls, args, out, p, chord):
     grad, uout, PI, D1, D2, PT, ZP, Zt, PIt, D1t, D2t = out
     s, r = Bm.shape
     q = Z.shape[1]
-    ws = ib._direction_workspace(s, r, q)
-    v = ib._scores_value(Z, ypos, logw, alpha, ubar, 1, PI, D1, D2, uout)
+    ws = ib.direction_workspace(s, r, q)
+    v = ib.scores_value(Z, ypos, logw, alpha, ubar, 1, PI, D1, D2, uout)
     PIf, D1f, D2f = PI.copy(), D1.copy(), D2.copy()
     if chord:
-        ib._ls_factor(Bm, PIf, ypos, D1f, D2f, rho, ws)
+        ib.ls_factor(Bm, PIf, ypos, D1f, D2f, rho, ws)
     for _ in range(calls):
-        ib._gradient(Bm, PI, D1, ypos, Cm, rho, g, grad)
+        ib.gradient(Bm, PI, D1, ypos, Cm, rho, g, grad)
         if chord:
-            ib._ls_solve(Bm, PIf, D1f, D2f, grad, p, ws)
+            ib.ls_solve(Bm, PIf, D1f, D2f, grad, p, ws)
         else:
-            ib._structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p, ws)
-        ib._score_change(Bm, p, PT, ZP)
+            ib.structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p, ws)
+        ib.score_change(Bm, p, PT, ZP)
         for i in range(s):
             for k in range(q):
                 Zt[i, k] = Z[i, k] + 0.5 * ZP[i, k]
-        v += ib._scores_value(Zt, ypos, logw, alpha, ubar, 1, PIt, D1t, D2t, uout)
-        v += ib._ridge_value(Cm, rho, g)
+        v += ib.scores_value(Zt, ypos, logw, alpha, ubar, 1, PIt, D1t, D2t, uout)
+        v += ib.ridge_value(Cm, rho, g)
         for i in range(s):  # the accepted trial's pieces serve the next iteration
             for k in range(q):
                 PI[i, k] = PIt[i, k]
@@ -367,7 +371,7 @@ def run(quick=False, repeats=5):
         t.warmup()
     ib.warmup()
     batch = BatchRunner(ib, 10.0)
-    fast = sgd._PREFETCH_DEFAULT
+    fast = ksgd.PREFETCH_DEFAULT
     variants = {
         "umax_m1": sgd_runner(um1, 0.01),
         "bound_m1_plain": rows_bound_runner(um1, 1, 0),

@@ -56,8 +56,11 @@ import scipy.sparse as sp
 from scipy.special import logsumexp
 
 from scalable_softmax import objectives as ob
-from scalable_softmax._kernels import prefetch_r as _prefetch_r
-from scalable_softmax._kernels import prefetch_w as _prefetch_w
+from scalable_softmax import kernels
+from scalable_softmax.kernels import prefetch_r as _prefetch_r
+from scalable_softmax.kernels import prefetch_w as _prefetch_w
+from scalable_softmax.kernels import sampled as ksampled
+from scalable_softmax.kernels import sgd as ksgd
 from scalable_softmax.methods import full, sampled, sgd
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -257,7 +260,7 @@ def _rmw_rows(indices, p0, p1, W, cls, t, j0, j1, inc):
 def _read_rows(indptr, indices, data, i, W, cls, t, j0, j1, i2, cls2, t2, h0, nh):
     """Sum ``data * W[j, c]`` over the entries of datapoint ``i`` for the rows
     ``j = cls[t, j0:j1]`` with the kernels' own dot-product loops (three rows per pass,
-    :func:`sampled._dot3`), hinting the rows ``cls2[t2, h0:h0 + nh]`` at the columns of
+    :func:`scalable_softmax.kernels.sampled.dot3`), hinting the rows ``cls2[t2, h0:h0 + nh]`` at the columns of
     datapoint ``i2`` (``-1``: none), as the kernels do."""
     p0 = indptr[i]
     p1 = indptr[i + 1]
@@ -279,11 +282,11 @@ def _read_rows(indptr, indices, data, i, W, cls, t, j0, j1, i2, cls2, t2, h0, nh
         a = cls[t, jj]
         b = cls[t, jj + 1] if jj + 1 < j1 else a
         c = cls[t, jj + 2] if jj + 2 < j1 else a
-        x, y, z = sampled._dot3(indices, data, p0, p1, W, a, b, c, q0, q1, hj, hk, hl)
+        x, y, z = ksampled.dot3(indices, data, p0, p1, W, a, b, c, q0, q1, hj, hk, hl)
         tot += x + y + z
         jj += 3
     while h < nh:
-        sampled._hint_row(W, cls2[t2, h0 + h], indices, q0, q1)
+        ksampled.hint_row(W, cls2[t2, h0 + h], indices, q0, q1)
         h += 1
     return tot
 
@@ -312,12 +315,12 @@ def _pattern_kernel_order(indptr, indices, data, order, cls, ncls, W, n, m, pf, 
                     sink += W[r, U(c)]
             for t in range(b0, b0 + nb):
                 if t + 4 < b0 + nb:
-                    sampled._hint_x(indptr, indices, data, order[t + 4])
+                    ksampled.hint_x(indptr, indices, data, order[t + 4])
                 sink += _read_rows(indptr, indices, data, order[t], W, cls, t, 1, ncls[t], -1,
                                    cls, t, 0, 0)
         for t in range(b0, b0 + nb):
             if pf > 0:
-                sampled._hint_ahead(indptr, indices, data, order, t, pf, N)
+                ksampled.hint_ahead(indptr, indices, data, order, t, pf, N)
             i = order[t]
             own = 1 if shared else ncls[t]
             i2 = order[t + pf] if (pf > 0 and t + pf < N) else -1
@@ -331,14 +334,15 @@ def _pattern_kernel_order(indptr, indices, data, order, cls, ncls, W, n, m, pf, 
 def kernel_order_runner(trainer, W, pf, shared, drop_hits=True):
     """A :func:`time_variants` runner of :func:`_pattern_kernel_order` on the kernel's
     draws (drawn before the clock starts)."""
+    ip, ix, xd, y = kernels.csr_arrays(trainer)
+
     def run(order, e):
         order = np.ascontiguousarray(order, dtype=np.int64)
-        cls, ncls = sampled.epoch_draws(trainer._y, order, trainer.K, trainer.batch_size,
+        cls, ncls = sampled.epoch_draws(y, order, trainer.K, trainer.batch_size,
                                         trainer.n_sampled, shared, drop_hits, 1000 + e)
         c0, t0 = time.process_time(), time.perf_counter()
-        _pattern_kernel_order(trainer._indptr, trainer._indices, trainer._data, order, cls,
-                              ncls, W, trainer.batch_size, trainer.n_sampled, pf, shared,
-                              1e-300)
+        _pattern_kernel_order(ip, ix, xd, order, cls, ncls, W, trainer.batch_size,
+                              trainer.n_sampled, pf, shared, 1e-300)
         return order.size, time.perf_counter() - t0, time.process_time() - c0
     return run
 
@@ -367,19 +371,19 @@ def pattern_runner(trainer, W, loop, shared, drop_hits=True, umax=False):
     epoch (drawn before the clock starts): the sampled trainer's, or with ``umax`` a
     label and one class uniform among the others per step (U-max's access pattern)."""
     pf, hint_all, touch, read_first, xpf = loop
-    ip, ix, xd = trainer._indptr, trainer._indices, trainer._data
+    ip, ix, xd, y = kernels.csr_arrays(trainer)
     n, m = trainer.batch_size, trainer.n_sampled
 
     def run(order, e):
         order = np.ascontiguousarray(order, dtype=np.int64)
         if umax:
             cls = np.empty((order.size, 2), dtype=np.int64)
-            cls[:, 0] = trainer._y[order]
-            cls[:, 1] = sgd._draw_classes_m1(np.int64(1000 + e), order, trainer._y, trainer.K)
+            cls[:, 0] = y[order]
+            cls[:, 1] = ksgd.draw_classes_m1(np.int64(1000 + e), order, y, trainer.K)
             ncls = np.full(order.size, 2, dtype=np.int64)
         else:
-            cls, ncls = sampled.epoch_draws(trainer._y, order, trainer.K, n, m, shared,
-                                            drop_hits, 1000 + e)
+            cls, ncls = sampled.epoch_draws(y, order, trainer.K, n, m, shared, drop_hits,
+                                            1000 + e)
         c0, t0 = time.process_time(), time.perf_counter()
         _pattern(ip, ix, xd, order, cls, ncls, W, n, m, pf, hint_all, touch, read_first, xpf,
                  1e-300)

@@ -42,6 +42,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from scalable_softmax import kernels
+from scalable_softmax.kernels import sgd as ksgd
 from scalable_softmax.methods import sgd
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -111,8 +113,8 @@ def _gather_prefetched(W, indptr, indices, data, y, order, ks, ahead):
             yj = y[j]
             for p in range(indptr[j], indptr[j + 1]):
                 c = indices[p]
-                sgd._prefetch_w(W, kk, c)
-                sgd._prefetch_w(W, yj, c)
+                kernels.prefetch_w(W, kk, c)
+                kernels.prefetch_w(W, yj, c)
         i = order[t]
         k = ks[t]
         yi = y[i]
@@ -135,7 +137,7 @@ def _read_rows(data, indptr, order, ahead):
         if ahead > 0 and t + ahead < n:
             j = order[t + ahead]
             for p in range(indptr[j], indptr[j + 1], 8):
-                sgd._prefetch_r(data, p)
+                kernels.prefetch_r(data, p)
         i = order[t]
         p0 = indptr[i]
         p1 = indptr[i + 1]
@@ -159,18 +161,20 @@ def _read_rows(data, indptr, order, ahead):
 
 def read_rows_runner(trainer, ahead=0):
     """A :func:`time_variants` runner of :func:`_read_rows`."""
+    indptr, _, data, _ = kernels.csr_arrays(trainer)
+
     def run(order, e):
-        _read_rows(trainer._data, trainer._indptr, order, ahead)
+        _read_rows(data, indptr, order, ahead)
         return order.size
     return run
 
 
 def gather_runner(trainer, ahead=0):
     """A :func:`time_variants` runner of the read-only loops (``ahead = 0``: plain)."""
-    args = (trainer.W, trainer._indptr, trainer._indices, trainer._data, trainer._y)
+    args = (trainer.W, *kernels.csr_arrays(trainer))
 
     def run(order, e):
-        ks = sgd._draw_classes_m1(e, order, trainer._y, trainer.K)
+        ks = ksgd.draw_classes_m1(e, order, args[4], trainer.K)
         if ahead:
             _gather_prefetched(*args, order, ks, ahead)
         else:
@@ -185,13 +189,13 @@ def memory_bound(trainer, repeats=3, seed=0):
     fast this machine, at this moment, delivers a step's cache lines."""
     rng = np.random.default_rng(seed)
     N, K = trainer.N, trainer.K
-    args = (trainer.W, trainer._indptr, trainer._indices, trainer._data, trainer._y)
+    args = (trainer.W, *kernels.csr_arrays(trainer))
     _gather(*args, np.arange(2), np.zeros(2, np.int64))
     _gather_prefetched(*args, np.arange(2), np.zeros(2, np.int64), 1)
     best = {"plain": np.inf, "prefetch1": np.inf, "prefetch2": np.inf}
     for r in range(repeats):
         order = rng.permutation(N)
-        ks = sgd._draw_classes_m1(r, order, trainer._y, K)
+        ks = ksgd.draw_classes_m1(r, order, args[4], K)
         for name in best:
             t0 = time.perf_counter()
             if name == "plain":
@@ -199,7 +203,7 @@ def memory_bound(trainer, repeats=3, seed=0):
             else:
                 _gather_prefetched(*args, order, ks, int(name[-1]))
             best[name] = min(best[name], time.perf_counter() - t0)
-    lines = 2 * trainer._indices.size
+    lines = 2 * args[2].size
     fastest = min(best.values())
     return {"steps_per_s": N / fastest, "W_lines_per_s": lines / fastest,
             "lines_per_step": lines / N,
@@ -265,7 +269,7 @@ def paired_overhead(base, other, N, pairs, seed=0):
 def epoch_runner(trainer, lr=0.01, mode=None):
     def run(order, e):
         if mode is not None:
-            trainer._pf_mode = mode
+            kernels.set_prefetch_mode(trainer, mode)
         rep = trainer.run_epoch(order, lr, 1000 + e)
         if rep.diverged_at >= 0:
             raise RuntimeError(f"diverged at {rep.diverged_at}")
@@ -320,14 +324,14 @@ def run(quick=False, repeats=5, ridge_pairs=21):
         "umax_prefetch_block": epoch_runner(um, mode=1),
         "umax_prefetch_interleaved": epoch_runner(um, mode=2),
         "vanilla_plain": epoch_runner(va, lr=1e-4, mode=0),
-        "vanilla_fast": epoch_runner(va, lr=1e-4, mode=sgd._PREFETCH_DEFAULT),
+        "vanilla_fast": epoch_runner(va, lr=1e-4, mode=ksgd.PREFETCH_DEFAULT),
     }
     res["sparse"] = time_variants(variants, N, repeats)
     del va
     ra = make_trainer(sgd.RamanTrainer, X, y, K)
     res["sparse"].update(time_variants({
-        "umax_fast": epoch_runner(um, mode=sgd._PREFETCH_DEFAULT),
-        "raman_umax_fast": epoch_runner(ra, mode=sgd._PREFETCH_DEFAULT)}, N, repeats, 1))
+        "umax_fast": epoch_runner(um, mode=ksgd.PREFETCH_DEFAULT),
+        "raman_umax_fast": epoch_runner(ra, mode=ksgd.PREFETCH_DEFAULT)}, N, repeats, 1))
     del ra
     print(json.dumps({k: round(v["best_M_per_s"], 3) for k, v in res["sparse"].items()}),
           flush=True)
@@ -336,7 +340,7 @@ def run(quick=False, repeats=5, ridge_pairs=21):
     ur = make_trainer(sgd.UmaxTrainer, X, y, K, mu=1e-3)
     v0 = make_trainer(sgd.VanillaTrainer, X, y, K)
     vr = make_trainer(sgd.VanillaTrainer, X, y, K, mu=1e-3)
-    fast = sgd._PREFETCH_DEFAULT
+    fast = ksgd.PREFETCH_DEFAULT
     res["ridge"] = time_variants({
         "umax_mu0": epoch_runner(um, mode=fast),
         "umax_mu1e-3_lazy_ridge_projection": epoch_runner(ur, mode=fast),
@@ -361,7 +365,7 @@ def run(quick=False, repeats=5, ridge_pairs=21):
     # --- hogwild ---------------------------------------------------------------------
     hw = make_trainer(sgd.UmaxTrainer, X, y, K, hogwild=True, threads=2)
     res["hogwild"] = time_variants({
-        "umax_serial": epoch_runner(um, mode=sgd._PREFETCH_DEFAULT),
+        "umax_serial": epoch_runner(um, mode=ksgd.PREFETCH_DEFAULT),
         "umax_hogwild_2threads": epoch_runner(hw),
     }, N, repeats, 3)
     res["hogwild"]["speedup_best"] = (res["hogwild"]["umax_hogwild_2threads"]["best_M_per_s"]
@@ -391,7 +395,7 @@ def run(quick=False, repeats=5, ridge_pairs=21):
     uz = make_trainer(sgd.UmaxTrainer, Xz, yz, K)
     res["sparse_zipf"] = time_variants({
         "umax_plain": epoch_runner(uz, mode=0),
-        "umax_fast": epoch_runner(uz, mode=sgd._PREFETCH_DEFAULT)}, N, repeats, 5)
+        "umax_fast": epoch_runner(uz, mode=ksgd.PREFETCH_DEFAULT)}, N, repeats, 5)
     res["sparse_zipf_nnz_per_row"] = Xz.nnz / N
     del uz, Xz, yz
 
@@ -399,10 +403,10 @@ def run(quick=False, repeats=5, ridge_pairs=21):
     Nd, Dd, Kd = (20_000, 784, 10) if quick else (60_000, 784, 10)
     Xd, yd = dense_data(Nd, Dd, Kd)
     ud = make_trainer(sgd.UmaxTrainer, Xd, yd, Kd)
-    assert ud._dense
+    assert kernels.dense_rows(ud)
     res["dense"] = time_variants({
         "umax_plain": epoch_runner(ud, mode=0),
-        "umax_fast": epoch_runner(ud, mode=ud._pf_mode),
+        "umax_fast": epoch_runner(ud, mode=kernels.prefetch_mode(ud)),
         "umax_plain_file_order": file_order_runner(ud, mode=0),
         "read_rows_bound_plain": read_rows_runner(ud, 0),
         "read_rows_bound_prefetch4": read_rows_runner(ud, 4)}, Nd, repeats, 6)
@@ -421,7 +425,8 @@ def run(quick=False, repeats=5, ridge_pairs=21):
         um_ = make_trainer(sgd.UmaxTrainer, Xm, ym, Km)
         res["mnist"] = time_variants({
             "umax_plain": epoch_runner(um_, mode=0),
-            "umax_fast": epoch_runner(um_, mode=um_._pf_mode)}, Xm.shape[0], repeats, 8)
+            "umax_fast": epoch_runner(um_, mode=kernels.prefetch_mode(um_))},
+            Xm.shape[0], repeats, 8)
         res["mnist_shape"] = {"N": Xm.shape[0], "D": Xm.shape[1], "K": Km,
                               "nnz_per_row": Xm.nnz / Xm.shape[0]}
         del um_, Xm, ym, ds
@@ -434,7 +439,7 @@ def run(quick=False, repeats=5, ridge_pairs=21):
         Xk, yk = sparse_data(N, Dk, nnz, Kk, seed=2)
         tk = make_trainer(sgd.UmaxTrainer, Xk, yk, Kk)
         r = time_variants({"plain": epoch_runner(tk, mode=0),
-                           "fast": epoch_runner(tk, mode=sgd._PREFETCH_DEFAULT)},
+                           "fast": epoch_runner(tk, mode=ksgd.PREFETCH_DEFAULT)},
                           N, max(3, repeats // 2), 7)
         res["kscan"]["rows"].append({
             "K": Kk, "W_GB": Kk * Dk * 8 / 1e9,

@@ -14,7 +14,7 @@ from scalable_softmax import objectives as ob
 from scalable_softmax.methods import get_trainer_class
 from scalable_softmax.methods.full import (
     BouchardTrainer, ExactTrainer, SoftmaxSGDTrainer, bouchard_alpha, exact_solution,
-    full_objective, full_objective_reference, softmax_sgd_reference_step,
+    full_objective, full_objective_reference, reference_step,
 )
 
 
@@ -44,7 +44,7 @@ def test_softmax_sgd_step_matches_reference(mu, parallel, transposed):
     rows = rng.permutation(80)[:16]
     rep = tr.run_epoch(rows, 0.8, 0)
     assert rep.steps == 1 and rep.diverged_at == -1
-    np.testing.assert_allclose(tr.weights(), softmax_sgd_reference_step(X, y, W0, rows, 0.8, mu),
+    np.testing.assert_allclose(tr.weights(), reference_step(X, y, W0, rows, 0.8, mu),
                                rtol=1e-12, atol=1e-13)
 
 
@@ -61,7 +61,7 @@ def test_softmax_sgd_epoch_matches_repeated_reference_steps_and_fold():
         rep = tr.run_epoch(order, lr, 0)
         assert rep.steps == 5
         for b0 in range(0, 45, 10):
-            W = softmax_sgd_reference_step(X, y, W, order[b0:b0 + 10], lr, mu)
+            W = reference_step(X, y, W, order[b0:b0 + 10], lr, mu)
         np.testing.assert_allclose(tr.weights(), W, rtol=1e-10, atol=1e-12)
 
 

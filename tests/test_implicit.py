@@ -22,7 +22,7 @@ from scipy.optimize import minimize, root
 
 from scalable_softmax.methods import get_trainer_class
 from scalable_softmax.methods.implicit import (ImplicitTrainer, class_touch_weights,
-                                               implicit_step, implicit_step_reference,
+                                               implicit_step, reference_step,
                                                prop4_bound, solve_reduced,
                                                solve_reduced_reference)
 
@@ -337,7 +337,7 @@ def test_kernel_step_equals_reference_step(mu):
         K = int(rng.choice([2, 7, 18000]))
         kw = dict(mu=mu, beta_k=rng.uniform(1, 9), beta_y=rng.uniform(1, 9), N=50)
         a = implicit_step(idx, val, wk, wy, u0, eta, K, tol=1e-14, **kw)
-        b = implicit_step_reference(idx, val, wk, wy, u0, eta, K, **kw)
+        b = reference_step(idx, val, wk, wy, u0, eta, K, **kw)
         for v, r in zip(a[:3], b):
             assert close(v, r, 1e-12)
         # the orthogonal part only shrinks
@@ -486,9 +486,9 @@ def test_trainer_matches_reference_steps_with_ridge():
         yi = y[i]
         k = 1 - yi
         row = Xc[i]
-        W[k], W[yi], u[i] = implicit_step_reference(row.indices, row.data, W[k], W[yi],
-                                                    u[i], lr, K, mu=mu, beta_k=beta[k],
-                                                    beta_y=beta[yi], N=X.shape[0])
+        W[k], W[yi], u[i] = reference_step(row.indices, row.data, W[k], W[yi],
+                                           u[i], lr, K, mu=mu, beta_k=beta[k],
+                                           beta_y=beta[yi], N=X.shape[0])
     got = tr.weights()
     assert np.all(np.abs(got - W) <= 1e-9 * np.maximum(1e-200, np.abs(W)) + 1e-300)
     assert close(tr.u, u, 1e-9)
@@ -504,7 +504,7 @@ def test_trainer_one_step_without_ridge_matches_reference():
     tr.run_epoch(np.array([i]), 3.0, 0)
     row = X.tocsr()[i]
     k, yi = 1 - y[i], y[i]
-    wk, wyy, ui = implicit_step_reference(row.indices, row.data, W[k], W[yi], 0.0, 3.0, 2)
+    wk, wyy, ui = reference_step(row.indices, row.data, W[k], W[yi], 0.0, 3.0, 2)
     assert close(tr.W[k], wk, 1e-9) and close(tr.W[yi], wyy, 1e-9)
     assert close(tr.u[i], ui, 1e-9)
     others = np.arange(X.shape[0]) != i

@@ -16,7 +16,7 @@ from scalable_softmax import objectives as ob
 from scalable_softmax.methods import get_trainer_class
 from scalable_softmax.methods import implicit_batch as ib
 from scalable_softmax.methods.implicit_batch import (ImplicitBatchTrainer, batch_objective,
-                                                     implicit_batch_step_reference, touch_beta)
+                                                     reference_step, touch_beta)
 
 
 # ------------------------------------------------------------------------------------
@@ -149,8 +149,8 @@ def test_kernel_step_matches_numpy_reference(dense):
     for trial in range(150):
         X, y, W, u, batch, classes, lr, mu, beta = _random_instance(rng, duplicates=trial % 3 == 0)
         Wk, uk, out = _kernel_step(X, y, W, u, batch, classes, lr, mu, beta, dense=dense)
-        Wr, ur, _ = implicit_batch_step_reference(X, y, W, u, batch, classes, lr, mu=mu,
-                                                  beta=beta)
+        Wr, ur, _ = reference_step(X, y, W, u, batch, classes, lr, mu=mu,
+                                   beta=beta)
         assert out[0] == -1 and out[4] == 0, (trial, out)
         scale = max(1.0, np.abs(Wr).max(), np.abs(ur).max())
         np.testing.assert_allclose(Wk, Wr, rtol=0, atol=1e-9 * scale, err_msg=str(trial))
@@ -231,10 +231,10 @@ def test_step_matches_direct_numerical_minimisation():
 
 
 def _single_point_reference(x, w_k, w_y, u, eta, K, mu, beta_k, beta_y, N):
-    from scalable_softmax.methods.implicit import implicit_step_reference
+    from scalable_softmax.methods.implicit import reference_step
     idx = np.flatnonzero(x)
-    return implicit_step_reference(idx, x[idx], w_k, w_y, u, eta, K, mu=mu, beta_k=beta_k,
-                                   beta_y=beta_y, N=N)
+    return reference_step(idx, x[idx], w_k, w_y, u, eta, K, mu=mu, beta_k=beta_k,
+                          beta_y=beta_y, N=N)
 
 
 @pytest.mark.parametrize("mu", [0.0, 0.5])
@@ -449,8 +449,8 @@ def test_newton_reuses_factorisations_and_keeps_its_stopping_rule():
     rep = tr.run_epoch(order, 5.0, 99)
     for j, start in enumerate(range(0, N, 5)):
         classes = [c for c in tr.last_epoch_classes[j] if c >= 0]
-        W, u, _ = implicit_batch_step_reference(X, y, W, u, order[start:start + 5],
-                                                classes, 5.0, tol=1e-12)
+        W, u, _ = reference_step(X, y, W, u, order[start:start + 5],
+                                 classes, 5.0, tol=1e-12)
     np.testing.assert_allclose(tr.W, W, rtol=0, atol=1e-9 * max(1.0, np.abs(W).max()))
     np.testing.assert_allclose(tr.u, u, rtol=0, atol=1e-9 * max(1.0, np.abs(u).max()))
 
@@ -620,8 +620,8 @@ def test_epoch_replays_with_the_reference():
         chunk = order[4 * j:4 * j + 4]
         cls = [int(c) for c in tr.last_epoch_classes[j] if c >= 0]
         assert len(set(cls)) == len(cls) and not set(cls) & set(y[chunk].tolist())
-        W, u, _ = implicit_batch_step_reference(Xd, y, W, u, chunk, cls, 5.0, mu=0.5,
-                                                beta=beta)
+        W, u, _ = reference_step(Xd, y, W, u, chunk, cls, 5.0, mu=0.5,
+                                 beta=beta)
     np.testing.assert_allclose(tr.weights(), W, rtol=0, atol=1e-9 * max(1, np.abs(W).max()))
     np.testing.assert_allclose(tr.u, u, rtol=0, atol=1e-9 * max(1, np.abs(u).max()))
 
@@ -738,5 +738,5 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="order"):
         tr.run_epoch(np.arange(21), 1.0, 0)
     with pytest.raises(ValueError, match="classes"):
-        implicit_batch_step_reference(X.toarray(), y, np.zeros((K, 8)), np.zeros(20), [0],
-                                      [int(y[0])], 1.0)
+        reference_step(X.toarray(), y, np.zeros((K, 8)), np.zeros(20), [0],
+                       [int(y[0])], 1.0)

@@ -53,8 +53,8 @@ def _reference_run(t, kind, order, seed, X, y, W0, u0, lr):
     B_W = t.B_W if t._project() else np.inf
     W, u = W0.copy(), u0.copy()
     for s, i in enumerate(order):
-        W, u, info = sgd._reference_step(kind, i, ks[s], X, y, W, u, lr, t.mu, t.beta,
-                                         t.delta0, u_lo, u_hi, B_W)
+        W, u, info = sgd.reference_step(kind, i, ks[s], X, y, W, u, lr, t.mu, t.beta,
+                                        t.delta0, u_lo, u_hi, B_W)
         if not info["finite"]:
             return W, u, s
     return W, u, -1

@@ -74,8 +74,8 @@ def test_epoch_matches_reference_on_replayed_draws(kind, cls, m, mu):
     B_W = t.B_W if t._project() else np.inf
     W, u = W0.copy(), u0.copy()
     for s, i in enumerate(order):
-        W, u, info = sgd._reference_step(kind, i, draws[s], X, y, W, u, lr, mu, t.beta,
-                                         t.delta0, u_lo, u_hi, B_W)
+        W, u, info = sgd.reference_step(kind, i, draws[s], X, y, W, u, lr, mu, t.beta,
+                                        t.delta0, u_lo, u_hi, B_W)
         assert info["finite"]
     np.testing.assert_allclose(t.weights(), W, rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(t.u, u, rtol=1e-9, atol=1e-11)

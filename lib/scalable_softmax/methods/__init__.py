@@ -3,6 +3,29 @@
 Each method is a :class:`~scalable_softmax.methods.base.Trainer` subclass living in
 its own module; they are imported lazily so that one module's compile time is paid
 only when it is used.
+
+Every method module also holds the plain NumPy version of its step, the ground truth
+its kernels are tested against, under one name, ``reference_step``:
+
+=================================================  ==========================================
+module                                             ``reference_step`` of
+=================================================  ==========================================
+:mod:`scalable_softmax.methods.sgd`                ``"vanilla"``, ``"umax"``, ``"raman"``
+                                                   (argument ``kind``)
+:mod:`scalable_softmax.methods.implicit`           ``"implicit"`` (one datapoint, one class)
+:mod:`scalable_softmax.methods.implicit_batch`     ``"implicit-batch"``
+:mod:`scalable_softmax.methods.sampled`            ``"ove"``, ``"nce"``, ``"is"`` (argument
+                                                   ``kind``)
+:mod:`scalable_softmax.methods.full`               ``"softmax-sgd"``; the full-batch methods
+                                                   (``"exact"``, ``"bouchard"``,
+                                                   ``"ove-exact"``) are checked against
+                                                   ``full_objective_reference``
+=================================================  ==========================================
+
+Other NumPy references are named after what they compute, ``<quantity>_reference``
+(``full_objective_reference``, ``solve_reduced_reference``,
+``implicit_epoch_reference``). The numba building blocks the benchmarks time are
+public in :mod:`scalable_softmax.kernels`.
 """
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ from scalable_softmax.methods.common import touched_zeros as _touched_zeros
 
 __all__ = [
     "SoftmaxSGDTrainer", "ExactTrainer", "BouchardTrainer", "OVEExactTrainer",
-    "softmax_sgd_reference_step", "full_objective", "full_objective_reference",
+    "reference_step", "full_objective", "full_objective_reference",
     "bouchard_alpha", "exact_solution",
 ]
 
@@ -361,8 +361,11 @@ def _softmax_sgd_epoch(indptr, indices, data, y, order, V, cs, n, lr, muN, nchun
     return steps, -1
 
 
-def softmax_sgd_reference_step(X, y, W, rows, lr, mu=0.0):
-    """One exact-softmax minibatch step in plain NumPy.
+def reference_step(X, y, W, rows, lr, mu=0.0):
+    """One exact-softmax minibatch step (``"softmax-sgd"``) in plain NumPy: the reference
+    of its kernel (every method module names its NumPy step ``reference_step``; see
+    :mod:`scalable_softmax.methods`). The full-batch methods of this module are checked
+    against :func:`full_objective_reference` instead.
 
     ``W - lr [ (1/b) sum_{i in rows} (p_i - e_{y_i}) x_i^T + (mu/N) W ]``
 

@@ -85,7 +85,7 @@ from scalable_softmax.lambertw import lambertw_exp
 from scalable_softmax.methods.base import EpochReport, Trainer
 from scalable_softmax.objectives import touch_weights
 
-__all__ = ["ImplicitTrainer", "implicit_step", "implicit_step_reference",
+__all__ = ["ImplicitTrainer", "implicit_step", "reference_step",
            "solve_reduced", "solve_reduced_reference", "prop4_bound",
            "class_touch_weights", "implicit_epoch_reference", "draw_classes",
            "pass_seeds", "SAMPLE_FROM"]
@@ -359,9 +359,10 @@ def solve_reduced_reference(dt: float, ut: float, eta: float, K: int, s: float):
     return u, a_of(u)
 
 
-def implicit_step_reference(x_idx, x_val, w_k, w_y, u, eta, K, *, mu=0.0,
-                            beta_k=1.0, beta_y=1.0, N=1):
-    """One implicit step in plain NumPy (the reference of the kernel).
+def reference_step(x_idx, x_val, w_k, w_y, u, eta, K, *, mu=0.0, beta_k=1.0, beta_y=1.0,
+                   N=1):
+    """One implicit step in plain NumPy: the reference of the kernel (every method
+    module names its NumPy step ``reference_step``; see :mod:`scalable_softmax.methods`).
 
     Parameters
     ----------
@@ -412,7 +413,7 @@ def implicit_epoch_reference(X, y, W, u, order, lr, K, classes, passes=1, *, mu=
     K : int
     classes : ndarray of int, shape (passes * len(order),)
         The class drawn at each step (passes concatenated). A step with
-        ``classes[t] != y_i`` is :func:`implicit_step_reference`; with
+        ``classes[t] != y_i`` is :func:`reference_step`; with
         ``classes[t] == y_i`` it is a u-only step: ``u_i`` becomes
         ``solve_reduced_reference(0.0, u_i, lr, K, ||x_i||²)[0]`` and ``W`` is unchanged.
     passes : int
@@ -449,7 +450,7 @@ def implicit_epoch_reference(X, y, W, u, order, lr, K, classes, passes=1, *, mu=
             u[i] = solve_reduced_reference(0.0, float(u[i]), lr, K, s)[0]
             n_u_only += 1
             continue
-        W[k], W[yi], u[i] = implicit_step_reference(
+        W[k], W[yi], u[i] = reference_step(
             idx, val, W[k], W[yi], float(u[i]), lr, K, mu=mu, beta_k=float(beta[k]),
             beta_y=float(beta[yi]), N=N)
     return W, u, n_u_only
@@ -458,7 +459,7 @@ def implicit_epoch_reference(X, y, W, u, order, lr, K, classes, passes=1, *, mu=
 def implicit_step(x_idx, x_val, w_k, w_y, u, eta, K, *, mu=0.0, beta_k=1.0,
                   beta_y=1.0, N=1, tol=DEFAULT_TOL):
     """One implicit step through the epoch kernels' step function (for tests and
-    examples): same arguments and results as :func:`implicit_step_reference`, plus
+    examples): same arguments and results as :func:`reference_step`, plus
     the number of root-finder evaluations.
 
     Returns

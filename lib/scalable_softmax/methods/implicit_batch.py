@@ -123,7 +123,7 @@ from scalable_softmax.methods.base import EpochReport, Trainer
 __all__ = [
     "ImplicitBatchTrainer",
     "batch_objective",
-    "implicit_batch_step_reference",
+    "reference_step",
     "touch_beta",
 ]
 
@@ -1343,9 +1343,11 @@ def _psi_reference(L, ub, al):
     return val, d1, d2, u
 
 
-def implicit_batch_step_reference(X, y, W, u, batch, classes, lr, *, mu=0.0, beta=None,
-                                  tol=1e-12, max_iter=200):
-    """One implicit-batch step in plain NumPy (the reference for the numba kernel).
+def reference_step(X, y, W, u, batch, classes, lr, *, mu=0.0, beta=None, tol=1e-12,
+                   max_iter=200):
+    """One implicit-batch step in plain NumPy: the reference for the numba kernel (every
+    method module names its NumPy step ``reference_step``; see
+    :mod:`scalable_softmax.methods`).
 
     Parameters
     ----------

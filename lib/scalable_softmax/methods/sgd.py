@@ -98,7 +98,8 @@ from scalable_softmax.methods.base import EpochReport, Trainer
 from scalable_softmax.methods.common import rand_below as _rand_below
 from scalable_softmax.methods.common import seed_state as _seed_state
 
-__all__ = ["VanillaTrainer", "UmaxTrainer", "RamanTrainer"]
+__all__ = ["VanillaTrainer", "UmaxTrainer", "RamanTrainer", "reference_step", "draw_classes",
+           "KIND_VANILLA", "KIND_UMAX", "KIND_RAMAN_VANILLA", "KIND_RAMAN_UMAX"]
 
 # kernel "kinds"
 KIND_VANILLA = 0
@@ -820,8 +821,10 @@ def draw_classes(seed, order, y, K, m, sample_from="others"):
 # plain NumPy reference steps (the ground truth the kernels are tested against)
 # ---------------------------------------------------------------------------
 
-def _reference_step(kind, i, ks, X, y, W, u, lr, mu, beta, delta0, u_lo, u_hi, B_W):
-    """One step of vanilla / U-max / Raman SGD in plain NumPy, on dense true weights.
+def reference_step(kind, i, ks, X, y, W, u, lr, mu, beta, delta0, u_lo, u_hi, B_W):
+    """One step of vanilla / U-max / Raman SGD in plain NumPy, on dense true weights: the
+    ground truth the kernels are tested against (every method module names its NumPy
+    step ``reference_step``; see :mod:`scalable_softmax.methods`).
 
     Parameters
     ----------
@@ -885,25 +888,6 @@ def _reference_step(kind, i, ks, X, y, W, u, lr, mu, beta, delta0, u_lo, u_hi, B
                 W2[j] *= B_W / nrm
     return W2, u2, {"reset": reset, "finite": bool(np.all(np.isfinite(W2)))}
 
-
-def _reference_step_vanilla(i, k, X, y, W, u, lr, mu, beta):
-    """Vanilla SGD step (F-7, u clipped at 0) in NumPy; see :func:`_reference_step`."""
-    return _reference_step(KIND_VANILLA, i, [k], X, y, W, u, lr, mu, beta, 0.0, 0.0,
-                           np.inf, np.inf)
-
-
-def _reference_step_umax(i, ks, X, y, W, u, lr, mu, beta, delta0, B_W, B_u):
-    """U-max step (Algorithm 1) in NumPy; see :func:`_reference_step`."""
-    return _reference_step(KIND_UMAX, i, np.atleast_1d(ks), X, y, W, u, lr, mu, beta,
-                           delta0, 0.0, B_u, B_W)
-
-
-def _reference_step_raman(i, ks, X, y, W, u, lr, mu, beta, delta0, umax, B_W=np.inf,
-                          u_lo=-np.inf, u_hi=np.inf):
-    """Raman SGD step (F-8, correct gradient), vanilla or U-max, in NumPy."""
-    kind = KIND_RAMAN_UMAX if umax else KIND_RAMAN_VANILLA
-    return _reference_step(kind, i, np.atleast_1d(ks), X, y, W, u, lr, mu, beta, delta0,
-                           u_lo, u_hi, B_W)
 
 
 # ---------------------------------------------------------------------------

@@ -1128,8 +1128,8 @@ def _step(inst, which="reference"):
     idx = np.arange(x.size)
     kw = dict(mu=inst["mu"], beta_k=inst["beta_k"], beta_y=inst["beta_y"], N=inst["N"])
     if which == "reference":
-        wk, wy, u = im.implicit_step_reference(idx, x, inst["w_k"], inst["w_y"], inst["u"],
-                                               inst["eta"], inst["K"], **kw)
+        wk, wy, u = im.reference_step(idx, x, inst["w_k"], inst["w_y"], inst["u"],
+                                      inst["eta"], inst["K"], **kw)
         return wk, wy, u, None
     return im.implicit_step(idx, x, inst["w_k"], inst["w_y"], inst["u"], inst["eta"],
                             inst["K"], **kw)
