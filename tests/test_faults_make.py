@@ -48,6 +48,7 @@ def project(tmp_path):
         pytest.skip("make is not installed")
     shutil.copy(paths.ROOT / "Makefile", tmp_path / "Makefile")
     shutil.copy(paths.ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copy(paths.ROOT / "requirements.lock", tmp_path / "requirements.lock")
     log = tmp_path / "calls.log"
     for version in ("3.11", "3.12"):
         exe = tmp_path / "bin" / f"python{version}"
