@@ -5,13 +5,16 @@
 * in Jupyter (an IPython kernel) with ``ipywidgets`` installed: the widget bar of
   ``tqdm.notebook``;
 * in a kernel without ``ipywidgets``, or when the environment variable
-  ``SCALABLE_SOFTMAX_PROGRESS=text`` is set (the notebook runner sets it, so that the
-  executed notebooks hold plain text): a text bar on standard output, updated at most
-  every ``mininterval`` seconds (``tqdm.auto`` would print ``TqdmWarning: IProgress not
-  found`` here instead);
+  ``SCALABLE_SOFTMAX_PROGRESS=text`` is set: a text bar on standard output, updated at
+  most every ``mininterval`` seconds (``tqdm.auto`` would print ``TqdmWarning: IProgress
+  not found`` here instead);
 * elsewhere (scripts, worker processes): tqdm's text bar on standard error.
 
-``SCALABLE_SOFTMAX_PROGRESS=off`` disables every bar.
+``SCALABLE_SOFTMAX_PROGRESS=off`` disables every bar. The notebook runner
+(:mod:`scalable_softmax.repro.runner`) sets it for the notebooks it executes: an
+executed notebook is a record, and every refresh of a text bar would stay in it as one
+more output (carriage-return fragments with ``it/s`` rates), so the executed copies hold
+the results and the lines the notebooks print, never a bar.
 
 :func:`compile_kernels` runs each method once on a tiny problem under a progress bar,
 so that numba's compilation (about 12 s in all on a fresh cache, then read back from

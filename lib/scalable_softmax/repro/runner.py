@@ -633,6 +633,17 @@ def profile_outputs(name: str, namespace: dict, announce: bool = True) -> Output
     return out
 
 
+def shown_path(path) -> str:
+    """``path`` as a notebook prints it: relative to the repository when it lies inside
+    (``tables/03-learning-rate-tuning.csv``), so that an executed notebook carries no
+    absolute path of the machine that ran it; a path outside the repository (one a user
+    gave) as given."""
+    try:
+        return str(Path(path).resolve().relative_to(paths.ROOT.resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _shown(path: Path) -> str:
     try:
         rel = path.resolve().relative_to(paths.ROOT.resolve())
@@ -728,7 +739,7 @@ def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT
         print(line, file=sys.stderr)
     start = time.perf_counter()
     env_before = {k: os.environ.get(k) for k in (_PROGRESS_ENV, PUBLISH_ENV)}
-    os.environ[_PROGRESS_ENV] = "text"      # the kernel shows text progress bars
+    os.environ[_PROGRESS_ENV] = "off"       # no progress bar in the executed notebook
     if publish:
         os.environ[PUBLISH_ENV] = "1"       # the kernel writes the record
     else:
@@ -748,7 +759,7 @@ def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT
                     print(f"executed notebook with the error kept in {failed}; no table or "
                           "figure of this run was published", file=sys.stderr)
                 raise
-            _set_output_path(tmp, out)
+            _finish_executed(tmp, out)
             if publish:
                 record = stage.path_for(published_notebook(name))
                 write_stripped(tmp, record, name)
@@ -925,19 +936,45 @@ def apply_nbval_record(nb: dict, name: str, root: Path | None = None) -> int:
     return count
 
 
-def _set_output_path(executed: Path, out: Path) -> None:
-    """Record the published path (not the stage's) as papermill's ``output_path``."""
-    import json
+def merge_streams(nb: dict) -> int:
+    """Merge, in every code cell of ``nb`` (a notebook as JSON), each run of consecutive
+    stream outputs of the same name (``stdout`` or ``stderr``) into one output holding
+    their text in order, as a terminal shows it; returns how many outputs were merged
+    away. The kernel sends what a cell prints in as many messages as it flushed, so one
+    cell's lines would otherwise be scattered over several outputs. Nothing is dropped or
+    reordered: an output of another kind or of the other stream ends a run."""
+    merged = 0
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        kept = []
+        for output in cell.get("outputs", []):
+            prev = kept[-1] if kept else None
+            if output.get("output_type") == "stream" and prev is not None \
+                    and prev.get("output_type") == "stream" \
+                    and prev.get("name") == output.get("name"):
+                prev["text"] = "".join(prev.get("text", "")) + "".join(output.get("text", ""))
+                merged += 1
+                continue
+            kept.append(output)
+        cell["outputs"] = kept
+    return merged
 
+
+def _finish_executed(executed: Path, out: Path) -> None:
+    """Tidy the executed notebook in place: consecutive stream outputs merged
+    (:func:`merge_streams`) and the published path (not the stage's) recorded as
+    papermill's ``output_path``."""
     nb = json.loads(executed.read_text())
+    merge_streams(nb)
     pm_meta = nb.get("metadata", {}).get("papermill")
     if isinstance(pm_meta, dict):
         pm_meta["output_path"] = str(out)
-        executed.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    executed.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
-#: environment variable telling the library's progress bars to print text
-#: (see :mod:`scalable_softmax.progress`)
+#: environment variable choosing the library's progress bars (see
+#: :mod:`scalable_softmax.progress`); the runner turns them off for the kernel
 _PROGRESS_ENV = "SCALABLE_SOFTMAX_PROGRESS"
 
 

@@ -1058,13 +1058,43 @@ def _serial(todo, specs):
         yield i, history, final, None, None
 
 
+#: in a loky worker process: the data set (with its loader options) whose splits it holds
+_POOL_DATA: dict = {}
+
+
+def _keep_one_data_set(spec: RunSpec) -> None:
+    """In a loky worker: when a run of another data set arrives, forget the splits of the
+    previous one (:func:`load_split`'s in-memory cache), so that a worker holds one data
+    set at a time.
+
+    Why: loky measures a worker's memory after its first task and stops the worker,
+    warning "A worker stopped while some jobs were given to the executor. This can be
+    caused by a too short worker timeout or by a memory leak.", once it has grown by
+    more than 300 MB. Kept for every data set of a sweep, the splits grew a worker from
+    310 MB (after its first MNIST run) to 640 MB by the wiki10 surrogate, about 130 MB per
+    large data set: not a leak, but loky could not tell, and the worker's replacement had
+    to load its data and kernels again. The sweeps dispatch their runs data set by data
+    set, so the cache still serves every run of the data set at hand."""
+    key = (spec.dataset, tuple(spec.data_options))
+    if _POOL_DATA.get("key", key) != key:
+        _load_split.cache_clear()
+    _POOL_DATA["key"] = key
+
+
+def _pool_train(index: int, spec: RunSpec, threads: int):
+    """One run in a loky worker (:func:`_remote_train`), holding one data set at a time
+    (:func:`_keep_one_data_set`)."""
+    _keep_one_data_set(spec)
+    return _remote_train(index, spec, threads, True)
+
+
 def _loky(todo, specs, workers):
     from joblib import Parallel, delayed
 
     threads = threads_per_task(machine_cores(), workers)
     par = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered",
                    pre_dispatch="n_jobs", inner_max_num_threads=threads)
-    yield from par(delayed(_remote_train)(i, specs[i], threads, True) for i in todo)
+    yield from par(delayed(_pool_train)(i, specs[i], threads) for i in todo)
 
 
 def dask_thread_plan(reports: dict) -> dict:
@@ -1136,8 +1166,9 @@ def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
     workers : int >= 1; with 1 the runs are trained in this process, with more in a
         joblib ``loky`` pool of that many processes (ignored with a Dask scheduler).
     cache_dir, refresh : as :func:`run`.
-    progress : show a progress bar (``tqdm``, on stderr, updated at most every 30 s so
-        that executed notebooks are not flooded) counting finished runs.
+    progress : show a progress bar counting finished runs
+        (:func:`scalable_softmax.progress.tqdm`: on stderr in a script, updated at most
+        every 30 s; none in a notebook executed by the runner).
     desc : the bar's label.
     scheduler : a Dask ``distributed`` scheduler address (``"tcp://host:8786"``) or
         ``distributed.Client``: train the runs on that cluster's workers. Default: the
@@ -1172,8 +1203,7 @@ def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
                 results[i] = got
                 continue
         todo.append(i)
-    from tqdm import tqdm
-
+    from scalable_softmax.progress import tqdm
     from scalable_softmax.repro.runner import terminate_raises
 
     if scheduler is not None and todo:
@@ -1184,7 +1214,7 @@ def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
         engine = _loky(todo, specs, workers)
     here = worker_report()
     bar = tqdm(total=len(todo), desc=f"{desc} ({len(specs) - len(todo)} cached)",
-               disable=not progress or not todo, mininterval=30, file=sys.stderr)
+               disable=not progress or not todo, mininterval=30)
     try:
         with terminate_raises():
             for i, history, final, fingerprint, report in engine:
@@ -1270,8 +1300,20 @@ def compile_kernels(methods=("ove", "nce", "is", "vanilla", "umax", "implicit"),
     seconds = time.perf_counter() - start
     if progress:
         print(f"numba kernels of {len(methods)} method(s) ready in {seconds:.1f} s "
-              f"(cache: {os.environ.get('NUMBA_CACHE_DIR', 'numba default')})")
+              f"(cache: {_numba_cache_shown()})")
     return seconds
+
+
+def _numba_cache_shown() -> str:
+    """Where numba caches the kernels, as printed in a notebook: relative to the
+    repository (``build/numba-cache``), never an absolute path of the machine."""
+    folder = os.environ.get("NUMBA_CACHE_DIR")
+    if not folder:
+        return "numba default"
+    try:
+        return str(Path(folder).resolve().relative_to(paths.ROOT.resolve()))
+    except ValueError:
+        return "NUMBA_CACHE_DIR, outside the repository"
 
 
 # --------------------------------------------------------------------------- tasks
@@ -1321,8 +1363,8 @@ def run_tasks(tasks, workers: int = 1, cache_dir=None, refresh: bool = False,
                               RunCacheWarning, stacklevel=2)
         todo.append(i)
     from joblib import Parallel, delayed
-    from tqdm import tqdm
 
+    from scalable_softmax.progress import tqdm
     from scalable_softmax.repro.runner import terminate_raises
 
     n_jobs = max(1, min(workers, len(todo)))
@@ -1331,7 +1373,7 @@ def run_tasks(tasks, workers: int = 1, cache_dir=None, refresh: bool = False,
     engine = par(delayed(_compute_task)(i, tasks[i], 1 if n_jobs > 1 else None)
                  for i in todo)
     bar = tqdm(total=len(todo), desc=f"{desc} ({len(tasks) - len(todo)} cached)",
-               disable=not progress or not todo, mininterval=30, file=sys.stderr)
+               disable=not progress or not todo, mininterval=30)
     try:
         with terminate_raises():
             for i, result in engine:
