@@ -160,24 +160,102 @@ def test_class_maps_number_test_classes_by_their_own_rank():
     assert own["umax"] == pytest.approx(0.02) and right["umax"] == pytest.approx(0.1)
 
 
-def test_judge_claims_gives_a_verdict_per_protocol():
-    used_of = {"p-a": _used()}
-    tables = pt.table3_versions(used_of, DATASETS, METHODS, _recorded())
-    summary_of = {"p-a": _used()}
-    versions = {"p-a": (pd.DataFrame(dict(method=METHODS, diverged=False)), [])}
+def _seed_runs(used, seeds=(0, 1, 2), umax=None, diverged=()):
+    """run_paper_methods()-like runs: every row of ``used`` once per seed, with its values;
+    ``umax``: U-max's exact log-loss per seed as a multiple of the used one; ``diverged``:
+    the (method, seed) runs that diverged at the starting rate (every seed of that method
+    then runs again 10x lower, finite, as run_paper_methods steps down)."""
+    rows = []
+    for s in seeds:
+        for u in used.itertuples():
+            f = umax[s] if (umax is not None and u.method == "umax") else 1.0
+            bad = (u.method, s) in diverged
+            rows.append(dict(dataset=u.dataset, method=u.method, lr=u.lr, paper_lr=u.paper_lr,
+                             seed=s, diverged=bad,
+                             train_log_loss=np.inf if bad else u.train_log_loss_mean * f,
+                             train_defective=u.train_defective_mean))
+            if u.method in {m for m, _ in diverged}:
+                rows.append(dict(rows[-1], lr=u.lr / 10, diverged=False,
+                                 train_log_loss=u.train_log_loss_mean))
+    return pd.DataFrame(rows)
+
+
+def _judge(runs, methods=METHODS):
+    from scalable_softmax.repro import main_study
+    summary_of = {"p-a": main_study.choose_used(runs, DATASETS, methods)}
+    used_of = {"p-a": summary_of["p-a"][summary_of["p-a"].used]}
+    tables = pt.table3_versions(used_of, DATASETS, methods, _recorded())
     label = pt.surrogate_labeller(SYNTHETIC)
-    claims = pt.judge_claims(tables, summary_of, versions, METHODS, DATASETS, SYNTHETIC, label)
+    return pt.judge_claims(tables, summary_of, {"p-a": (runs, [])}, methods, DATASETS,
+                           SYNTHETIC, label)
+
+
+def test_judge_claims_gives_a_verdict_per_protocol():
+    claims = _judge(_seed_runs(_used()))
     assert len(claims) == len(authors.PAPER_TABLE3_CLAIMS)
-    assert list(claims.columns) == ["claim", "paper", "p-a", "verdict_p-a"]
-    v = claims.set_index("claim")["verdict_p-a"]
+    assert list(claims.columns) == ["claim", "paper", "p-a", "verdict_p-a", "seeds_p-a",
+                                    "range_over_seeds_p-a"]
+    c = claims.set_index("claim")
+    v = c["verdict_p-a"]
     # ours: OVE lowest everywhere (ratios rise with the method's index), U-max above vanilla
-    assert v["U-max beats vanilla SGD on average"] == "not confirmed"
+    umax = "U-max beats vanilla SGD on average"
+    assert v[umax] == "not confirmed" and c.loc[umax, "seeds_p-a"] == "0 of 3 seeds"
+    # every seed gives the same numbers: one value, no range
+    assert c.loc[umax, "range_over_seeds_p-a"] == c.loc[umax, "p-a"] == "0.83 vs 0.67"
     assert v["Implicit SGD never diverges"] == "confirmed"
+    assert c.loc["Implicit SGD never diverges", "seeds_p-a"] == "3 of 3 seeds"
     assert v["every method is stable at its Table 2 rate"] == "confirmed"
     assert claims.loc[0, "p-a"].startswith("0 of 2")
-    partial = pt.judge_claims(tables, summary_of, versions, ["ove", "implicit"], DATASETS,
-                              SYNTHETIC, label)
+    assert claims.loc[0, "range_over_seeds_p-a"] == "0 of 2"
+    partial = _judge(_seed_runs(_used()[lambda u: u.method.isin(["ove", "implicit"])]),
+                     ["ove", "implicit"])
     assert "not judged" in set(partial["verdict_p-a"])
+    with pytest.raises(ValueError, match="seed"):
+        _judge(_seed_runs(_used()).drop(columns="seed"))
+
+
+def test_a_claim_whose_seeds_disagree_is_inconclusive():
+    umax = "U-max beats vanilla SGD on average"
+    # U-max's exact log-loss 5 (x the data set's k) against vanilla's 4: seed 0 alone puts
+    # U-max below vanilla (3.5), the mean (4.5) above it (ratios to Implicit's 6)
+    claims = _judge(_seed_runs(_used(), umax={0: 0.7, 1: 1.0, 2: 1.0})).set_index("claim")
+    assert claims.loc[umax, "verdict_p-a"] == "inconclusive (1 of 3 seeds)"
+    assert claims.loc[umax, "seeds_p-a"] == "1 of 3 seeds"
+    assert claims.loc[umax, "p-a"] == "0.75 vs 0.67"
+    assert claims.loc[umax, "range_over_seeds_p-a"] == "0.58 to 0.83 vs 0.67"
+    # the same split the other way: the means confirm, one seed does not
+    claims = _judge(_seed_runs(_used(), umax={0: 0.7, 1: 0.7, 2: 1.0})).set_index("claim")
+    assert claims.loc[umax, "verdict_p-a"] == "inconclusive (2 of 3 seeds)"
+    # every seed below: confirmed
+    claims = _judge(_seed_runs(_used(), umax={0: 0.7, 1: 0.7, 2: 0.7})).set_index("claim")
+    assert claims.loc[umax, "verdict_p-a"] == "confirmed"
+    assert claims.loc[umax, "seeds_p-a"] == "3 of 3 seeds"
+
+
+def test_one_diverged_seed_refutes_the_divergence_claims_and_is_counted():
+    claims = _judge(_seed_runs(_used(), diverged={("implicit", 1)})).set_index("claim")
+    never = "Implicit SGD never diverges"
+    assert claims.loc[never, "verdict_p-a"] == "not confirmed"
+    assert claims.loc[never, "seeds_p-a"] == "2 of 3 seeds"
+    # seed 1 on both data sets; 2 data sets x 3 seeds at the starting rate and 10x lower
+    assert claims.loc[never, "p-a"] == "2 of 12 runs diverged"
+    assert claims.loc[never, "range_over_seeds_p-a"] == "0 to 2 of 4 runs diverged"
+    stable = "every method is stable at its Table 2 rate"
+    assert claims.loc[stable, "verdict_p-a"] == "not confirmed"
+    assert claims.loc[stable, "seeds_p-a"] == "2 of 3 seeds"
+
+
+def test_seed_verdict_and_range():
+    assert pt.seed_verdict(True, [True, True]) == ("confirmed", "2 of 2 seeds")
+    assert pt.seed_verdict(False, [False, True]) == ("inconclusive (1 of 2 seeds)",
+                                                     "1 of 2 seeds")
+    # the means disagreeing with unanimous seeds is a disagreement too
+    assert pt.seed_verdict(True, [False, False])[0] == "inconclusive (0 of 2 seeds)"
+    assert pt.seed_verdict(False, [True, False], pooled=True)[0] == "not confirmed"
+    assert pt.seed_verdict(None, []) == ("not judged", "-")
+    assert pt.seed_range("{0} vs {1}", [(1.0, 2.0), (1.5, 2.0)]) == "1.00 to 1.50 vs 2.00"
+    assert pt.seed_range("{0} of 7", [(6,), (5,)]) == "5 to 6 of 7"
+    assert pt.seed_range("{0}", []) == "-"
 
 
 def test_printed_claims_match_the_printed_table():

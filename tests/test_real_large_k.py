@@ -46,9 +46,23 @@ def _used(losses, defective=None, test=None):
                          for m in METHODS])
 
 
-def _runs(diverged=()):
-    return pd.DataFrame([dict(method=m, lr=0.1, paper_lr=0.1, diverged=m in diverged)
-                         for m in METHODS for _ in range(3)])
+def _runs(diverged=(), losses=None, per_seed=None):
+    """Three seeds of each method at the rate 0.1 (``diverged``: methods whose every seed
+    diverged at the tuned rate 1.0 first); ``per_seed[seed][method]``: a seed's train
+    log-loss instead of ``losses``."""
+    losses = losses or {m: 1.0 for m in METHODS}
+    rows = []
+    for m in METHODS:
+        start = 1.0 if m in diverged else 0.1
+        for s in range(3):
+            v = (per_seed or {}).get(s, {}).get(m, losses[m])
+            common = dict(dataset=D, method=m, paper_lr=start, seed=s, test_error=0.5)
+            if m in diverged:
+                rows.append(dict(common, lr=1.0, diverged=True, train_log_loss=np.inf,
+                                 train_defective=np.inf, test_log_loss=np.inf))
+            rows.append(dict(common, lr=0.1, diverged=False, train_log_loss=v,
+                             train_defective=v, test_log_loss=v))
+    return pd.DataFrame(rows)
 
 
 def test_row_table_ratios_and_ranks():
@@ -67,7 +81,8 @@ def test_claims_confirmed_and_refuted():
     good = dict(ove=8.0, nce=6.0, **{"is": 5.0}, vanilla=4.0, umax=3.0, implicit=2.0)
     bad = dict(good, vanilla=1.0, ove=1.5)   # vanilla lowest, OVE below U-max
     used_of = {"good": _used(good), "bad": _used(bad)}
-    versions = {"good": (_runs(), None), "bad": (_runs(diverged=("implicit",)), None)}
+    versions = {"good": (_runs(losses=good), None),
+                "bad": (_runs(diverged=("implicit",), losses=bad), None)}
     row = rl.row_table(used_of, D, METHODS)
     claims = rl.judge_claims(row, versions, used_of).set_index("claim")
     assert (claims.verdict_good == "confirmed").all(), claims.verdict_good
@@ -77,11 +92,41 @@ def test_claims_confirmed_and_refuted():
     assert v[rl.CLAIMS["umax_beats_vanilla"]] == "not confirmed"
     assert v[rl.CLAIMS["double_sum_beats_biased"]] == "not confirmed"
     assert v[rl.CLAIMS["implicit_never_diverges"]] == "not confirmed"
-    assert claims.loc[rl.CLAIMS["implicit_never_diverges"], "bad"] == "3 of 3 runs diverged"
+    assert claims.loc[rl.CLAIMS["implicit_never_diverges"], "bad"] == "3 of 6 runs diverged"
+    assert claims.loc[rl.CLAIMS["implicit_never_diverges"], "seeds_bad"] == "0 of 3 seeds"
     assert v[rl.CLAIMS["stable_at_tuned"]] == "not confirmed"
+    # every seed agrees with the means: 3 of 3 (good) and 0 of 3 (bad) seeds
+    assert (claims.seeds_good == "3 of 3 seeds").all()
+    assert (claims.seeds_bad == "0 of 3 seeds").all()
+    assert claims.loc[rl.CLAIMS["umax_beats_vanilla"], "range_over_seeds_good"] == "1.50 vs 2.00"
     judged = rl.judge_claims(row, versions, used_of)
     assert all(rl.verdicts(judged, "good").values())
     assert not any(rl.verdicts(judged, "bad").values())
+    refuted = rl.verdicts(judged, "bad", "not confirmed")
+    assert refuted["umax_beats_vanilla"] and refuted["implicit_never_diverges"]
+
+
+def test_a_claim_whose_seeds_disagree_is_inconclusive():
+    losses = dict(ove=8.0, nce=6.0, **{"is": 5.0}, vanilla=4.0, umax=11 / 3, implicit=2.0)
+    # U-max 3 (below vanilla's 4) in seeds 1 and 2, 5 in seed 0: mean 3.67
+    runs = _runs(losses=dict(losses, umax=3.0), per_seed={0: {"umax": 5.0}})
+    used = _used(losses)
+    row = rl.row_table({"p": used}, D, METHODS)
+    claims = rl.judge_claims(row, {"p": (runs, None)}, {"p": used}).set_index("claim")
+    key = rl.CLAIMS["umax_beats_vanilla"]
+    assert claims.loc[key, "p"] == "1.83 vs 2.00"
+    assert claims.loc[key, "verdict_p"] == "inconclusive (2 of 3 seeds)"
+    assert claims.loc[key, "seeds_p"] == "2 of 3 seeds"
+    assert claims.loc[key, "range_over_seeds_p"] == "1.50 to 2.50 vs 2.00"
+    # in seed 0 U-max's ratio (2.5) also reaches IS's, the lowest biased one (5 / 2): the
+    # double-sum claim holds on the means (<= 2.00 vs >= 2.50) and fails in seed 0
+    ds = rl.CLAIMS["double_sum_beats_biased"]
+    assert claims.loc[ds, "verdict_p"] == "inconclusive (2 of 3 seeds)"
+    assert claims.loc[rl.CLAIMS["implicit_lowest"], "verdict_p"] == "confirmed"
+    assert claims.loc[rl.CLAIMS["implicit_lowest"], "range_over_seeds_p"] == (
+        "Implicit 1.00 vs the others' lowest 1.50 to 2.00")
+    assert not rl.verdicts(claims.reset_index(), "p")["umax_beats_vanilla"]
+    assert not rl.verdicts(claims.reset_index(), "p", "not confirmed")["umax_beats_vanilla"]
 
 
 def test_claims_not_judged_without_the_methods():
@@ -89,7 +134,10 @@ def test_claims_not_judged_without_the_methods():
     used = _used(dict(ove=8.0, nce=6.0, **{"is": 5.0}, vanilla=4.0, umax=3.0, implicit=2.0))
     used = used[used.method.isin(few)]
     row = rl.row_table({"p": used}, D, METHODS)
-    claims = rl.judge_claims(row, {"p": (_runs(), None)}, {"p": used}).set_index("claim")
+    claims = rl.judge_claims(row, {"p": (_runs(losses=dict(ove=8.0, nce=6.0, **{"is": 5.0},
+                                                             vanilla=4.0, umax=3.0,
+                                                             implicit=2.0)), None)},
+                             {"p": used}).set_index("claim")
     assert claims.verdict_p[rl.CLAIMS["double_sum_beats_biased"]] == "not judged"
     assert claims.verdict_p[rl.CLAIMS["umax_beats_vanilla"]] == "not judged"
     assert claims.verdict_p[rl.CLAIMS["implicit_lowest"]] == "confirmed"

@@ -169,6 +169,26 @@ def test_missing_row_and_column_fail(rerun, capsys):
     assert "columns missing from the rerun: ['status']" in line and "rows against" in line
 
 
+def test_a_column_new_in_the_rerun_is_reported_and_a_missing_one_still_fails(rerun, capsys):
+    """A table that gained a column (e.g. the claims' seed support) verifies against a
+    record without it: the new column is named, not compared; a column the rerun lost
+    fails."""
+    name = "06-paper-tables-claims.csv"
+    frame = verify.read_csv_text((rerun / name).read_text())
+    frame.assign(seeds_extra="3 of 3 seeds").to_csv(rerun / name, index=False)
+    status, out = _run(rerun, capsys=capsys)
+    line = next(line for line in out.splitlines() if line.startswith(name))
+    assert status == 0, out
+    assert "columns new in the rerun, not in the record (not compared): ['seeds_extra']" in line
+    assert "OUT" not in line
+    frame.drop(columns="paper").assign(seeds_extra="3 of 3 seeds").to_csv(rerun / name,
+                                                                         index=False)
+    status, out = _run(rerun, capsys=capsys)
+    line = next(line for line in out.splitlines() if line.startswith(name))
+    assert status == 1 and "OUT of tolerance" in line
+    assert "columns missing from the rerun: ['paper']" in line
+
+
 def test_keyed_curve_rows_are_reported(rerun, capsys):
     frame = verify.read_csv_text((rerun / "10-ove-classification-paths.csv").read_text())
     frame.iloc[:-3].to_csv(rerun / "10-ove-classification-paths.csv", index=False)

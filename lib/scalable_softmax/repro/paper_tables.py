@@ -27,7 +27,8 @@ __all__ = ["surrogate_labeller", "panel_title_labeller", "study_settings",
            "table3_long", "table3_titles", "table3_preamble", "notebook06_captions",
            "recorded_comparison", "recorded_test_comparison", "relabel_some", "resplit",
            "bibtex_implicit_variants", "labelled_split", "class_maps", "bibtex_test_maps",
-           "class_map_gaps", "DOUBLE_SUM", "BIASED", "judge_claims",
+           "class_map_gaps", "DOUBLE_SUM", "BIASED", "SEED_METRICS", "run_seeds",
+           "seed_used", "seed_verdict", "seed_range", "claim_columns", "judge_claims",
            "check_table3", "series_figure", "recorded_curves_figure", "initial_rates_md",
            "tuned_rates", "lowest_method", "tuned_summary_lines", "read_table3_columns",
            "tuned_table3_long"]
@@ -545,81 +546,190 @@ DOUBLE_SUM = ("vanilla", "umax", "implicit")
 BIASED = ("ove", "nce", "is")
 
 
+#: the final metrics of a run judged seed by seed (``<metric>_mean`` columns of a used frame)
+SEED_METRICS = ("train_log_loss", "train_defective", "test_log_loss", "test_error")
+
+
+def run_seeds(runs: pd.DataFrame) -> list:
+    """The seeds of a runs frame, sorted (ValueError when it has no ``seed`` column)."""
+    if "seed" not in runs:
+        raise ValueError("runs lack a `seed` column; pass main_study.run_paper_methods() runs "
+                         "to judge the claims seed by seed")
+    return sorted(int(s) for s in pd.unique(runs.seed))
+
+
+def seed_used(runs: pd.DataFrame, used: pd.DataFrame, seed) -> pd.DataFrame:
+    """``used`` (:func:`main_study.choose_used` rows) as one seed saw it: each
+    ``<metric>_mean`` of :data:`SEED_METRICS` replaced by the run of ``seed`` at the used
+    rate (NaN where that seed has no run), ``seeds`` = 1 and the standard deviations 0.
+    The rate stays the one chosen over all seeds."""
+    need = sorted({"dataset", "method", "lr", "seed", "train_log_loss"} - set(runs))
+    if need:
+        raise ValueError(f"runs lack column(s) {need}; pass main_study.run_paper_methods() runs")
+    r = runs[runs.seed == seed]
+    out = used.copy()
+    pick = []
+    for d, m, lr in zip(out.dataset, out.method, out.lr):
+        hit = r[(r.dataset == d) & (r.method == m) & np.isclose(r.lr.astype(float), lr)]
+        pick.append(hit.iloc[0] if len(hit) else None)
+    for col in SEED_METRICS:
+        if col in runs:
+            out[f"{col}_mean"] = [float(h[col]) if h is not None else np.nan for h in pick]
+            if f"{col}_std" in out:
+                out[f"{col}_std"] = 0.0
+    out["seeds"] = 1
+    return out
+
+
+def seed_verdict(ok, ok_seeds, pooled=False):
+    """``(verdict, seeds)`` of a claim judged on the means (``ok``: True, False or None
+    for not judged) and on each seed alone (``ok_seeds``). ``confirmed`` or ``not
+    confirmed`` when every seed agrees with the means, else ``inconclusive (k of n
+    seeds)``; ``seeds`` says how many seeds support the claim (``"3 of 3 seeds"``).
+    ``pooled``: a claim about every run (no run diverges), which one counterexample in
+    any seed refutes: its verdict is the pooled one, the seeds only counted."""
+    judged = [o for o in ok_seeds if o is not None]
+    n, k = len(judged), sum(bool(o) for o in judged)
+    support = f"{k} of {n} seeds" if n else "-"
+    if ok is None:
+        return "not judged", support
+    if pooled or (k == n if ok else k == 0):
+        return ("confirmed" if ok else "not confirmed"), support
+    return f"inconclusive ({k} of {n} seeds)", support
+
+
+def seed_range(template: str, values: list, digits: int = 2) -> str:
+    """``template`` (``"{0} vs {1}"``) filled with each number's range over seeds
+    (``values``: one tuple of numbers per seed): ``"4.12 to 5.01"``, or one value when
+    every seed gives the same (integers, counts, as integers; others to ``digits``
+    decimals); "-" without values."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    parts = []
+    for col in zip(*values):
+        counts = all(isinstance(c, (int, np.integer)) for c in col)
+        col = [float(c) for c in col]
+        lo, hi = ((f"{int(x)}" if counts else f"{x:.{digits}f}") for x in (min(col), max(col)))
+        parts.append(lo if lo == hi else f"{lo} to {hi}")
+    return template.format(*parts)
+
+
+def claim_columns(name, ok, txt, per_seed, template, pooled=False) -> dict:
+    """The columns of one claim under protocol ``name``: the supporting numbers of the
+    means (``txt``), the verdict (:func:`seed_verdict`), the seeds that support the claim
+    (``seeds_<name>``) and the range of its numbers over seeds (``range_over_seeds_<name>``,
+    :func:`seed_range`). ``per_seed``: ``(ok, numbers)`` per seed."""
+    verdict, support = seed_verdict(ok, [o for o, _ in per_seed], pooled=pooled)
+    nums = [v for o, v in per_seed if o is not None]
+    return {name: txt, f"verdict_{name}": verdict, f"seeds_{name}": support,
+            f"range_over_seeds_{name}": seed_range(template, nums) if ok is not None else "-"}
+
+
 def judge_claims(tables, summary_of, versions, methods, datasets, synthetic, label):
     """The paper's claims about Table 3 (:data:`paper.PAPER_TABLE3_CLAIMS`, with the
-    printed values), each judged under every protocol of ``summary_of``: per protocol the
-    supporting numbers and a verdict, ``confirmed``, ``not confirmed`` or ``not judged``
-    (when ``methods`` lacks a method the claim is about, or no number exists)."""
+    printed values), each judged under every protocol of ``summary_of``, on the means over
+    seeds and on each seed alone: per protocol the supporting numbers of the means, a
+    verdict, the seeds that support the claim and the range of its numbers over seeds
+    (:func:`claim_columns`). The verdict is ``confirmed`` or ``not confirmed`` when the
+    means and every seed agree, ``inconclusive (k of n seeds)`` when they do not (the two
+    divergence claims excepted: one diverged run in any seed refutes them), ``not
+    judged`` when ``methods`` lacks a method the claim is about, or no number exists."""
     from scalable_softmax.repro import style
 
     names = list(summary_of)
     real = [d for d in datasets if not synthetic[d]]
     paper = tables["published"]
 
-    def lowest(name):
-        w = tables[f"{name}, exact"].drop(index="Average").idxmin(axis=1)
+    def lowest(t, name, runs):
+        w = t[f"{name}, exact"].drop(index="Average").idxmin(axis=1)
         n = int((w == "implicit").sum())
         txt = f"{n} of {len(w)}" + "".join(f"; {label(d)}: {style.label(m)}"
                                            for d, m in w.items() if m != "implicit")
-        return n >= len(w) - 1, txt
+        return n >= len(w) - 1, txt, (n,)
 
-    def lowest_pub(name):
-        w = tables[f"{name}, as published"].drop(index="Average").idxmin(axis=1)
+    def lowest_pub(t, name, runs):
+        w = t[f"{name}, as published"].drop(index="Average").idxmin(axis=1)
         n = int((w == "implicit").sum())
-        return n >= len(w) - 1, f"{n} of {len(w)}"
+        return n >= len(w) - 1, f"{n} of {len(w)}", (n,)
 
-    def umax_vanilla(name):
-        a = tables[f"{name}, exact"].loc["Average"]
-        return a["umax"] < a["vanilla"], f"{a['umax']:.2f} vs {a['vanilla']:.2f}"
+    def umax_vanilla(t, name, runs):
+        a = t[f"{name}, exact"].loc["Average"]
+        return (a["umax"] < a["vanilla"], f"{a['umax']:.2f} vs {a['vanilla']:.2f}",
+                (a["umax"], a["vanilla"]))
 
     def double_sum(version):
-        def judge(name):
-            a = tables[f"{name}, {version}"].loc["Average"]
+        def judge(t, name, runs):
+            a = t[f"{name}, {version}"].loc["Average"]
             hi, lo = a[list(DOUBLE_SUM)].max(), a[list(BIASED)].min()
-            return hi < lo, f"<= {hi:.2f} vs >= {lo:.2f}"
+            return hi < lo, f"<= {hi:.2f} vs >= {lo:.2f}", (hi, lo)
         return judge
 
-    def stable(name):
-        s = summary_of[name]
-        bad = s[(np.isclose(s.lr, s.paper_lr)) & (s.diverged_seeds > 0)]
+    def stable(t, name, runs):
+        if runs is None:
+            s = summary_of[name]
+            bad = s[(np.isclose(s.lr, s.paper_lr)) & (s.diverged_seeds > 0)]
+        else:
+            bad = runs[np.isclose(runs.lr, runs.paper_lr) & runs.diverged]
         return len(bad) == 0, f"{len(bad)} diverged" + "".join(
-            f"; {label(d)} {m} {lr:g}" for d, m, lr in zip(bad.dataset, bad.method, bad.lr))
+            f"; {label(d)} {m} {lr:g}" for d, m, lr in zip(bad.dataset, bad.method, bad.lr)), \
+            (len(bad),)
 
-    def implicit_never(name):
-        r = versions[name][0]
+    def implicit_never(t, name, runs):
+        r = versions[name][0] if runs is None else runs
         n = int((r.method == "implicit").sum())
         k = int(((r.method == "implicit") & r.diverged).sum())
-        return k == 0, f"{k} of {n} runs diverged"
+        return k == 0, f"{k} of {n} runs diverged", (k, n)
 
-    def close_to_published(name):
-        t = tables[f"{name}, as published"]
-        dd = [float(np.mean(np.abs(np.log(t.loc[real, m].astype(float))
+    def close_to_published(t, name, runs):
+        tp = t[f"{name}, as published"]
+        dd = [float(np.mean(np.abs(np.log(tp.loc[real, m].astype(float))
                                    - np.log(paper.loc[real, m].astype(float)))))
               for m in methods if m != "implicit"]
         v = float(np.mean(dd)) if real and dd else np.nan
         if not np.isfinite(v):
-            return None, "no real data set or no ratio to compare"
-        return v < 0.1, f"mean |log ratio| {v:.2f} over {', '.join(real)}"
+            return None, "no real data set or no ratio to compare", ()
+        return v < 0.1, f"mean |log ratio| {v:.2f} over {', '.join(real)}", (v,)
 
-    judges = {"implicit_lowest": (lowest, ("implicit",)),
-              "implicit_lowest_published": (lowest_pub, ("implicit",)),
-              "umax_beats_vanilla": (umax_vanilla, ("umax", "vanilla", "implicit")),
-              "double_sum_beats_biased": (double_sum("exact"), DOUBLE_SUM + BIASED),
+    n_sets = len(datasets)
+    judges = {"implicit_lowest": (lowest, ("implicit",), f"{{0}} of {n_sets}"),
+              "implicit_lowest_published": (lowest_pub, ("implicit",), f"{{0}} of {n_sets}"),
+              "umax_beats_vanilla": (umax_vanilla, ("umax", "vanilla", "implicit"),
+                                     "{0} vs {1}"),
+              "double_sum_beats_biased": (double_sum("exact"), DOUBLE_SUM + BIASED,
+                                          "<= {0} vs >= {1}"),
               "double_sum_beats_biased_published": (double_sum("as published"),
-                                                    DOUBLE_SUM + BIASED),
-              "close_to_published": (close_to_published, ("implicit",)),
-              "stable_at_table2": (stable, ()),
-              "implicit_never_diverges": (implicit_never, ("implicit",))}
+                                                    DOUBLE_SUM + BIASED, "<= {0} vs >= {1}"),
+              "close_to_published": (close_to_published, ("implicit",),
+                                     "mean |log ratio| {0}"),
+              "stable_at_table2": (stable, (), "{0} diverged"),
+              "implicit_never_diverges": (implicit_never, ("implicit",),
+                                          "{0} of {1} runs diverged")}
+    pooled = {"stable_at_table2", "implicit_never_diverges"}
+    # each protocol's tables as each seed alone gives them (the rates chosen over all seeds)
+    seed_tables = {}
+    for name in names:
+        runs = versions[name][0]
+        used = summary_of[name][summary_of[name].used]
+        seed_tables[name] = []
+        for s in run_seeds(runs):
+            t = dict(tables)
+            t[f"{name}, as published"], t[f"{name}, exact"] = ratio_tables(
+                seed_used(runs, used, s), datasets, methods)
+            seed_tables[name].append((t, runs[runs.seed == s]))
     claims = []
     for key, (text, printed) in authors.PAPER_TABLE3_CLAIMS.items():
-        fn, needs = judges[key]
+        fn, needs, template = judges[key]
         row = dict(claim=text, paper=printed)
         missing = [m for m in needs if m not in methods]
         for name in names:
-            ok, txt = (None, f"needs {', '.join(missing)}") if missing else fn(name)
-            row[name] = txt
-            row[f"verdict_{name}"] = ("not judged" if ok is None else
-                                      "confirmed" if ok else "not confirmed")
+            if missing:
+                row.update(claim_columns(name, None, f"needs {', '.join(missing)}", [],
+                                         template))
+                continue
+            ok, txt, _ = fn(tables, name, None)
+            per_seed = [fn(t, name, r)[::2] for t, r in seed_tables[name]]
+            row.update(claim_columns(name, ok, txt, per_seed, template, key in pooled))
         claims.append(row)
     return pd.DataFrame(claims)
 

@@ -17,11 +17,13 @@ import pandas as pd
 
 from scalable_softmax.repro import paper as authors
 from scalable_softmax.repro import tuning
-from scalable_softmax.repro.paper_tables import BIASED, DOUBLE_SUM, ratio_tables
+from scalable_softmax.repro.paper_tables import (BIASED, DOUBLE_SUM, claim_columns,
+                                                 ratio_tables, run_seeds, seed_used)
 from scalable_softmax.repro.runs import EXTENSION_DATASETS, results_frame, run_all
 
 __all__ = ["tune", "tuning_table", "row_table", "judge_claims", "ordering",
-           "verdicts", "ratio_figure", "PUBLISHED_ORDER", "CLAIMS"]
+           "verdicts", "ratio_figure", "PUBLISHED_ORDER", "CLAIMS", "RANGE_TEMPLATES",
+           "POOLED"]
 
 #: the published Table 3's average ratio per method (the order the paper reports)
 PUBLISHED_ORDER = dict(sorted(authors.PAPER_TABLE3_AVERAGE.items(), key=lambda kv: kv[1]))
@@ -114,19 +116,38 @@ def ordering(table: pd.DataFrame, protocol: str, column: str = "ratio_exact") ->
     return list(part.sort_values(column, kind="stable").method)
 
 
+#: how each claim's numbers read in the range over seeds (:func:`paper_tables.seed_range`)
+RANGE_TEMPLATES = {
+    "implicit_lowest": "Implicit {0} vs the others' lowest {1}",
+    "implicit_lowest_published": "Implicit {0} vs the others' lowest {1}",
+    "implicit_lowest_test": "Implicit {0} vs the others' lowest {1}",
+    "umax_beats_vanilla": "{0} vs {1}", "double_sum_beats_biased": "<= {0} vs >= {1}",
+    "double_sum_beats_biased_published": "<= {0} vs >= {1}",
+    "stable_at_tuned": "{0} run(s) diverged", "implicit_never_diverges": "{0} of {1} runs diverged",
+}
+#: claims about every run (no run diverges): one diverged run in any seed refutes them
+POOLED = ("stable_at_tuned", "implicit_never_diverges")
+
+
 def judge_claims(table: pd.DataFrame, versions: dict, used_of: dict) -> pd.DataFrame:
-    """Each claim of :data:`CLAIMS` per protocol of ``used_of``: the supporting numbers and
-    a verdict (``confirmed``, ``not confirmed``; ``not judged`` when a method it is about
-    was not run)."""
-    def judge(key, name):
-        t = table[table.protocol == name].set_index("method")
+    """Each claim of :data:`CLAIMS` per protocol of ``used_of``, on the means over seeds
+    (``table``: :func:`row_table`) and on each seed alone (the seed's runs at the rates
+    chosen over all seeds): the supporting numbers of the means, a verdict
+    (``confirmed``, ``not confirmed`` when the means and every seed agree, ``inconclusive
+    (k of n seeds)`` when they do not, the divergence claims of :data:`POOLED` judged on
+    all runs; ``not judged`` when a method it is about was not run), the seeds that
+    support the claim and the range of its numbers over seeds
+    (:func:`paper_tables.claim_columns`)."""
+    def judge(key, t, runs, used):
+        t = t.set_index("method")
         have = set(t.index[t.ratio_exact.notna()])
 
         def lowest(col):
             if "implicit" not in have:
-                return None, "needs Implicit SGD"
+                return None, "needs Implicit SGD", ()
             best = t[col].idxmin()
-            return best == "implicit", f"lowest: {best} ({t[col].min():.4g})"
+            nums = (t[col]["implicit"], t[col].drop(index="implicit").min())
+            return best == "implicit", f"lowest: {best} ({t[col].min():.4g})", nums
         if key == "implicit_lowest":
             return lowest("ratio_exact")
         if key == "implicit_lowest_published":
@@ -135,44 +156,55 @@ def judge_claims(table: pd.DataFrame, versions: dict, used_of: dict) -> pd.DataF
             return lowest("test_log_loss_mean")
         if key == "umax_beats_vanilla":
             if not {"umax", "vanilla", "implicit"} <= have:
-                return None, "needs U-max, vanilla and Implicit SGD"
+                return None, "needs U-max, vanilla and Implicit SGD", ()
             a, b = t.ratio_exact["umax"], t.ratio_exact["vanilla"]
-            return a < b, f"{a:.2f} vs {b:.2f}"
+            return a < b, f"{a:.2f} vs {b:.2f}", (a, b)
         if key.startswith("double_sum"):
             col = "ratio_as_published" if key.endswith("published") else "ratio_exact"
             if not (set(DOUBLE_SUM) | set(BIASED)) <= have:
-                return None, "needs all six methods"
+                return None, "needs all six methods", ()
             hi, lo = t.loc[list(DOUBLE_SUM), col].max(), t.loc[list(BIASED), col].min()
-            return hi < lo, f"<= {hi:.2f} vs >= {lo:.2f}"
-        runs = versions[name][0]
+            return hi < lo, f"<= {hi:.2f} vs >= {lo:.2f}", (hi, lo)
         if key == "stable_at_tuned":
-            s = used_of[name]
             bad = runs[np.isclose(runs.lr, runs.paper_lr) & runs.diverged]
             cells = sorted({f"{m} {lr:g}" for m, lr in zip(bad.method, bad.lr)})
             return len(bad) == 0, (f"{len(bad)} run(s) diverged" + "".join(f"; {c}" for c in cells)
-                                   if len(s) else "no runs")
+                                   if len(used) else "no runs"), (len(bad),)
         n = int((runs.method == "implicit").sum())
         if n == 0:
-            return None, "needs Implicit SGD"
+            return None, "needs Implicit SGD", ()
         k = int(((runs.method == "implicit") & runs.diverged).sum())
-        return k == 0, f"{k} of {n} runs diverged"
+        return k == 0, f"{k} of {n} runs diverged", (k, n)
 
+    dataset = used_of and next(iter(used_of.values())).dataset.iloc[0]
+    methods = list(dict.fromkeys(table.method))
+    per_seed = {}
+    for name, used in used_of.items():
+        runs = versions[name][0]
+        per_seed[name] = []
+        for s in run_seeds(runs):
+            one = seed_used(runs, used, s)
+            per_seed[name].append((row_table({name: one}, dataset, methods),
+                                   runs[runs.seed == s], one))
     rows = []
     for key, text in CLAIMS.items():
         row = dict(claim=text)
         for name in used_of:
-            ok, txt = judge(key, name)
-            row[name] = txt
-            row[f"verdict_{name}"] = ("not judged" if ok is None else
-                                      "confirmed" if ok else "not confirmed")
+            ok, txt, _ = judge(key, table[table.protocol == name], versions[name][0],
+                               used_of[name])
+            seeds = [judge(key, t, r, u)[::2] for t, r, u in per_seed[name]]
+            row.update(claim_columns(name, ok, txt, seeds, RANGE_TEMPLATES[key],
+                                     pooled=key in POOLED))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def verdicts(claims: pd.DataFrame, protocol: str) -> dict:
-    """``{claim key: True if confirmed}`` of one protocol of :func:`judge_claims`."""
+def verdicts(claims: pd.DataFrame, protocol: str, verdict: str = "confirmed") -> dict:
+    """``{claim key: True if its verdict is verdict}`` of one protocol of
+    :func:`judge_claims` (``"not confirmed"``: refuted by the means and every seed; an
+    inconclusive claim is neither)."""
     by_text = dict(zip(claims.claim, claims[f"verdict_{protocol}"]))
-    return {key: by_text[text] == "confirmed" for key, text in CLAIMS.items()}
+    return {key: by_text[text] == verdict for key, text in CLAIMS.items()}
 
 
 def ratio_figure(table: pd.DataFrame, methods, title: str):
