@@ -30,9 +30,10 @@ work done, less disturbed when other jobs share the cores). Best of ``--repeats`
 (default 3) for every time, because the machine is shared (the load average at the
 start and at the end is in the result file).
 
-Usage: ``python benchmarks/bench_full_batch_sklearn.py [--quick] [--repeats R]``;
-results in ``benchmarks/results/full_batch_sklearn.{json,md}`` (``--quick``: 1,000
-rows of each, ``full_batch_sklearn-quick.*``).
+Usage: ``python benchmarks/bench_full_batch_sklearn.py [--quick] [--repeats R]
+[--data bibtex mnist]``; results in ``benchmarks/results/full_batch_sklearn.{json,md}``
+(``--quick``: 1,000 rows of each, ``full_batch_sklearn-quick.*``), rewritten after each
+data set.
 """
 from __future__ import annotations
 
@@ -133,6 +134,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--data", nargs="+", default=["bibtex", "mnist"],
+                    choices=["bibtex", "mnist"])
     args = ap.parse_args(argv)
     import numba
     numba.set_num_threads(1)
@@ -144,7 +147,7 @@ def main(argv=None):
     import sklearn
     out["machine"]["sklearn"] = sklearn.__version__
     variants = {"ours": {}, "ours-sk-rule": dict(gtol=TOL, ftol=64 * np.finfo(float).eps)}
-    for name in ("bibtex", "mnist"):
+    for name in args.data:
         X, y, K = load(name, rows)
         # compile / warm caches once, untimed
         run_ours(X[:50], y[:50], K)
@@ -168,11 +171,12 @@ def main(argv=None):
             rec["runs"].append(row)
             print(name, r, json.dumps(row, default=float), flush=True)
         out["data"][name] = rec
-    out["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
-    stem = "full_batch_sklearn-quick" if args.quick else "full_batch_sklearn"
-    write_atomic(RESULTS / f"{stem}.json", json.dumps(out, indent=1, default=float))
-    md = report(out)
-    write_atomic(RESULTS / f"{stem}.md", md)
+        # written after each data set (a long run cut short keeps what it measured)
+        out["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
+        stem = "full_batch_sklearn-quick" if args.quick else "full_batch_sklearn"
+        write_atomic(RESULTS / f"{stem}.json", json.dumps(out, indent=1, default=float))
+        md = report(out)
+        write_atomic(RESULTS / f"{stem}.md", md)
     print(md)
 
 
