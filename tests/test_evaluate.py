@@ -331,14 +331,16 @@ def test_validation_errors():
         evaluate(X, np.zeros(10, dtype=int), np.zeros((1, 4)))
     with pytest.raises(ValueError, match="real numeric"):
         evaluate(X, y, np.zeros((3, 4), dtype=complex))
-    with pytest.raises(ValueError, match=r"y must have shape \(N,\) = \(10,\)"):
+    with pytest.raises(ValueError, match=r"y has 9 labels but its X has 10 rows"):
         evaluate(X, y[:9], W)
     with pytest.raises(ValueError, match="integer class labels"):
-        evaluate(X, y.astype(float), W)
+        evaluate(X, y + 0.5, W)
+    # integral float labels are accepted, as by fit and scikit-learn's classifiers
+    assert evaluate(X, y.astype(float), W).log_loss == evaluate(X, y, W).log_loss
     for bad in (-1, 3):
         yb = y.copy()
         yb[4] = bad
-        with pytest.raises(ValueError, match=r"labels out of range.*0\.\.2"):
+        with pytest.raises(ValueError, match=r"labels in y must lie in 0\.\.K-1 = 0\.\.2"):
             evaluate(X, yb, W)
     for v in (np.nan, np.inf, -np.inf):
         Wb = W.copy()
@@ -347,9 +349,9 @@ def test_validation_errors():
             evaluate(X, y, Wb)
         Xb = X.toarray()
         Xb[0, 0] = v
-        with pytest.raises(ValueError, match="X contains NaN or infinite"):
+        with pytest.raises(ValueError, match="X contains non-finite values"):
             evaluate(Xb, y, W)
-        with pytest.raises(ValueError, match="X contains NaN or infinite"):
+        with pytest.raises(ValueError, match="X contains non-finite values"):
             evaluate(sp.csr_matrix(Xb), y, W)
     with pytest.raises(ValueError, match="X must be 2-D"):
         evaluate(np.zeros(4), y, W)

@@ -249,7 +249,7 @@ def test_validation_errors_float32():
             evaluate(X, y, np.zeros((3, 5)), precision=prec)
         with pytest.raises(ValueError, match="at least K = 2"):
             evaluate(X, np.zeros(10, dtype=int), np.zeros((1, 4)), precision=prec)
-        with pytest.raises(ValueError, match="labels out of range"):
+        with pytest.raises(ValueError, match=r"labels in y must lie in 0\.\.K-1"):
             evaluate(X, np.full(10, 3), W, precision=prec)
         Wb = W.astype(np.float32)
         Wb[1, 2] = np.nan

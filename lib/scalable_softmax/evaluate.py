@@ -105,6 +105,7 @@ import scipy.sparse as sp
 from numba import prange
 
 from scalable_softmax._jit import JIT, PJIT
+from scalable_softmax.validation import as_csr, as_labels, check_label_range
 
 __all__ = ["Evaluation", "evaluate", "NonFiniteScoreError"]
 
@@ -767,32 +768,9 @@ def _is_int(v):
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def _as_csr(X):
-    if sp.issparse(X):
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D (N x D); got a sparse array of shape {X.shape}")
-        X = sp.csr_matrix(X, dtype=np.float64)
-    else:
-        try:
-            Xd = np.asarray(X, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"X must be a scipy.sparse matrix or a 2-D numeric array; "
-                             f"got {type(X).__name__} ({exc})") from None
-        if Xd.ndim != 2:
-            raise ValueError(f"X must be 2-D (N x D); got an array of shape {Xd.shape}")
-        if not _all_finite(np.ascontiguousarray(Xd)):
-            raise ValueError("X contains NaN or infinite values; clean the data first")
-        X = sp.csr_matrix(Xd)
-    if X.data.size and not _all_finite(np.ascontiguousarray(X.data)):
-        raise ValueError("X contains NaN or infinite values; clean the data first")
-    return X
-
-
 def _check_inputs(X, y, W, keep_float32=False):
-    X = _as_csr(X)
+    X = as_csr(X, "X")                      # the one data check (validation.as_csr)
     N, D = X.shape
-    if N == 0:
-        raise ValueError(f"X has no rows (shape {X.shape}); nothing to evaluate")
     W = np.asarray(W)
     if W.ndim != 2:
         raise ValueError(f"W must be a 2-D array of shape (K, D); got shape {W.shape}")
@@ -809,17 +787,8 @@ def _check_inputs(X, y, W, keep_float32=False):
     if not _all_finite(W):
         raise ValueError("W contains NaN or infinite values (a diverged run?); "
                          "evaluate only finite weights")
-    y = np.asarray(y)
-    if y.ndim != 1 or y.shape[0] != N:
-        raise ValueError(f"shape mismatch: y must have shape (N,) = ({N},) to match X of "
-                         f"shape {X.shape}; got shape {y.shape}")
-    if not np.issubdtype(y.dtype, np.integer):
-        raise ValueError(f"y must hold integer class labels; got dtype {y.dtype}")
-    y = y.astype(np.int64, copy=False)
-    lo, hi = int(y.min()), int(y.max())
-    if lo < 0 or hi >= K:
-        raise ValueError(f"labels out of range: y holds values in {lo}..{hi} but W has "
-                         f"K = {K} rows, so labels must lie in 0..{K - 1}")
+    y = as_labels(y, N, "y")
+    check_label_range(y, K, "y", f" (W has K = {K} rows, one per class)")
     return X, np.ascontiguousarray(y), W
 
 

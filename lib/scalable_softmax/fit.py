@@ -51,6 +51,8 @@ from scalable_softmax._version import __version__
 from scalable_softmax._atomic import atomic_open
 from scalable_softmax.methods import get_trainer_class
 from scalable_softmax.protocols import resolve
+from scalable_softmax.validation import (ORDERS, as_csr, as_labels, check,  # noqa: F401
+                                         check_label_range, violation)
 
 __all__ = ["fit", "FitResult", "DivergenceWarning", "ORDERS", "default_eval_epochs",
            "run_epochs", "assemble_history", "FORMAT_NAME", "FORMAT_VERSION"]
@@ -59,8 +61,8 @@ __all__ = ["fit", "FitResult", "DivergenceWarning", "ORDERS", "default_eval_epoc
 FORMAT_NAME = "scalable_softmax.FitResult"
 FORMAT_VERSION = 1
 
-#: accepted values of ``order``
-ORDERS = ("shuffle", "uniform", "file")
+#: what a label outside ``0..K-1`` calls for
+_LARGER_K = " (pass a larger K)"
 _METRICS = ("log_loss", "error", "defective")
 
 
@@ -379,121 +381,32 @@ def default_eval_epochs(epochs: int) -> list[int]:
 # validation
 # ---------------------------------------------------------------------------
 
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
-
-
-def as_csr(X, name):
-    """Canonical float64 CSR (sorted, no duplicates) of a sparse or array-like ``X``."""
-    if sp.issparse(X):
-        if X.ndim != 2:
-            raise ValueError(f"{name} must be 2-D (N x D); got shape {X.shape}")
-        if not (np.issubdtype(X.dtype, np.number) or X.dtype == bool) \
-                or np.issubdtype(X.dtype, np.complexfloating):
-            raise ValueError(f"{name} must hold real numbers; got dtype {X.dtype}")
-        if X.format == "csr" and X.dtype == np.float64 and X.has_canonical_format:
-            Xc = X
-        else:
-            Xc = sp.csr_matrix(X, dtype=np.float64, copy=True)
-            Xc.sum_duplicates()
-            Xc.sort_indices()
-        data = Xc.data
-    else:
-        try:
-            arr = np.asarray(X)
-        except Exception as exc:  # ragged lists etc.
-            raise ValueError(f"{name} must be a 2-D array or a scipy.sparse matrix: {exc}") \
-                from None
-        if arr.ndim != 2:
-            raise ValueError(f"{name} must be a 2-D array or scipy.sparse matrix (N x D); "
-                             f"got an array of shape {arr.shape}")
-        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool) \
-                or np.issubdtype(arr.dtype, np.complexfloating):
-            raise ValueError(f"{name} must hold real numbers; got dtype {arr.dtype}")
-        data = arr
-        Xc = None
-    N, D = (Xc if Xc is not None else data).shape
-    if N == 0 or D == 0:
-        raise ValueError(f"{name} is empty (shape {N} x {D}): need at least one row and "
-                         "one column")
-    if not np.all(np.isfinite(data)):
-        raise ValueError(f"{name} contains non-finite values (NaN or inf); clean the data "
-                         "first")
-    if Xc is None:
-        Xc = sp.csr_matrix(np.asarray(data, dtype=np.float64))
-        Xc.sort_indices()
-    return Xc
-
-
-def _as_labels(y, N, name):
-    arr = np.asarray(y)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D array of labels; got shape {arr.shape}")
-    if arr.shape[0] != N:
-        raise ValueError(f"{name} has {arr.shape[0]} labels but its X has {N} rows; "
-                         "they must match")
-    if np.issubdtype(arr.dtype, np.integer):
-        return arr.astype(np.int64)
-    if np.issubdtype(arr.dtype, np.floating):
-        if np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-            return arr.astype(np.int64)
-    raise ValueError(f"{name} must hold integer class labels 0..K-1; got dtype {arr.dtype}"
-                     + (" with non-integer values" if arr.dtype.kind == "f" else ""))
-
-
-def _check_label_range(y, K, name):
-    lo, hi = int(y.min()), int(y.max())
-    if lo < 0 or hi >= K:
-        raise ValueError(f"labels in {name} must lie in 0..K-1 = 0..{K - 1}; found values "
-                         f"in {lo}..{hi}" + ("" if lo < 0 else " (pass a larger K)"))
-
-
 def _validate(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed, order,
               eval_epochs, eval_sets, eval_rows, progress, u_init, K):
     cls = get_trainer_class(method)          # ValueError listing the names
-    full_batch = bool(getattr(cls, "full_batch", False))
-    if full_batch:
+    if cls.full_batch:
         if lr is not None:
             raise ValueError(f"lr={lr!r} is not used by {method!r} (full-batch L-BFGS has "
                              "no learning rate); pass lr=None")
-    elif not (_is_real(lr) and math.isfinite(lr) and lr > 0):
-        raise ValueError(f"lr (learning rate) must be a finite number > 0; got {lr!r}")
-    if not (_is_int(epochs) and epochs >= 1):
-        raise ValueError(f"epochs must be an integer >= 1; got {epochs!r}")
-    if not (_is_real(lr_decay) and 0 < lr_decay <= 1):
-        raise ValueError(f"lr_decay must be a number in (0, 1] (lr * lr_decay**epoch); "
-                         f"got {lr_decay!r}")
-    if not (_is_real(mu) and math.isfinite(mu) and mu >= 0):
-        raise ValueError(f"mu (ridge parameter) must be a finite number >= 0; got {mu!r}")
-    for nm, v in (("batch_size", batch_size), ("n_sampled", n_sampled)):
-        if v is not None and not (_is_int(v) and v >= 1):
-            raise ValueError(f"{nm} must be None or an integer >= 1; got {v!r}")
-    if not (_is_int(seed) and seed >= 0):
-        raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
-    if order not in ORDERS:
-        raise ValueError(f"unknown order {order!r}; choose one of: {', '.join(ORDERS)}")
-    if u_init not in ("zero", "logK"):
-        raise ValueError(f"u_init must be 'zero' or 'logK', or 'exact'; got {u_init!r}")
-    if not isinstance(progress, (bool, np.bool_)):
-        raise ValueError(f"progress must be True or False; got {progress!r}")
-    if eval_rows is not None and not (_is_int(eval_rows) and eval_rows >= 1):
-        raise ValueError(f"eval_rows must be None or an integer >= 1; got {eval_rows!r}")
+    else:
+        check("lr", lr)
+    for name, value in (("epochs", epochs), ("lr_decay", lr_decay), ("mu", mu),
+                        ("batch_size", batch_size), ("n_sampled", n_sampled),
+                        ("seed", seed), ("order", order), ("u_init", u_init),
+                        ("progress", progress), ("eval_rows", eval_rows)):
+        check(name, value)                   # validation.PARAMETERS
 
     X = as_csr(X, "X")
     N, D = X.shape
-    y = _as_labels(y, N, "y")
+    y = as_labels(y, N, "y")
     if K is None:
         K = int(y.max()) + 1
         if K < 2:
             raise ValueError("all labels in y are 0, so K cannot be inferred; pass K >= 2")
-    elif not (_is_int(K) and K >= 2):
-        raise ValueError(f"K (number of classes) must be an integer >= 2; got {K!r}")
+    else:
+        check("K", K, spec={"like": "K", "nullable": False})
     K = int(K)
-    _check_label_range(y, K, "y")
+    check_label_range(y, K, "y", _LARGER_K)
 
     if eval_sets is None:
         sets = {"train": (X, y)}
@@ -510,8 +423,8 @@ def _validate(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, see
             if Xe.shape[1] != D:
                 raise ValueError(f"eval_sets[{name!r}] X has {Xe.shape[1]} columns but the "
                                  f"training X has D = {D}")
-            ye = _as_labels(pair[1], Xe.shape[0], f"eval_sets[{name!r}] y")
-            _check_label_range(ye, K, f"eval_sets[{name!r}] y")
+            ye = as_labels(pair[1], Xe.shape[0], f"eval_sets[{name!r}] y")
+            check_label_range(ye, K, f"eval_sets[{name!r}] y", _LARGER_K)
             sets[name] = (Xe, ye)
 
     if eval_epochs is None:
@@ -522,7 +435,8 @@ def _validate(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, see
         except TypeError:
             raise ValueError(f"eval_epochs must be a list of epochs in 0..{epochs}; got "
                              f"{eval_epochs!r}") from None
-        bad = [e for e in ev if not (_is_int(e) and 0 <= e <= epochs)]
+        bad = [e for e in ev if violation(e, {"type": "int", "min": 0, "max": epochs})
+               is not None]
         if bad:
             raise ValueError(f"eval_epochs must hold integers in 0..epochs = 0..{epochs}; "
                              f"got {bad}")
@@ -531,12 +445,8 @@ def _validate(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, see
 
 
 def _validate_model_options(fit_intercept, intercept_scaling, init_intercept):
-    if not isinstance(fit_intercept, (bool, np.bool_)):
-        raise ValueError(f"fit_intercept must be True or False; got {fit_intercept!r}")
-    if not (_is_real(intercept_scaling) and math.isfinite(intercept_scaling)
-            and intercept_scaling > 0):
-        raise ValueError(f"intercept_scaling must be a finite number > 0; got "
-                         f"{intercept_scaling!r}")
+    check("fit_intercept", fit_intercept)
+    check("intercept_scaling", intercept_scaling)
     if init_intercept is not None and not fit_intercept:
         raise ValueError("init_intercept needs fit_intercept=True (a model without "
                          "intercept has none to start from)")

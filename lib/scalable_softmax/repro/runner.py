@@ -50,7 +50,7 @@ from pathlib import Path
 
 import yaml
 
-from scalable_softmax import paths
+from scalable_softmax import paths, validation
 from scalable_softmax._atomic import atomic_open
 
 KERNEL = "python3"
@@ -151,23 +151,24 @@ def load_params(name: str, profile: str) -> dict:
 
 #: the section of ``params/NAME.yaml`` saying which values each parameter may take
 ALLOWED = "allowed"
-_TYPES = {"int": (int,), "float": (int, float), "number": (int, float), "bool": (bool,),
-          "str": (str,), "list": (list, tuple), "mapping": (dict,)}
-_RULES = {"type", "min", "above", "max", "one_of", "each", "min_length", "keys", "values", "nullable"}
 
 
 def load_allowed(name: str) -> dict:
-    """The ``allowed:`` section of ``params/<name>.yaml``: for each parameter a rule,
-    a mapping of
+    """The ``allowed:`` section of ``params/<name>.yaml``: for each parameter a rule in
+    the vocabulary of :mod:`scalable_softmax.validation` (the library's one table of
+    parameter constraints), each resolved by :func:`scalable_softmax.validation.rule`:
 
     * ``type``: int, float (an int is accepted), number, bool, str, list or mapping;
     * ``min`` / ``max``: bounds of a number (inclusive); ``above``: a lower bound the
-      number must exceed;
+      number must exceed; ``finite``: not NaN or infinite;
     * ``one_of``: the values it may take;
     * ``each``: a rule every item of a list must follow;
     * ``min_length``: the fewest items of a list;
     * ``keys`` / ``values``: rules for the keys and values of a mapping;
-    * ``nullable: true``: None (YAML ``null``) is also allowed.
+    * ``nullable: true``: None (YAML ``null``) is also allowed;
+    * ``like: <parameter>``: the library's rule for that parameter
+      (:data:`scalable_softmax.validation.PARAMETERS`, e.g. ``like: epochs``), which
+      the other keys of the rule may refine (e.g. ``nullable: false``).
     """
     path = paths.PARAMS / f"{name}.yaml"
     if not path.exists():
@@ -176,87 +177,13 @@ def load_allowed(name: str) -> dict:
     rules = settings.get(ALLOWED) or {}
     if not isinstance(rules, dict):
         raise ValueError(f"{path}: '{ALLOWED}' must map parameter names to rules")
+    out = {}
     for key, rule in rules.items():
-        _check_rule(path, key, rule)
-    return rules
-
-
-def _check_rule(path, key, rule):
-    if not isinstance(rule, dict) or set(rule) - _RULES:
-        raise ValueError(f"{path}: {ALLOWED}.{key} must be a mapping of "
-                         f"{', '.join(sorted(_RULES))}; got {rule!r}")
-    if "type" in rule and rule["type"] not in _TYPES:
-        raise ValueError(f"{path}: {ALLOWED}.{key}.type {rule['type']!r} is not one of "
-                         f"{', '.join(_TYPES)}")
-    for sub in ("each", "keys", "values"):
-        if sub in rule:
-            _check_rule(path, f"{key}.{sub}", rule[sub])
-
-
-def _describe(rule: dict) -> str:
-    """What ``rule`` allows, in words."""
-    parts = []
-    if "type" in rule:
-        parts.append({"int": "an integer", "float": "a number", "number": "a number",
-                      "bool": "true or false", "str": "a string", "list": "a list",
-                      "mapping": "a mapping"}[rule["type"]])
-    if "min" in rule and "max" in rule:
-        parts.append(f"from {rule['min']} to {rule['max']}")
-    elif "min" in rule:
-        parts.append(f">= {rule['min']}")
-    if "above" in rule:
-        parts.append(f"> {rule['above']}")
-    if "max" in rule and "min" not in rule:
-        parts.append(f"<= {rule['max']}")
-    if "one_of" in rule:
-        parts.append("one of " + ", ".join(map(str, rule["one_of"])))
-    if "min_length" in rule:
-        parts.append(f"with at least {rule['min_length']} item(s)")
-    if "each" in rule:
-        parts.append("each item " + _describe(rule["each"]))
-    if "keys" in rule:
-        parts.append("keys " + _describe(rule["keys"]))
-    if "values" in rule:
-        parts.append("values " + _describe(rule["values"]))
-    if rule.get("nullable"):
-        parts.append("or null")
-    return " ".join(parts) or "anything"
-
-
-def _violation(value, rule: dict):
-    """None if ``value`` follows ``rule``, else the offending (part of the) value."""
-    if value is None and rule.get("nullable"):
-        return None
-    kind = rule.get("type")
-    if kind is not None:
-        ok = isinstance(value, _TYPES[kind]) and not (kind != "bool" and isinstance(value, bool))
-        if not ok:
-            return value
-    if "min" in rule or "max" in rule or "above" in rule:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            return value
-        if ("min" in rule and value < rule["min"]) or ("max" in rule and value > rule["max"]) \
-                or ("above" in rule and not value > rule["above"]):
-            return value
-    if "one_of" in rule and not any(_same(value, v) for v in rule["one_of"]):
-        return value
-    if "min_length" in rule or "each" in rule:
-        if not isinstance(value, (list, tuple)):
-            return value
-        if len(value) < rule.get("min_length", 0):
-            return value
-        for item in value if "each" in rule else ():
-            if _violation(item, rule["each"]) is not None:
-                return item
-    if "keys" in rule or "values" in rule:
-        if not isinstance(value, dict):
-            return value
-        for k, v in value.items():
-            if "keys" in rule and _violation(k, rule["keys"]) is not None:
-                return k
-            if "values" in rule and _violation(v, rule["values"]) is not None:
-                return v
-    return None
+        try:
+            out[key] = validation.rule(rule)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {ALLOWED}.{key}: {exc}") from None
+    return out
 
 
 def check_values(name: str, params: dict) -> None:
@@ -266,12 +193,13 @@ def check_values(name: str, params: dict) -> None:
     for key, rule in load_allowed(name).items():
         if key not in params:
             continue
-        bad = _violation(params[key], rule)
+        bad = validation.violation(params[key], rule)
         if bad is not None:
+            bad = bad[0]
             shown = (f"{params[key]!r} ({bad!r} is not allowed)"
                      if not _same(bad, params[key]) else f"{params[key]!r}")
             raise NotebookParameterError(
-                f"parameter {key} = {shown}: {name} allows {_describe(rule)} "
+                f"parameter {key} = {shown}: {name} allows {validation.describe(rule)} "
                 f"(params/{name}.yaml, section {ALLOWED})")
 
 
@@ -372,17 +300,8 @@ def _check_override(name, key, default, value):
 
 
 def _same(a, b) -> bool:
-    """Equal as parameters: 1 == 1.0, tuples as lists, mappings key by key."""
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    try:
-        return bool(a == b)
-    except Exception:
-        return False
+    """Equal as parameters (:func:`scalable_softmax.validation.same`)."""
+    return validation.same(a, b)
 
 
 def _plain(v):

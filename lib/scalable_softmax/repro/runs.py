@@ -88,6 +88,7 @@ import pandas as pd
 
 from scalable_softmax import paths
 from scalable_softmax.protocols import STUDY_DEFAULTS
+from scalable_softmax.validation import check
 
 __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories_frame",
            "CODE_VERSION", "default_cache_dir", "PAPER_METHODS", "PAPER_DATASETS",
@@ -425,23 +426,14 @@ class RunSpec:
             if self.lr is not None:
                 raise ValueError(f"RunSpec.lr: {self.method!r} has no learning rate "
                                  f"(full-batch L-BFGS); give lr=None, not {self.lr!r}")
-        elif not (isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool)
-                  and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"RunSpec.lr must be a finite number > 0; got {self.lr!r}")
-        if not (isinstance(self.epochs, int) and self.epochs >= 1):
-            raise ValueError(f"RunSpec.epochs must be an integer >= 1; got {self.epochs!r}")
-        if not (0 < self.train_fraction <= 1):
-            raise ValueError("RunSpec.train_fraction must lie in (0, 1]; got "
-                             f"{self.train_fraction!r}")
-        if self.u_init not in ("logK", "zero"):
-            raise ValueError(f"RunSpec.u_init must be 'logK' or 'zero'; got {self.u_init!r}")
-        if self.subset not in ("random", "head"):
-            raise ValueError(f"RunSpec.subset must be 'random' or 'head'; got {self.subset!r}")
-        # the protocol was resolved (or rejected) when the spec was built
-        for nm in ("monitor_rows", "final_rows"):
-            v = getattr(self, nm)
-            if v is not None and not (isinstance(v, int) and v >= 1):
-                raise ValueError(f"RunSpec.{nm} must be None or an integer >= 1; got {v!r}")
+        else:
+            check("lr", self.lr, "RunSpec.")
+        # fit()'s rules for the fields fit() takes, and the runs' own (one table:
+        # validation.PARAMETERS); the protocol was resolved (or rejected) when the spec
+        # was built
+        for nm in ("seed", "epochs", "lr_decay", "u_init", "train_fraction", "subset_seed",
+                   "monitor_rows", "final_rows", "subset", "test"):
+            check(nm, getattr(self, nm), "RunSpec.")
         for nm in ("options", "data_options"):
             try:
                 json.dumps(getattr(self, nm))

@@ -1,0 +1,307 @@
+"""One set of argument checks: the parameter constraints table and the data checks.
+
+:data:`PARAMETERS` declares, once, what each training parameter may take (type, range,
+allowed values); :func:`check` raises the one error message for a value that breaks
+its rule. :func:`scalable_softmax.fit.fit`, ``RunSpec.validate`` and the notebooks'
+parameter checks (the ``allowed:`` sections of ``params/*.yaml``, whose rules may say
+``like: <parameter>`` to take this table's rule) all use it.
+
+A rule is a mapping of
+
+* ``type``: ``int`` (an integer, not a bool), ``float`` or ``number`` (a real number,
+  not a bool; an integer is accepted), ``bool``, ``str``, ``list`` or ``mapping``;
+* ``min`` / ``max``: bounds of a number (inclusive); ``above``: a lower bound the
+  number must exceed; ``finite: true``: not NaN or infinite;
+* ``one_of``: the values it may take;
+* ``each``: a rule every item of a list must follow; ``min_length``: the fewest items;
+* ``keys`` / ``values``: rules for the keys and values of a mapping;
+* ``nullable: true``: None is also allowed;
+* ``like: <name>``: the rule of ``PARAMETERS[name]``, updated by the other keys;
+* ``label``: how the message names the parameter (e.g. ``lr (learning rate)``).
+
+:func:`as_csr` and :func:`as_labels` are the one check of a data matrix and of its
+class labels (``fit``, ``evaluate``, ``FitResult`` and the estimator's scoring). As in
+scikit-learn's classifiers, float labels with integral values (``2.0``) are accepted and
+converted; other floats are refused.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["PARAMETERS", "ORDERS", "U_INITS", "RULE_KEYS", "rule", "violation",
+           "describe", "check", "as_csr", "as_labels", "check_label_range"]
+
+#: accepted values of ``order``
+ORDERS = ("shuffle", "uniform", "file")
+#: accepted values of ``u_init``
+U_INITS = ("zero", "logK", "exact")
+
+#: parameter name -> its rule (see the module's notes)
+PARAMETERS = {
+    # fit()
+    "lr": {"type": "number", "above": 0, "finite": True, "label": "lr (learning rate)"},
+    "epochs": {"type": "int", "min": 1},
+    "lr_decay": {"type": "number", "above": 0, "max": 1},
+    "mu": {"type": "number", "min": 0, "finite": True, "label": "mu (ridge parameter)"},
+    "batch_size": {"type": "int", "min": 1, "nullable": True},
+    "n_sampled": {"type": "int", "min": 1, "nullable": True},
+    "seed": {"type": "int", "min": 0},
+    "order": {"one_of": list(ORDERS)},
+    "u_init": {"one_of": list(U_INITS)},
+    "progress": {"type": "bool"},
+    "eval_rows": {"type": "int", "min": 1, "nullable": True},
+    "K": {"type": "int", "min": 2, "nullable": True, "label": "K (number of classes)"},
+    "fit_intercept": {"type": "bool"},
+    "intercept_scaling": {"type": "number", "above": 0, "finite": True},
+    # the notebooks' runs (RunSpec)
+    "train_fraction": {"type": "number", "above": 0, "max": 1},
+    "subset_seed": {"type": "int", "min": 0},
+    "monitor_rows": {"type": "int", "min": 1, "nullable": True},
+    "final_rows": {"type": "int", "min": 1, "nullable": True},
+    "subset": {"one_of": ["random", "head"]},
+    "test": {"type": "bool"},
+}
+
+#: the keys a rule may have
+RULE_KEYS = {"type", "min", "above", "max", "finite", "one_of", "each", "min_length",
+             "keys", "values", "nullable", "like", "label"}
+
+_TYPES = {
+    "int": lambda v: isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)),
+    "float": lambda v: isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)),
+    "number": lambda v: isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)),
+    "bool": lambda v: isinstance(v, (bool, np.bool_)),
+    "str": lambda v: isinstance(v, str),
+    "list": lambda v: isinstance(v, (list, tuple)),
+    "mapping": lambda v: isinstance(v, dict),
+}
+
+
+def rule(spec) -> dict:
+    """The complete rule of ``spec``: a parameter name of :data:`PARAMETERS`, or a rule
+    mapping (its ``like`` resolved, nested rules too).
+
+    Raises
+    ------
+    ValueError
+        For an unknown key, type or ``like`` name (the message lists the accepted ones).
+    """
+    if isinstance(spec, str):
+        if spec not in PARAMETERS:
+            raise ValueError(f"no rule for the parameter {spec!r}; PARAMETERS defines "
+                             f"{', '.join(PARAMETERS)}")
+        return dict(PARAMETERS[spec])
+    if not isinstance(spec, dict) or set(spec) - RULE_KEYS:
+        raise ValueError(f"a rule must be a mapping of {', '.join(sorted(RULE_KEYS))}; "
+                         f"got {spec!r}")
+    out = {}
+    if "like" in spec:
+        out.update(rule(spec["like"]))
+    out.update({k: v for k, v in spec.items() if k != "like"})
+    if "type" in out and out["type"] not in _TYPES:
+        raise ValueError(f"rule type {out['type']!r} is not one of {', '.join(_TYPES)}")
+    for sub in ("each", "keys", "values"):
+        if sub in out:
+            out[sub] = rule(out[sub])
+    return out
+
+
+def same(a, b) -> bool:
+    """Equal as parameters: 1 == 1.0, tuples as lists, mappings key by key."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def violation(value, r: dict):
+    """None if ``value`` follows rule ``r`` (a complete rule, :func:`rule`), else a
+    1-tuple holding the offending value (or item, key or value of it; a tuple, so that
+    an offending None is told from no violation)."""
+    if value is None and r.get("nullable"):
+        return None
+    kind = r.get("type")
+    if kind is not None and not _TYPES[kind](value):
+        return (value,)
+    if any(k in r for k in ("min", "max", "above", "finite")):
+        if not _TYPES["number"](value):
+            return (value,)
+        if r.get("finite") and not math.isfinite(value):
+            return (value,)
+        if math.isnan(value) or ("min" in r and value < r["min"]) \
+                or ("max" in r and value > r["max"]) \
+                or ("above" in r and not value > r["above"]):
+            return (value,)
+    if "one_of" in r and not any(same(value, v) for v in r["one_of"]):
+        return (value,)
+    if "min_length" in r or "each" in r:
+        if not isinstance(value, (list, tuple)):
+            return (value,)
+        if len(value) < r.get("min_length", 0):
+            return (value,)
+        for item in value if "each" in r else ():
+            if violation(item, r["each"]) is not None:
+                return (item,)
+    if "keys" in r or "values" in r:
+        if not isinstance(value, dict):
+            return (value,)
+        for k, v in value.items():
+            if "keys" in r and violation(k, r["keys"]) is not None:
+                return (k,)
+            if "values" in r and violation(v, r["values"]) is not None:
+                return (v,)
+    return None
+
+
+def describe(r: dict) -> str:
+    """What rule ``r`` allows, in words (e.g. ``"None or an integer >= 1"``)."""
+    parts = []
+    if r.get("nullable"):
+        parts.append("None or")
+    if "type" in r:
+        word = {"int": "an integer", "float": "a number", "number": "a number",
+                "bool": "True or False", "str": "a string", "list": "a list",
+                "mapping": "a mapping"}[r["type"]]
+        if r.get("finite") and word == "a number":
+            word = "a finite number"
+        parts.append(word)
+    if "above" in r and "max" in r:
+        parts.append(f"in ({r['above']}, {r['max']}]")
+    elif "min" in r and "max" in r:
+        parts.append(f"from {r['min']} to {r['max']}")
+    else:
+        if "min" in r:
+            parts.append(f">= {r['min']}")
+        if "above" in r:
+            parts.append(f"> {r['above']}")
+        if "max" in r:
+            parts.append(f"<= {r['max']}")
+    if "one_of" in r:
+        parts.append("one of " + ", ".join(map(str, r["one_of"])))
+    if "min_length" in r:
+        parts.append(f"with at least {r['min_length']} item(s)")
+    if "each" in r:
+        parts.append("each item " + describe(r["each"]))
+    if "keys" in r:
+        parts.append("keys " + describe(r["keys"]))
+    if "values" in r:
+        parts.append("values " + describe(r["values"]))
+    return " ".join(parts) or "anything"
+
+
+def check(name: str, value, where: str = "", spec=None) -> None:
+    """Raise ``ValueError`` ``"<where><label> must be <what the rule allows>; got
+    <value>"`` unless ``value`` follows the rule of ``name`` (``spec``: another rule or
+    parameter name to use instead)."""
+    r = rule(name if spec is None else spec)
+    if violation(value, r) is None:
+        return
+    label = r.get("label", name)
+    if "one_of" in r and "type" not in r:
+        raise ValueError(f"unknown {where}{label} {value!r}; choose one of: "
+                         f"{', '.join(map(str, r['one_of']))}")
+    raise ValueError(f"{where}{label} must be {describe(r)}; got {value!r}")
+
+
+# ---------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------
+
+def _real_dtype(dtype) -> bool:
+    return (np.issubdtype(dtype, np.number) or dtype == bool) \
+        and not np.issubdtype(dtype, np.complexfloating)
+
+
+def as_csr(X, name: str = "X") -> sp.csr_matrix:
+    """Canonical float64 CSR (sorted indices, no duplicates) of a sparse matrix or 2-D
+    array-like ``X`` of finite real numbers; a canonical float64 CSR input is returned
+    as it is (no copy).
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is not 2-D, holds no real numbers, is empty, or holds NaN or infinite
+        values (the message names ``name`` and what to do).
+    """
+    if sp.issparse(X):
+        if X.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (N x D): a 2-D array or a scipy.sparse "
+                             f"matrix; got shape {X.shape}")
+        if not _real_dtype(X.dtype):
+            raise ValueError(f"{name} must hold real numbers; got dtype {X.dtype}")
+        if X.format == "csr" and X.dtype == np.float64 and X.has_canonical_format:
+            Xc = X
+        else:
+            Xc = sp.csr_matrix(X, dtype=np.float64, copy=True)
+            Xc.sum_duplicates()
+            Xc.sort_indices()
+        data = Xc.data
+    else:
+        try:
+            arr = np.asarray(X)
+        except Exception as exc:  # ragged lists etc.
+            raise ValueError(f"{name} must be 2-D (N x D): a 2-D array or a scipy.sparse "
+                             f"matrix ({exc})") from None
+        if arr.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (N x D): a 2-D array or a scipy.sparse "
+                             f"matrix; got an array of shape {arr.shape}")
+        if not _real_dtype(arr.dtype):
+            raise ValueError(f"{name} must hold real numbers; got dtype {arr.dtype}")
+        data = arr
+        Xc = None
+    N, D = (Xc if Xc is not None else data).shape
+    if N == 0 or D == 0:
+        raise ValueError(f"{name} is empty (shape {N} x {D}: no rows or no columns); need "
+                         "at least one row and one column")
+    if not np.all(np.isfinite(data)):
+        raise ValueError(f"{name} contains non-finite values (NaN or infinite); clean the "
+                         "data first")
+    if Xc is None:
+        Xc = sp.csr_matrix(np.asarray(data, dtype=np.float64))
+        Xc.sort_indices()
+    return Xc
+
+
+def as_labels(y, N: int, name: str = "y") -> np.ndarray:
+    """The class labels ``y`` as int64 ``(N,)``: integers, or floats with integral
+    values (as scikit-learn's classifiers accept them).
+
+    Raises
+    ------
+    ValueError
+        If ``y`` is not 1-D with ``N`` labels, or holds non-integral or non-numeric
+        values.
+    """
+    arr = np.asarray(y)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array of labels, shape (N,) = ({N},); got "
+                         f"shape {arr.shape}")
+    if arr.shape[0] != N:
+        raise ValueError(f"{name} has {arr.shape[0]} labels but its X has {N} rows; they "
+                         f"must match (shape (N,) = ({N},))")
+    if np.issubdtype(arr.dtype, np.integer):
+        return arr.astype(np.int64)
+    if np.issubdtype(arr.dtype, np.floating):
+        if np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            return arr.astype(np.int64)
+    raise ValueError(f"{name} must hold integer class labels 0..K-1; got dtype {arr.dtype}"
+                     + (" with non-integer values" if arr.dtype.kind == "f" else ""))
+
+
+def check_label_range(y: np.ndarray, K: int, name: str = "y", hint: str = "") -> None:
+    """Raise ``ValueError`` unless every label of ``y`` (int64, not empty) lies in
+    ``0..K-1``; ``hint`` ends the message (what to do)."""
+    lo, hi = int(y.min()), int(y.max())
+    if lo < 0 or hi >= K:
+        raise ValueError(f"labels in {name} must lie in 0..K-1 = 0..{K - 1}; found values "
+                         f"in {lo}..{hi}" + hint)
