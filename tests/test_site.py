@@ -52,6 +52,54 @@ def test_every_page_is_built(built):
     assert len(imgs) >= 1 and all((out / i).stat().st_size > 10_000 for i in imgs)
 
 
+def _text(html_page: str) -> str:
+    import html
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html_page)))
+
+
+def test_the_api_reference_is_rendered_from_the_docstrings(built):
+    import inspect
+
+    from scalable_softmax.evaluate import evaluate
+    from scalable_softmax.fit import fit
+    from scalable_softmax.methods import METHODS
+    from scalable_softmax.protocols import fit_kwargs
+    out, _ = built
+    page = (out / "docs" / "api.html").read_text()
+    for obj in ("fit.fit", "fit.FitResult", "evaluate.evaluate", "data.load_dataset",
+                "protocols.PROTOCOLS", "protocols.fit_kwargs", "protocols.resolve",
+                "estimator.SoftmaxSGDClassifier", "estimator.SoftmaxSGDClassifier.fit",
+                "estimator.SoftmaxSGDClassifier.partial_fit", "methods.get_trainer_class",
+                "kernels.csr_arrays"):
+        assert f'id="scalable_softmax.{obj}"' in page, obj
+    text = _text(page)
+    # the words come from the docstrings (napoleon renders their numpydoc sections)
+    for f in (fit, evaluate, fit_kwargs):
+        first = " ".join(inspect.getdoc(f).split("\n")[0].split())
+        first = re.sub(r":(func|meth):`([^`~]+)`", r"\2()", first)      # as Sphinx shows them
+        first = re.sub(r":\w+:`([^`~]+)`", r"\1", first).replace("``", "")
+        assert re.sub(r"\s+", "", first) in re.sub(r"\s+", "", text), f.__name__
+    assert "Parameters" in text and "Returns" in text
+    # the method table: every registered name with its trainer class
+    for name, target in METHODS.items():
+        assert f'"{name}"' in text and target.split(":")[1] in text, name
+    # the README's contents (the front page) link to it
+    assert 'href="docs/api.html"' in (out / "index.html").read_text()
+
+
+def test_the_method_table_lists_every_method_and_its_facts():
+    from scalable_softmax.methods import METHODS, get_trainer_class
+    lines = site_mod.method_table()
+    assert lines[0] == ".. list-table::"
+    rows = "\n".join(lines).split("\n   * - ")[1:]
+    assert len(rows) == len(METHODS) + 1                     # a header, a row per method
+    for row, (name, target) in zip(rows[1:], METHODS.items()):
+        cells = [c.strip() for c in row.split("\n     - ")]
+        assert cells[0] == f'``"{name}"``' and cells[1].endswith(f'.{target.split(":")[1]}``')
+        cls = get_trainer_class(name)
+        assert cells[2] == ("yes" if cls.has_u else "no")
+        assert str(cls.default_batch_size) in cells and cells[-1].endswith(".")
+
 def test_every_internal_link_anchor_and_image_resolves(built):
     out, _ = built
     assert site_mod.check_links(out) == []

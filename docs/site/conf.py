@@ -13,7 +13,7 @@ author = "the scalable_softmax authors"
 release = version = scalable_softmax.__version__
 copyright = "the scalable_softmax authors (MIT licence)"
 
-extensions = ["myst_nb"]
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
 root_doc = "index"
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 
@@ -31,3 +31,32 @@ html_title = "Unbiased scalable softmax: a reproducible notebook collection"
 html_show_sourcelink = False
 html_copy_source = False
 html_last_updated_fmt = None
+
+# the API reference (docs/api.md): docstrings in numpydoc style, read by napoleon
+napoleon_google_docstring = False
+napoleon_numpy_docstring = True
+napoleon_use_rtype = False
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_default_options = {"show-inheritance": False}
+
+
+def setup(app):
+    """The ``method-table`` directive of docs/api.md: the registered methods and the
+    facts their trainer classes declare
+    (:func:`scalable_softmax.repro.site.method_table`)."""
+    from docutils import nodes
+    from docutils.statemachine import StringList
+    from sphinx.util.docutils import SphinxDirective
+
+    from scalable_softmax.repro.site import method_table
+
+    class MethodTable(SphinxDirective):
+        def run(self):
+            box = nodes.container()
+            self.state.nested_parse(StringList(method_table(), source="method-table"),
+                                    self.content_offset, box)
+            return box.children
+
+    app.add_directive("method-table", MethodTable)
+    return {"parallel_read_safe": True}

@@ -111,7 +111,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
     Attributes
     ----------
     classes_ : ndarray (K,), the class labels, sorted.
-    coef_ : ndarray (K, n_features_in_), one weight row per class.
+    coef_ : ndarray (K, ``n_features_in_``), one weight row per class.
     intercept_ : ndarray (K,), zeros when ``fit_intercept=False``.
     n_features_in_ : int.
     result_ : :class:`scalable_softmax.fit.FitResult` of the last :meth:`fit` or

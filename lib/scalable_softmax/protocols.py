@@ -3,7 +3,7 @@
 The paper's published Table 3, Figure 1 and Table 2 were produced by the authors'
 experiment code (December 2017), which does not follow the paper's text in several
 ways that each change the 50-epoch log-loss a lot. A protocol names one complete set of
-conventions, so that
+conventions, so that ::
 
     fit(X, y, method, lr, K=K, epochs=50, **fit_kwargs(protocol, method))
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from scalable_softmax import paths
 
 __all__ = ["stage", "build", "check_links", "screenshots", "LinkProblem", "SITE",
-           "SITE_SRC", "SCREENSHOTS"]
+           "SITE_SRC", "SCREENSHOTS", "method_table"]
 
 SITE = paths.BUILD / "site"
 SITE_SRC = paths.BUILD / "site-src"
@@ -253,6 +253,54 @@ def stage(src: Path = SITE_SRC, profile: str = "full", executed_dirs=None,
         if kept != text:
             page.write_text(kept, encoding="utf-8")
     return staged
+
+
+#: the class attributes of a trainer shown in the API page's method table (the facts
+#: :class:`~scalable_softmax.methods.base.Trainer` documents), with their headings; a
+#: fact the base class does not declare is left out
+METHOD_FACTS = (("has_u", "has ``u``"), ("exact_u", "exact ``u``"),
+                ("full_batch", "full batch"), ("minibatch", "minibatches"),
+                ("takes_ridge", "ridge"), ("partial_fit", "``partial_fit``"),
+                ("default_batch_size", "default ``batch_size``"),
+                ("default_n_sampled", "default ``n_sampled``"))
+
+
+def _first_sentence(doc: str) -> str:
+    para = " ".join(doc.strip().split("\n\n")[0].split())
+    cut = re.search(r"\.(\s|$)", para)
+    return para[:cut.start() + 1] if cut else para
+
+
+def method_table() -> list[str]:
+    """The API page's table of methods as reStructuredText lines (a ``list-table``): per
+    name of :data:`scalable_softmax.methods.METHODS`, its trainer class, the facts of
+    :data:`METHOD_FACTS` the class declares and the first sentence of its docstring.
+    The ``method-table`` directive of ``docs/site/conf.py`` renders it."""
+    import inspect
+
+    from scalable_softmax.methods import METHODS, get_trainer_class
+    from scalable_softmax.methods.base import Trainer
+
+    facts = [(a, h) for a, h in METHOD_FACTS if hasattr(Trainer, a)]
+
+    def cell(v):
+        if v is None:
+            return "-"
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        return f"``{v}``" if isinstance(v, str) else str(v)
+
+    head = ["method", "trainer", *(h for _, h in facts), "what it is"]
+    lines = [".. list-table::", "   :header-rows: 1", ""]
+    lines += [f"   {'*' if i == 0 else ' '} - {h}" for i, h in enumerate(head)]
+    for name, target in METHODS.items():
+        cls = get_trainer_class(name)
+        module, qual = target.split(":")
+        row = [f"``{name!r}``".replace("'", '"'), f"``{module.rsplit('.', 1)[1]}.{qual}``",
+               *(cell(getattr(cls, attr)) for attr, _ in facts),
+               _first_sentence(inspect.getdoc(cls) or "")]
+        lines += [f"   {'*' if i == 0 else ' '} - {c}" for i, c in enumerate(row)]
+    return lines + [""]
 
 
 # ---------------------------------------------------------------------------
