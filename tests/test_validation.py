@@ -76,3 +76,21 @@ def test_a_non_canonical_matrix_gives_what_its_canonical_form_gives():
     W = np.random.default_rng(0).standard_normal((K, X.shape[1]))
     assert validation.as_csr(Xc) is Xc
     assert evaluate(messy, y, W).log_loss == evaluate(Xc, y, W).log_loss
+
+
+def test_the_notebooks_conventions_are_the_librarys_defaults():
+    """A notebook's parameters cell holds literals (papermill), so its lr_decay, u_init
+    and order are checked against the one table of defaults (protocols.LIBRARY_DEFAULTS,
+    STUDY_DEFAULTS for the runs' u = log K) instead of being derived from it."""
+    from scalable_softmax import paths
+    from scalable_softmax.protocols import LIBRARY_DEFAULTS, STUDY_DEFAULTS
+
+    seen = 0
+    for path in sorted(paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")):
+        full = runner.load_params(path.stem, "full")
+        for key in LIBRARY_DEFAULTS:
+            if key in full:
+                seen += 1
+                assert full[key] in (LIBRARY_DEFAULTS[key], STUDY_DEFAULTS[key]), \
+                    f"params/{path.stem}.yaml: {key} = {full[key]!r}"
+    assert seen >= 4

@@ -26,6 +26,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from scalable_softmax.protocols import LIBRARY_DEFAULTS
+
 __all__ = ["replay", "REPLAY_METHODS", "log10_bound", "NOTEBOOK_REPLAYS", "overflow_runs",
            "u_init_runs", "largest_stable_rates", "replay_runs", "gradient_table",
            "plot_divergence", "plot_histograms", "plot_raman", "summary"]
@@ -55,7 +57,8 @@ def log10_bound(K, xnorm, delta0):
     return (math.log(K - 1) + delta0) / _LN10 + np.log10(xnorm)
 
 
-def replay(X, y, K, method, lr, epochs=1, lr_decay=0.9, delta0=1.0, seed=0):
+def replay(X, y, K, method, lr, epochs=1, lr_decay=LIBRARY_DEFAULTS["lr_decay"], delta0=1.0,
+           seed=0):
     """Run explicit SGD step by step and record the gradient magnitude of every step.
 
     Parameters
@@ -174,7 +177,7 @@ NOTEBOOK_REPLAYS = ("vanilla", "umax", "raman-vanilla", "raman-umax")
 
 def overflow_runs(X, y, K, methods, lrs, *, epochs, seed=0, u_init=None, progress=True,
                   desc="section 1 fits"):
-    """``fit(X, y, method, lr, epochs, lr_decay=0.9)`` for every method and rate (W = 0;
+    """``fit(X, y, method, lr, epochs)`` (fit's lr_decay) for every method and rate (W = 0;
     u = 0 unless ``u_init`` is given; shuffled order with ``seed``): did the run
     overflow, where, and its final train log-loss.
 
@@ -197,7 +200,7 @@ def overflow_runs(X, y, K, methods, lrs, *, epochs, seed=0, u_init=None, progres
             t0 = time.perf_counter()
             with warnings.catch_warnings():   # the divergence is the finding: recorded below
                 warnings.simplefilter("ignore", DivergenceWarning)
-                res = fit(X, y, method, lr, epochs=epochs, lr_decay=0.9, seed=seed, K=K,
+                res = fit(X, y, method, lr, epochs=epochs, seed=seed, K=K,
                           eval_epochs=[0, epochs], progress=False, **extra)
             ep, st = res.diverged_at if res.diverged else (np.nan, np.nan)
             records.append(dict(

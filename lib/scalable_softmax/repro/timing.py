@@ -29,6 +29,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from scalable_softmax.protocols import LIBRARY_DEFAULTS
+
 __all__ = ["synthetic_sparse", "epoch_seconds", "time_fit", "rows_for_target",
            "loglog_slope", "cpu_model", "machine_info", "RUNS_COLUMNS", "SCAN_COLUMNS", "scan_columns",
            "start_rate", "scan_weight_gb", "time_reference", "time_datasets",
@@ -320,7 +322,8 @@ def scan_weight_gb(Ks, n_features, max_weight_gb):
 
 
 def time_reference(X, y, K, *, method="softmax-sgd", lr=0.1, target_seconds=1.0,
-                   pilot_rows=100, epochs=3, seed=0, lr_decay=0.9):
+                   pilot_rows=100, epochs=3, seed=0,
+                   lr_decay=LIBRARY_DEFAULTS["lr_decay"]):
     """Time the O(KD) reference method on a row subset sized by a one-epoch pilot.
 
     The pilot runs one epoch on ``pilot_rows`` rows; the timed run then uses the first
@@ -336,7 +339,7 @@ def time_reference(X, y, K, *, method="softmax-sgd", lr=0.1, target_seconds=1.0,
 
 def time_datasets(datasets, methods, *, reference="softmax-sgd", reference_options=None,
                   learning_rate="paper", u_init="logK", lr_retries=4, epochs=3, seed=0,
-                  lr_decay=0.9, progress=True):
+                  lr_decay=LIBRARY_DEFAULTS["lr_decay"], progress=True):
     """Part 1 of notebook 07: time every method and then the reference on each data set,
     back to back, the data set loaded once.
 
@@ -428,7 +431,8 @@ def machine_note(machine):
 
 
 def scan_k(Ks, methods, *, n_rows, n_features, nnz_per_row, lr, reference="softmax-sgd",
-           reference_options=None, epochs=3, seed=0, lr_decay=0.9, progress=True):
+           reference_options=None, epochs=3, seed=0, lr_decay=LIBRARY_DEFAULTS["lr_decay"],
+           progress=True):
     """Part 2 of notebook 07: seconds per datapoint as ``K`` grows, on
     :func:`synthetic_sparse` data (the same seed at every ``K``), the methods back to
     back at one rate ``lr``; the reference through :func:`time_reference`.
