@@ -72,34 +72,45 @@ class FitResult:
 
     Attributes
     ----------
-    W : ndarray (K, D), the final weights (for a diverged run: the parameters where
-        training stopped, usually the last finite iterate).
-    u : ndarray (N,) or None, the double-sum variables of methods that have them.
-    history : pandas.DataFrame, one row per completed epoch (epoch 0 = the initial
-        point) with columns ``epoch``, ``steps`` (cumulative), ``seconds``
-        (cumulative training time, evaluation and compilation excluded), ``lr``
-        (learning rate used during that epoch; NaN for epoch 0), ``evaluated``,
-        ``diverged`` and, for every evaluation set ``<set>``, ``<set>_log_loss``,
-        ``<set>_error``, ``<set>_defective`` (NaN where not evaluated). Use
-        ``history[history.evaluated]`` for the evaluated epochs.
-    diverged_at : None, or ``(epoch, step)``: the (1-based) epoch and the 0-based step
-        within it where training stopped on a non-finite value (``step = -1`` when
-        the non-finite value was found by the end-of-epoch checks).
-    diverged_reason : None, or a sentence saying what was not finite (e.g. "a non-finite
-        update at step 3", "the log-loss on the 'train' set is inf"); None in files saved
-        before it was recorded.
+    W : ndarray, shape (K, D)
+        The final weights (for a diverged run: the parameters where training stopped,
+        usually the last finite iterate).
+    u : ndarray, shape (N,), or None
+        The double-sum variables of methods that have them.
+    history : pandas.DataFrame
+        One row per completed epoch (epoch 0 = the initial point) with columns
+        ``epoch``, ``steps`` (cumulative), ``seconds`` (cumulative training time,
+        evaluation and compilation excluded), ``lr`` (learning rate used during that
+        epoch; NaN for epoch 0), ``evaluated``, ``diverged`` and, for every evaluation
+        set ``<set>``, ``<set>_log_loss``, ``<set>_error``, ``<set>_defective`` (NaN
+        where not evaluated). Use ``history[history.evaluated]`` for the evaluated
+        epochs.
+    diverged_at : tuple or None
+        ``(epoch, step)``: the (1-based) epoch and the 0-based step within it where
+        training stopped on a non-finite value (``step = -1`` when the non-finite value
+        was found by the end-of-epoch checks).
+    diverged_reason : str or None
+        A sentence saying what was not finite (e.g. "a non-finite update at step 3",
+        "the log-loss on the 'train' set is inf"); None in files saved before it was
+        recorded.
     method : str
-    params : dict, the call's arguments (arrays replaced by their shapes), with ``K``,
-        ``N``, ``D`` and the resolved ``eval_epochs``.
-    extra : pandas.DataFrame, one row per epoch run: ``epoch`` and the method's
-        counters (``EpochReport.extra``, e.g. ``u_resets``).
-    timings : dict, wall seconds of the call split into ``setup`` (validation,
-        trainer construction, initialisation and kernel compilation), ``train`` (the
-        epochs, as ``history.seconds``), ``eval`` (the monitoring evaluations) and
-        ``total`` (the whole call; ``total - setup - train - eval`` is bookkeeping).
-    intercept : ndarray (K,) or None, the per-class intercepts ``b_k`` of a fit with
-        ``fit_intercept=True`` (scores ``x . w_k + b_k``); None otherwise.
-    library_version : str, the version of ``scalable_softmax`` that trained the model.
+        The method trained.
+    params : dict
+        The call's arguments (arrays replaced by their shapes), with ``K``, ``N``,
+        ``D`` and the resolved ``eval_epochs``.
+    extra : pandas.DataFrame
+        One row per epoch run: ``epoch`` and the method's counters
+        (``EpochReport.extra``, e.g. ``u_resets``).
+    timings : dict
+        Wall seconds of the call split into ``setup`` (validation, trainer
+        construction, initialisation and kernel compilation), ``train`` (the epochs,
+        as ``history.seconds``), ``eval`` (the monitoring evaluations) and ``total``
+        (the whole call; ``total - setup - train - eval`` is bookkeeping).
+    intercept : ndarray, shape (K,), or None
+        The per-class intercepts ``b_k`` of a fit with ``fit_intercept=True`` (scores
+        ``x . w_k + b_k``); None otherwise.
+    library_version : str
+        The version of ``scalable_softmax`` that trained the model.
 
     Using the model: :meth:`decision_function` (scores), :meth:`predict_proba`
     (softmax probabilities), :meth:`predict` (class indices ``0..K-1``); :meth:`save`
@@ -774,52 +785,74 @@ def fit(X, y, method, lr, epochs=50, lr_decay=None, mu=0.0, batch_size=None,
 
     Parameters
     ----------
-    X : scipy.sparse matrix or 2-D array (N, D), finite values (converted once to
-        canonical float64 CSR). y : integer labels (N,) in ``0..K-1``.
-    method : str, a key of :data:`scalable_softmax.methods.METHODS` (``"vanilla"``,
-        ``"umax"``, ``"raman"``, ``"implicit"``, ...).
-    lr : float > 0, the initial learning rate in the per-datapoint units of
-        docs/math.md section 2 (the paper's Table 2 values apply as published); None
-        for the full-batch methods (``exact``, ``bouchard``, ``ove-exact``).
-    epochs : int >= 1; for the full-batch methods a cap: they stop after the epoch in
-        which L-BFGS converged (or stopped for good), the history ends with that epoch
-        (evaluated when a later epoch was to be) and ``params["stopped_at_epoch"]``
-        says which it was.
-        lr_decay : float in (0, 1] or None (0.9, or the protocol's); epoch ``e`` runs at
-        ``lr * lr_decay**(e-1)``. mu : float >= 0, ridge parameter.
-    batch_size, n_sampled : datapoints per step and classes per datapoint (None: the
-        protocol's, else the method's default). seed : int >= 0; the same seed gives
-        bit-identical results.
-    order : ``"shuffle"`` (a fresh permutation each epoch; the default), ``"uniform"``
-        (N draws with replacement), ``"file"`` (``0..N-1``) or None (the protocol's,
-        else ``"shuffle"``).
-    eval_epochs : epochs in ``0..epochs`` to evaluate (0 = the initial point); default
+    X : scipy.sparse matrix or 2-D array, shape (N, D)
+        Finite values (converted once to canonical float64 CSR).
+    y : array of int, shape (N,)
+        Labels in ``0..K-1``.
+    method : str
+        A key of :data:`scalable_softmax.methods.METHODS` (``"vanilla"``, ``"umax"``,
+        ``"raman"``, ``"implicit"``, ...).
+    lr : float > 0 or None
+        The initial learning rate in the per-datapoint units of docs/math.md section 2
+        (the paper's Table 2 values apply as published); None for the full-batch
+        methods (``exact``, ``bouchard``, ``ove-exact``).
+    epochs : int >= 1
+        For the full-batch methods a cap: they stop after the epoch in which L-BFGS
+        converged (or stopped for good), the history ends with that epoch (evaluated
+        when a later epoch was to be) and ``params["stopped_at_epoch"]`` says which it
+        was.
+    lr_decay : float in (0, 1] or None
+        0.9, or the protocol's; epoch ``e`` runs at ``lr * lr_decay**(e-1)``.
+    mu : float >= 0
+        Ridge parameter.
+    batch_size, n_sampled : int or None
+        Datapoints per step and classes per datapoint (None: the protocol's, else the
+        method's default).
+    seed : int >= 0
+        The same seed gives bit-identical results.
+    order : {"shuffle", "uniform", "file"} or None
+        ``"shuffle"`` (a fresh permutation each epoch; the default), ``"uniform"`` (N
+        draws with replacement), ``"file"`` (``0..N-1``) or None (the protocol's, else
+        ``"shuffle"``).
+    eval_epochs : list of int, optional
+        Epochs in ``0..epochs`` to evaluate (0 = the initial point); default
         :func:`default_eval_epochs`; ``[]`` evaluates nothing.
-    eval_sets : dict name -> (X, y), default ``{"train": (X, y)}``; eval_rows : int,
-        evaluate a fixed subsample (seeded by ``seed``) of this many rows of each set.
-    progress : bool, show a progress bar over epochs (cleared at the end).
-    on_epoch : None or a callable ``on_epoch(e)`` called after each epoch ``e``; an
-        exception it raises stops training (a cancelled sweep's run stops this way).
-    u_init : ``"zero"`` (the default), ``"logK"``, ``"exact"`` (the optimum ``u_i*(W)``
-        of the initial weights: the natural start of a warm start, for the methods whose
+    eval_sets : dict, optional
+        Name -> (X, y), default ``{"train": (X, y)}``.
+    eval_rows : int, optional
+        Evaluate a fixed subsample (seeded by ``seed``) of this many rows of each set.
+    progress : bool
+        Show a progress bar over epochs (cleared at the end).
+    on_epoch : callable or None
+        ``on_epoch(e)`` called after each epoch ``e``; an exception it raises stops
+        training (a cancelled sweep's run stops this way).
+    u_init : {"zero", "logK", "exact"} or None
+        ``"zero"`` (the default), ``"logK"``, ``"exact"`` (the optimum ``u_i*(W)`` of the
+        initial weights: the natural start of a warm start, for the methods whose
         ``Trainer.exact_u`` is set) or None (the protocol's, else ``"zero"``), for the
         double-sum methods.
-    protocol : None or a name of :data:`scalable_softmax.protocols.PROTOCOLS`
-        (``"authors-code"``, ``"authors-code-1pass"``, ``"paper-text"``; defined for
-        the paper's six methods): supplies the defaults of the conventions above.
-    K : int >= 2, number of classes (default ``max(y) + 1``).
-    fit_intercept, intercept_scaling : learn a per-class intercept ``b_k`` through a
-        constant feature of value ``intercept_scaling`` (> 0) appended to every row; the
-        ridge ``mu`` shrinks it too (less so for a larger ``intercept_scaling``).
-    init_W, init_intercept : start from these weights (K, D) and intercepts (K,)
-        instead of 0 (a warm start, e.g. ``previous.W``).
-    **method_options : passed to the trainer (e.g. ``delta0`` for ``umax``); unknown
-        options raise ``ValueError``.
+    protocol : str or None
+        A name of :data:`scalable_softmax.protocols.PROTOCOLS` (``"authors-code"``,
+        ``"authors-code-1pass"``, ``"paper-text"``; defined for the paper's six
+        methods): supplies the defaults of the conventions above.
+    K : int >= 2, optional
+        Number of classes (default ``max(y) + 1``).
+    fit_intercept, intercept_scaling : bool, float
+        Learn a per-class intercept ``b_k`` through a constant feature of value
+        ``intercept_scaling`` (> 0) appended to every row; the ridge ``mu`` shrinks it
+        too (less so for a larger ``intercept_scaling``).
+    init_W, init_intercept : ndarray, optional
+        Start from these weights (K, D) and intercepts (K,) instead of 0 (a warm start,
+        e.g. ``previous.W``).
+    **method_options
+        Passed to the trainer (e.g. ``delta0`` for ``umax``); unknown options raise
+        ``ValueError``.
 
     Returns
     -------
-    FitResult. A run that diverges (see the module's notes) stops, issues a
-    :class:`DivergenceWarning` and returns with ``FitResult.diverged`` True.
+    FitResult
+        A run that diverges (see the module's notes) stops, issues a
+        :class:`DivergenceWarning` and returns with ``FitResult.diverged`` True.
 
     Raises
     ------
