@@ -32,8 +32,8 @@ start and at the end is in the result file).
 
 Usage: ``python benchmarks/bench_full_batch_sklearn.py [--quick] [--repeats R]
 [--data bibtex mnist]``; results in ``benchmarks/results/full_batch_sklearn.{json,md}``
-(``--quick``: 1,000 rows of each, ``full_batch_sklearn-quick.*``), rewritten after each
-data set.
+(``--quick``: 1,000 rows of each, ``full_batch_sklearn-quick.*``; ``--data mnist``:
+``full_batch_sklearn-mnist.*``), rewritten after each data set.
 """
 from __future__ import annotations
 
@@ -173,7 +173,8 @@ def main(argv=None):
         out["data"][name] = rec
         # written after each data set (a long run cut short keeps what it measured)
         out["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
-        stem = "full_batch_sklearn-quick" if args.quick else "full_batch_sklearn"
+        stem = "full_batch_sklearn" + ("" if args.data == ["bibtex", "mnist"] else
+                                       "-" + "-".join(args.data)) + ("-quick" if args.quick else "")
         write_atomic(RESULTS / f"{stem}.json", json.dumps(out, indent=1, default=float))
         md = report(out)
         write_atomic(RESULTS / f"{stem}.md", md)
