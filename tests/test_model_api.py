@@ -16,7 +16,7 @@ from scalable_softmax import __version__
 from scalable_softmax import objectives as ob
 from scalable_softmax import paths
 from scalable_softmax.fit import FORMAT_NAME, FitResult, fit
-from scalable_softmax.methods import METHODS
+from scalable_softmax.methods import METHODS, get_trainer_class
 
 
 
@@ -156,31 +156,49 @@ def test_warm_start_begins_at_the_given_weights(method):
     b0 = rng.standard_normal(K)
     res = fit(X, y, method, _lr(method, 1e-12), epochs=1, progress=False, fit_intercept=True,
               init_W=W0, init_intercept=b0, eval_epochs=[0], lr_decay=1.0,
-              **({"iters_per_epoch": 1} if METHODS[method].endswith(
-                  ("ExactTrainer", "BouchardTrainer")) else {}))
+              **({"iters_per_epoch": 1} if get_trainer_class(method).full_batch else {}))
     S = ob.scores(X, W0) + b0
     nll = np.mean(np.log(np.exp(S).sum(1)) - S[np.arange(len(y)), y])
     assert res.history.train_log_loss.iloc[0] == pytest.approx(nll, rel=1e-6)
     assert res.params["warm_start"] is True
-    if not METHODS[method].split(":")[1] in ("ExactTrainer", "BouchardTrainer",
-                                             "OVEExactTrainer"):
+    if not get_trainer_class(method).full_batch:
         # a step at lr = 1e-12 barely moves the weights (L-BFGS steps are not lr-bound)
         np.testing.assert_allclose(res.W, W0, atol=1e-6)
         np.testing.assert_allclose(res.intercept, b0, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", ["vanilla", "umax", "implicit", "implicit-batch",
-                                    "raman"])
+@pytest.mark.parametrize("method", [m for m in sorted(METHODS)
+                                    if get_trainer_class(m).exact_u is not None])
 def test_u_init_exact_is_the_optimum_of_the_initial_weights(method):
     X, y, K = _data(N=90, D=4, K=5, seed=4)
     W0 = np.random.default_rng(6).standard_normal((K, 4))
     res = fit(X, y, method, 1e-12, epochs=1, progress=False, init_W=W0,
               u_init="exact", eval_epochs=[], lr_decay=1.0)
     target = ob.u_star(X, y, W0)
-    if method == "raman":
+    if get_trainer_class(method).exact_u == "raman":
         target = ob.raman_u_star(X, y, W0)
     np.testing.assert_allclose(res.u, target, rtol=1e-6, atol=1e-8)
     assert res.params["u_init"] == "exact"
+
+
+def test_every_method_declares_its_facts():
+    """fit and the estimator read these class attributes instead of method names."""
+    exact = {m for m in METHODS if get_trainer_class(m).exact_u is not None}
+    assert exact == {"vanilla", "umax", "raman", "implicit", "implicit-batch"}
+    for m in METHODS:
+        cls = get_trainer_class(m)
+        assert cls.name == m
+        assert cls.exact_u in (None, "softmax", "raman")
+        assert cls.has_u or cls.exact_u is None
+        assert not (cls.full_batch and cls.minibatch)
+        assert isinstance(cls.takes_ridge, bool) and isinstance(cls.partial_fit, bool)
+        pool = cls.max_n_sampled(10, {})
+        assert pool is None or pool in (9, 10)
+    assert get_trainer_class("raman").exact_u == "raman"
+    assert get_trainer_class("implicit-batch").max_n_sampled(3, {}) is None
+    assert get_trainer_class("ove").max_n_sampled(10, {"shared_negatives": True}) == 10
+    assert {m for m in METHODS if get_trainer_class(m).full_batch} == \
+        {"exact", "bouchard", "ove-exact"}
 
 
 def test_u_init_exact_at_zero_weights_is_log_K():
