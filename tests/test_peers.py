@@ -582,6 +582,22 @@ def test_log_axis_ticks_label_a_short_log_axis():
     plt.close(fig)
 
 
+def test_curve_figure_marks_and_names_a_point_far_past_the_cap():
+    import matplotlib
+    matplotlib.use("Agg")
+    curves = pd.DataFrame(dict(dataset="a", method="sklearn-lbfgs", seconds=[0.0, 1.8],
+                               max_iter=[0, 1], test_log_loss=[3.0, 2.0]))
+    ttq = P.time_to_quality(curves, [0.05])
+    fig = P.curve_figure(curves, ttq, "test_log_loss", "t", datasets=["a"],
+                         methods=["sklearn-lbfgs"], shown={"a": "A"},
+                         shapes=pd.DataFrame(dict(K=[4], N=[10]), index=["a"]),
+                         caps={"a": 1}, tolerances=[0.05])
+    ax = fig.axes[0]
+    assert "sklearn lbfgs (hollow): one fit (max_iter=1) took 1.8 s" in ax.get_title()
+    hollow = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "white"]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [1.8]
+
+
 def test_curve_figure_draws_one_panel_per_data_set():
     import matplotlib
     matplotlib.use("Agg")
@@ -594,6 +610,9 @@ def test_curve_figure_draws_one_panel_per_data_set():
                          methods=["umax", "sklearn-lbfgs", "torch-sgd"], shown={"a": "A"},
                          shapes=shapes, caps={"a": 1}, tolerances=[0.05])
     ax = fig.axes[0]
-    assert [line.get_label() for line in ax.get_lines()] == ["U-max", "sklearn lbfgs"]
+    assert [line.get_label() for line in ax.get_lines()] == [
+        "U-max", "sklearn lbfgs", "the time cap (runs stop at\nthe first epoch/fit past it)"]
     assert ax.get_lines()[1].get_linestyle() == "--"
+    assert list(ax.get_lines()[2].get_xdata()) == [1, 1]      # the cap, a vertical line
+    assert "\n" in ax.get_title() and "hollow" not in ax.get_title()
     assert len([v for v in ax.get_yticks() if 2.0 <= v <= 4.0]) >= 3

@@ -118,10 +118,12 @@ def test_ratio_dots_draw_one_point_per_series_and_method():
     assert ys == [1.0, 2.0, 2.0, 4.0] and axes[0].get_yscale() == "log"
     assert [ln.get_marker() for ln in lines] == ["o", "s"]
     assert axes[1].get_title() == "Average over the data sets"
-    # the method names are the style's, in the method's colour
+    # the method names are the style's, in the method's colour darkened for text
     ticks = axes[0].get_xticklabels()
     assert [t.get_text() for t in ticks] == ["OVE", "Implicit SGD"]
-    assert matplotlib.colors.same_color(ticks[1].get_color(), "#D55E00")
+    from scalable_softmax.repro import style
+    assert matplotlib.colors.same_color(ticks[1].get_color(), style.text_color("implicit"))
+    assert matplotlib.colors.same_color(ticks[0].get_color(), style.text_color("ove"))
     assert not axes[0].patches                                  # points, never bars
     plt.close(fig)
     # a non-finite ratio is left out, not drawn at the axis edge

@@ -183,3 +183,21 @@ def test_no_warning_in_an_executed_notebook_with_progress_bars(tmp_path):
     assert any("image/png" in o.get("data", {}) for o in outputs)
     assert not any("<Figure" in "".join(o.get("data", {}).get("text/plain", ""))
                    for o in outputs if "image/png" not in o.get("data", {}))
+
+
+def test_text_color_reaches_a_readable_contrast_and_keeps_dark_colours():
+    from matplotlib.colors import to_rgb
+    for m in style.METHODS:
+        c = style.text_color(m)
+        assert 1.05 / (style._luminance(to_rgb(c)) + 0.05) >= 4.5, (m, c)
+    # U-max's blue is dark enough already; vanilla's sky blue is darkened, same hue
+    assert style.text_color("umax").lower() == style.color("umax").lower()
+    r, g, b = to_rgb(style.text_color("vanilla"))
+    r0, g0, b0 = to_rgb(style.color("vanilla"))
+    assert b < b0 and abs(r / b - r0 / b0) < 0.02
+
+
+def test_the_implicit_variants_differ_in_colour_line_and_marker():
+    names = ("implicit", "implicit-batch", "implicit-batch-5")
+    for part in ("color", "marker", "linestyle"):
+        assert len({getattr(style.METHODS[m], part) for m in names}) == 3, part

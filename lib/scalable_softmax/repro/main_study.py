@@ -232,10 +232,15 @@ def named_histories(results, shapes: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_figure1(hist: pd.DataFrame, summary: pd.DataFrame, shapes: pd.DataFrame, methods):
-    """The paper's Figure 1: a row per data set, each method at its ``used`` rate, the
-    mean over seeds (line) and range (band) of the exact log-loss (left) and of what the
-    original code plotted (right: the defective metric for OVE, NCE and IS)."""
+    """The paper's Figure 1: a row per data set, each method at its ``used`` rate (the
+    rates are in notebook 02's summary table), the mean over seeds (line) and range
+    (band) of the exact log-loss (left) and of what the original code plotted (right: the
+    defective metric for OVE, NCE and IS). One legend for the figure (with each method's
+    rate when there is one data set); the left column's
+    log axes run between powers of ten, labelled as such, the right column's (under two
+    decades) carry plain numbers."""
     import matplotlib.pyplot as plt
+    import matplotlib.ticker as mt
 
     from scalable_softmax.repro import style
 
@@ -250,21 +255,34 @@ def plot_figure1(hist: pd.DataFrame, summary: pd.DataFrame, shapes: pd.DataFrame
     hist_def.loc[biased, "train_log_loss"] = hist_def.loc[biased, "train_defective"]
     bands_def = rp.curve_bands(hist_def, "train_log_loss")
     fig, axes = plt.subplots(len(datasets), 2, figsize=(style.FIG_WIDTH,
-                                                        0.6 + 1.75 * len(datasets)),
+                                                        1.1 + 1.6 * len(datasets)),
                              squeeze=False, sharex=True)
+    shown = []
     for i, d in enumerate(datasets):
         lrs = {m: lr_used[(d, m)] for m in methods if (d, m) in lr_used}
+        shown += [m for m in lrs if m not in shown]
         for j, b in enumerate((bands, bands_def)):
             ax = axes[i, j]
             rp.plot_curves(ax, b, d, [m for m in methods if m in lrs], lr_of=lrs)
-            style.log_ticks(ax)
+            if j == 0:
+                lo, hi = ax.dataLim.y0, ax.dataLim.y1       # the data, not the margins
+                ax.set_ylim(10 ** np.floor(np.log10(lo)), 10 ** np.ceil(np.log10(hi)))
+                ax.yaxis.set_major_locator(mt.LogLocator(base=10, numticks=6))
+                ax.yaxis.set_major_formatter(mt.LogFormatterSciNotation())
+                ax.yaxis.set_minor_formatter(mt.NullFormatter())
+            else:
+                style.log_ticks(ax)
             if i < len(datasets) - 1:
                 ax.set_xlabel("")
         axes[i, 0].set_ylabel(dataset_label(shapes, d).replace(" (", "\n("), fontsize=8.5)
-        style.legend_right(axes[i, 1], title="initial rate η₀", fontsize=7, title_fontsize=7)
     axes[0, 0].set_title("exact train log-loss")
     axes[0, 1].set_title("as the original code plotted\n(OVE, NCE, IS: its defective metric)")
-    fig.suptitle("Train log-loss against epoch: mean over seeds (line) and range (band)")
+    if len(datasets) == 1:      # one row: its legend can name each method's rate
+        style.legend_right(axes[0, 1], title="initial rate η₀", fontsize=7, title_fontsize=7)
+    else:
+        style.legend_below(fig, style.handles(shown, ms=4), ncol=6)
+    fig.suptitle("Train log-loss against epoch at the rates of Table 3: mean over seeds "
+                 "(line) and range (band)")
     return fig
 
 

@@ -1268,6 +1268,12 @@ def log_axis_ticks(ax, axis="y", min_labels=4):
     a.set_minor_locator(mt.NullLocator())
 
 
+#: a point of the figures beyond this multiple of the cap is marked and named (a single
+#: fit that could not be stopped early; a run's last point is otherwise at most one epoch
+#: or fit past the cap)
+FAR_PAST_CAP = 1.5
+
+
 def curve_figure(curves, ttq, metric, title, *, datasets, methods, shown, shapes, caps,
                  tolerances):
     """One log-log panel per data set of ``metric`` against training seconds, a line
@@ -1279,6 +1285,7 @@ def curve_figure(curves, ttq, metric, title, *, datasets, methods, shown, shapes
     fig, axes = style.panel_grid(len(datasets), ncols=2 if len(datasets) > 1 else 1,
                                  panel_height=2.7)
     for ax, d in zip(axes, datasets):
+        notes = []
         part = curves[(curves.dataset == d)] if len(curves) else curves
         for m in methods:
             c = part[(part.method == m) & (part.seconds > 0)].sort_values("seconds") \
@@ -1290,11 +1297,21 @@ def curve_figure(curves, ttq, metric, title, *, datasets, methods, shown, shapes
                 col, ls, mk = PEER_STYLES[m]
                 kw = dict(color=style.SERIES_COLORS[col], ls=ls, marker=mk, label=LABELS[m])
             else:
-                kw = style.line("implicit-batch" if m in BATCH_IMPLICIT else m,
-                                label=LABELS[m])
-                if m == "implicit-batch-5":
-                    kw.update(marker="x", ls="-.")
+                kw = style.line(m, label=LABELS[m])
             ax.plot(c.seconds, c[metric], ms=3, lw=1.3, **kw)
+            # a run stops at the first epoch or fit that ends past the cap; one far past
+            # it (a single scikit-learn fit cannot be stopped) is drawn where it ended,
+            # hollow and named, not clipped to the cap
+            far = c[c.seconds > FAR_PAST_CAP * caps[d]]
+            if len(far):
+                ax.plot(far.seconds, far[metric], ls="none", marker=kw["marker"], ms=6,
+                        mfc="white", mec=kw["color"], mew=1.2)
+                r = far.iloc[0]
+                what = (f"one fit (max_iter={int(r.max_iter)})" if "max_iter" in far
+                        and np.isfinite(r.max_iter) else "one step")
+                notes.append(f"{LABELS[m]} (hollow): {what} took {r.seconds:.3g} s")
+        ax.axvline(caps[d], color="0.35", lw=0.8, ls=(0, (1, 2)), zorder=0,
+                   label="the time cap (runs stop at\nthe first epoch/fit past it)")
         if metric == "test_log_loss" and len(ttq) and (ttq.dataset == d).any():
             best = float(ttq[ttq.dataset == d].group_best.iloc[0])
             ax.axhspan(best, best * (1 + tolerances[0]), color="0.6", alpha=0.35, lw=0,
@@ -1303,7 +1320,8 @@ def curve_figure(curves, ttq, metric, title, *, datasets, methods, shown, shapes
         ax.set_yscale("log")
         log_axis_ticks(ax, "x")
         log_axis_ticks(ax, "y")
-        ax.set_title(f"{shown[d]}\nK = {shapes.K[d]:,}, N = {shapes.N[d]:,}, cap {caps[d]:g} s")
+        ax.set_title(f"{shown[d]}\nK = {shapes.K[d]:,}, N = {shapes.N[d]:,}, cap {caps[d]:g} s"
+                     + "".join(f"\n{n}" for n in notes))
         ax.set_xlabel("training seconds (2 threads)")
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(True, which="both", alpha=0.25)

@@ -120,7 +120,7 @@ def ratio_dots(axes, rows, methods, series, label=None):
         ax.set_xticks(xs, [style.label(m) for m in methods], rotation=45, ha="right",
                       rotation_mode="anchor")
         for tick, m in zip(ax.get_xticklabels(), methods):
-            tick.set_color(style.color(m))
+            tick.set_color(style.text_color(m))
         ax.grid(False, axis="x")
         ax.set_xlim(-0.5, len(methods) - 0.5)
         ax.set_title(label(d) if d != "Average" else "Average over the data sets")

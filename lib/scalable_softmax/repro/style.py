@@ -10,7 +10,8 @@ width of a README (about 1,000 pixels):
   plot: Raman's formulation, NCE (1,1), the models of the One-vs-Each notebooks) its
   display name, colour (the colour-blind-safe Okabe-Ito palette for the paper's six
   methods), marker and rank; :func:`label`, :func:`color`, :func:`marker`,
-  :func:`ordered` and :func:`handles` read it;
+  :func:`ordered` and :func:`handles` read it; :func:`text_color` darkens a method's
+  colour for text (tick labels, titles) to a readable contrast;
 * :func:`panel_grid` lays out ``n`` panels in a grid (never a long strip),
   :func:`legend_below` / :func:`legend_right` / :func:`legend_panel` put a legend
   outside the data (below, right, or in a spare panel of the grid),
@@ -35,7 +36,8 @@ import io
 import math
 from dataclasses import dataclass
 
-__all__ = ["METHODS", "METHOD_ORDER", "FIG_WIDTH", "use", "label", "color", "marker",
+__all__ = ["METHODS", "METHOD_ORDER", "FIG_WIDTH", "use", "label", "color", "text_color",
+           "marker",
            "line", "ordered", "handles", "rate_colors", "dataset_label", "panel_grid",
            "legend_below", "legend_right", "legend_panel", "bars_from_zero", "log_ticks", "show", "save",
            "SERIES_COLORS"]
@@ -71,7 +73,10 @@ METHODS: dict[str, MethodStyle] = {
     "vanilla": MethodStyle("Vanilla SGD", _OKABE_ITO["sky"], "s"),
     "umax": MethodStyle("U-max", _OKABE_ITO["blue"], "o"),
     "implicit": MethodStyle("Implicit SGD", _OKABE_ITO["vermilion"], "D"),
-    "implicit-batch": MethodStyle("Implicit SGD (minibatch)", "#F29A66", "d"),
+    # the minibatch variants: the vermilion family told apart by lightness, line and
+    # marker (dark brown dashed, gold dash-dotted), not by a near shade
+    "implicit-batch": MethodStyle("Implicit SGD (minibatch)", "#7F2704", "d", "--"),
+    "implicit-batch-5": MethodStyle("Implicit SGD (minibatch, n=m=5)", "#D9A400", "X", "-."),
     "raman": MethodStyle("Raman (U-max)", "#8C564B", "P"),
     "raman-umax": MethodStyle("Raman (U-max)", "#8C564B", "P"),
     "raman-vanilla": MethodStyle("Raman (vanilla SGD)", "#C49C94", "X"),
@@ -113,6 +118,29 @@ def label(method: str) -> str:
 def color(method: str) -> str:
     """The colour of ``method`` (a hex string)."""
     return METHODS[_key(method)].color
+
+
+def _luminance(rgb) -> float:
+    """The relative luminance of an sRGB colour (WCAG 2)."""
+    def lin(c):
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (lin(c) for c in rgb[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def text_color(method: str, contrast: float = 4.5) -> str:
+    """The colour of ``method`` darkened (towards black, same hue) until it reaches
+    ``contrast`` against white (WCAG's 4.5:1 for text): for tick labels and titles
+    written in a method's colour, which the pale ones (Vanilla SGD's sky blue, NCE
+    (1,1)'s mint) would make hard to read. A dark enough colour is returned as it is."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    rgb = to_rgb(color(method))
+    for k in range(101):
+        c = tuple(x * (1 - k / 100) for x in rgb)
+        if 1.05 / (_luminance(c) + 0.05) >= contrast:
+            return to_hex(c)
+    return "#000000"
 
 
 def marker(method: str) -> str:

@@ -510,20 +510,29 @@ def plot_sensitivity_curves(history, frame, table, d: str, variants, learning_ra
     fin = hd.train_log_loss[np.isfinite(hd.train_log_loss)]
     lo, hi = max(fin.min() * 0.8, 1e-3), fin.max() * 2
     order = style.ordered(variants)
+    last_epoch = float(hd.epoch.max())
     fig, axes = style.panel_grid(len(order) + 1, ncols=3, panel_height=2.2, sharey=True)
     for ax, v in zip(axes, order):
+        n_diverged = 0
         for lr in learning_rates:
             h = hd[(hd.variant == v) & (hd.lr == lr)].sort_values("epoch")
             ok = np.isfinite(h.train_log_loss)
             ax.plot(h.epoch[ok], h.train_log_loss[ok], marker=".", ms=3, lw=1.2,
                     color=rate_color[float(lr)])
             if (~ok).any():
+                n_diverged += 1
                 ax.plot(h.epoch[~ok].iloc[:1], [hi], ls="none", marker="x", ms=7, mew=1.5,
-                        color=rate_color[float(lr)])
+                        color=rate_color[float(lr)], clip_on=False)
+        if n_diverged == len(learning_rates):
+            ax.text(0.5, 0.5, f"diverged at every rate\n(\u00d7: the first monitored epoch\n"
+                              "with a non-finite log-loss)", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=8, color="0.25")
         ax.axhline(logK, ls=":", color="0.4", lw=1)
         ax.set_yscale("log")
         ax.set_ylim(lo, hi * 1.3)
-        ax.set_title(style.label(v), color=style.color(v))
+        # every panel on the same epoch axis, also one whose runs all diverged early
+        ax.set_xlim(-0.03 * last_epoch, 1.03 * last_epoch)
+        ax.set_title(style.label(v), color=style.text_color(v))
         ax.set_xlabel("epoch")
         ax.tick_params(labelleft=True)
     for ax in axes[:len(order):3]:
@@ -560,7 +569,12 @@ def plot_final_vs_rate(table: pd.DataFrame, loader: dict, variants, epochs):
         for v in style.ordered(variants):
             r = part[part.method == v].sort_values("lr")
             ok = np.isfinite(r.train_log_loss)
-            ax.plot(r.lr[ok], r.train_log_loss[ok], **style.line(v, ms=4))
+            # a method with few finite points (vanilla SGD diverges at most rates) is
+            # drawn on top, larger and edged, so that other markers do not hide it
+            few = int(ok.sum()) <= 2
+            ax.plot(r.lr[ok], r.train_log_loss[ok], zorder=4 if few else 2,
+                    **style.line(v, ms=6.5 if few else 4, mec="0.15" if few else None,
+                                 mew=0.8 if few else None))
             if (~ok).any():
                 ax.plot(r.lr[~ok], np.full(int((~ok).sum()), top), ls="none", marker="x",
                         ms=7, mew=1.5, color=style.color(v))
