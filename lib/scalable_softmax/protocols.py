@@ -58,7 +58,7 @@ implementation of this rule.
 from __future__ import annotations
 
 __all__ = ["PROTOCOLS", "PROTOCOL_METHODS", "fit_kwargs", "describe", "DEFAULT_PROTOCOL",
-           "LIBRARY_DEFAULTS", "STUDY_DEFAULTS", "resolve"]
+           "LIBRARY_DEFAULTS", "STUDY_DEFAULTS", "CONVENTIONS", "resolve"]
 
 #: the conventions of :func:`scalable_softmax.fit.fit` without a protocol (a ``None``
 #: argument of ``fit`` means: the protocol's value, else this one)
