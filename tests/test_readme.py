@@ -127,23 +127,30 @@ def test_binding_syntax(tmp_path):
         "a failed render changes nothing"
 
 
-def _verdicts(stem, claim, **where):
+def _verdicts(stem, claim, tables=paths.TABLES, **where):
     """The claims table's verdicts of one claim, read here without the renderer."""
-    df = pd.read_csv(paths.TABLES / f"{stem}.csv", keep_default_na=False)
+    df = pd.read_csv(tables / f"{stem}.csv", keep_default_na=False)
     sel = df[df.claim == claim]
     for col, val in where.items():
         sel = sel[sel[col] == val]
     assert len(sel) == 1, (stem, claim, where)
     names = {"authors-code": "authors' code", "authors-code-1pass": "1 pass",
              "paper-text": "paper's text"}
-    return {names[c[len("verdict_"):]]: sel[c].iloc[0] for c in sel.columns
-            if c.startswith("verdict_")}
+    out = {}
+    for c in sel.columns:
+        if c.startswith("verdict_"):
+            protocol, verdict = c[len("verdict_"):], sel[c].iloc[0]
+            support = sel[f"seeds_{protocol}"].iloc[0] if f"seeds_{protocol}" in sel else "-"
+            if support not in ("-", "") and "seed" not in verdict:   # the seed support
+                verdict += f", the claim holds in {support}"
+            out[names[protocol]] = verdict
+    return out
 
 
-def _readme_rows():
+def _readme_rows(readme=README):
     """The README's claim rows: claim cell -> verdict cell."""
     out = {}
-    for line in README.read_text().splitlines():
+    for line in readme.read_text().splitlines():
         cells = [c.strip() for c in line.strip("|").split(" | ")]
         if line.startswith("| ") and len(cells) == 4:
             out[cells[0]] = cells[3]
@@ -196,6 +203,32 @@ def test_readme_verdict_agrees_with_the_claims_table(claim):
     assert claim in rows, f"the README has no claim row {claim!r}"
     stem, table_claim, where = README_CLAIMS[claim]
     assert _said(rows[claim]) == _verdicts(stem, table_claim, **where)
+
+
+def test_readme_verdicts_carry_the_seed_support(tmp_path):
+    """With the claims tables' seed columns (``seeds_<protocol>``: how many seeds support
+    the claim) each verdict says it, and an inconclusive verdict reads as one."""
+    tables = tmp_path / "tables"
+    shutil.copytree(paths.TABLES, tables)
+    f = tables / "06-paper-tables-claims.csv"
+    df = pd.read_csv(f, keep_default_na=False)
+    for protocol in ("authors-code", "authors-code-1pass", "paper-text"):
+        df[f"seeds_{protocol}"] = "3 of 3 seeds"
+    umax = df.claim == "U-max beats vanilla SGD on average"
+    df.loc[umax, "verdict_paper-text"] = "inconclusive (2 of 3 seeds)"
+    df.loc[umax, "seeds_paper-text"] = "2 of 3 seeds"
+    df.to_csv(f, index=False)
+    root = tmp_path / "root"
+    (root / "docs").mkdir(parents=True)
+    numbers.render_files([numbers.TEMPLATES / "README.md"], tables, root)
+    rows = _readme_rows(root / "README.md")
+    for claim, (stem, table_claim, where) in README_CLAIMS.items():
+        assert _said(rows[claim]) == _verdicts(stem, table_claim, tables, **where)
+    said = _said(rows["U-max beats vanilla SGD on average (Table 3)"])
+    assert said["paper's text"] == "inconclusive (2 of 3 seeds)"
+    assert said["authors' code"] == "confirmed, the claim holds in 3 of 3 seeds"
+    for line in (root / "README.md").read_text().splitlines():
+        assert len(line) <= MAX_TABLE_ROW
 
 
 @pytest.mark.parametrize("wording", sorted(README_CLAIMS_13))

@@ -31,8 +31,10 @@ The expression is Python, evaluated with these names only:
 * ``rows(stem, **where)`` -- those rows (a DataFrame);
 * ``verdicts(stem, claim, **where)`` -- the verdicts of one claim of a claims table (its
   ``verdict_<protocol>`` columns; ``where`` as for ``cell`` when a claim's text repeats),
-  protocols with the same verdict grouped:
-  ``"confirmed (authors' code); not confirmed (1 pass, paper's text)"``;
+  protocols with the same verdict grouped, each with its seed support when the table has
+  ``seeds_<protocol>`` columns (how many seeds support the claim) and the verdict does
+  not already name it: ``"confirmed, the claim holds in 3 of 3 seeds (authors' code);
+  not confirmed, the claim holds in 0 of 3 seeds (1 pass, paper's text)"``;
 * ``provenance()`` -- ``tables/PROVENANCE.md``: ``{'commit': short hash, 'seconds':
   {notebook: seconds}, 'runs': {make target: end-to-end time as written}}``;
 * ``np``, ``len``, ``min``, ``max``, ``sum``, ``abs``, ``round``, ``sorted``, ``int``,
@@ -147,8 +149,12 @@ class Tables:
         for col in row.columns:
             if col.startswith("verdict_"):
                 protocol = col[len("verdict_"):]
-                groups.setdefault(str(row[col].iloc[0]), []).append(
-                    PROTOCOL_NAMES.get(protocol, protocol))
+                verdict = str(row[col].iloc[0])
+                seeds = f"seeds_{protocol}"
+                support = str(row[seeds].iloc[0]) if seeds in row.columns else "-"
+                if support not in ("-", "", "nan") and "seed" not in verdict:
+                    verdict = f"{verdict}, the claim holds in {support}"
+                groups.setdefault(verdict, []).append(PROTOCOL_NAMES.get(protocol, protocol))
         if not groups:
             raise LookupError(f"table {stem} has no verdict_<protocol> column")
         return "; ".join(f"{v} ({', '.join(p)})" for v, p in groups.items())
