@@ -63,20 +63,26 @@ venv: $(STAMP)  ## create .venv from requirements.lock (hash-checked)
 # (3.11.5 or later: soupsieve 4.1.3 needs it); requirements-peers.lock adds the `peers`
 # and `bench` extras (PyTorch's CPU wheel, found through pip's configured find-links) for
 # Linux x86-64, constrained by requirements.lock. Versions already in a lock are kept;
-# to move some: make lock LOCK_ARGS='--upgrade-package numpy' (or --upgrade for all).
+# to move some: make lock LOCK_ARGS='--upgrade-package numpy' (or --upgrade for all). A
+# lock is rewritten only when it changes (so that .venv is remade only then).
 VENV_EXTRAS := repro dask test lab site
 UV_VERSION := 0.13.8
 LOCK_TOOL := build/lock-tool
 LOCK_ARGS ?=
 UV_COMPILE = $(LOCK_TOOL)/bin/uv pip compile pyproject.toml --generate-hashes \
-  --python-version 3.11.5 --custom-compile-command 'make lock' $(LOCK_ARGS)
+  --quiet --python-version 3.11.5 --custom-compile-command 'make lock' $(LOCK_ARGS)
 lock:  ## recompile requirements.lock and requirements-peers.lock from pyproject.toml (uv)
 	test -x $(LOCK_TOOL)/bin/uv || { $(PYTHON) -m venv $(LOCK_TOOL) && \
 	  $(LOCK_TOOL)/bin/python -m pip install --quiet uv==$(UV_VERSION); }
-	$(UV_COMPILE) $(addprefix --extra ,$(VENV_EXTRAS)) --universal -o $(LOCK)
+	test ! -f $(LOCK) || cp $(LOCK) build/lock.new
+	$(UV_COMPILE) $(addprefix --extra ,$(VENV_EXTRAS)) --universal -o build/lock.new
+	cmp -s build/lock.new $(LOCK) || mv build/lock.new $(LOCK)
+	test ! -f $(PEERS_LOCK) || cp $(PEERS_LOCK) build/peers-lock.new
 	fl=$$($(LOCK_TOOL)/bin/python -m pip config get global.find-links 2>/dev/null); \
 	$(UV_COMPILE) $(addprefix --extra ,$(VENV_EXTRAS) peers bench) \
-	  --python-platform x86_64-manylinux_2_28 $${fl:+--find-links $$fl} -c $(LOCK) -o $(PEERS_LOCK)
+	  --python-platform x86_64-manylinux_2_28 $${fl:+--find-links $$fl} -c $(LOCK) -o build/peers-lock.new
+	cmp -s build/peers-lock.new $(PEERS_LOCK) || mv build/peers-lock.new $(PEERS_LOCK)
+	rm -f build/lock.new build/peers-lock.new
 
 data: $(STAMP)  ## fetch the raw data (from DATA_MIRROR, else the public homes) and verify every sha256
 	$(BIN)/python -m scalable_softmax.data fetch
