@@ -4,9 +4,9 @@ Scanned: the committed executed copies ``notebooks/executed/*.ipynb`` and the sm
 executed copies ``build/executed/smoke/*.ipynb`` (when there are none, one small
 notebook's smoke profile is run here through the runner). In no cell output:
 
-* an absolute path of the machine (the repository's own path, or a path under
-  ``/work/``, ``/home/``, ``/root/``, ``/tmp/``, ``/Users/``, ``/private/``,
-  ``/var/folders/``);
+* an absolute path of the machine (the repository's own path, or a path under one of
+  the machine prefixes of ``_MACHINE_PREFIXES``: home, root, temporary and workspace
+  folders);
 * a progress-bar fragment: a carriage return, a tqdm rate (``12.3it/s``, ``5.48s/it``,
   ``?it/s``) or bar (`` 40%|``), or more than one stderr stream output in a cell;
 * in what a cell prints, a worker warning (loky's "A worker stopped while some jobs

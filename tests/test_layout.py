@@ -125,10 +125,16 @@ def test_import_graph_has_no_circle():
     assert not circles, f"import circles: {circles}"
 
 
+#: the public kernel surface: it gives the kernels' own objects public names (its
+#: modules re-export them, each documented there), the one place allowed to
+PUBLIC_SURFACE = "scalable_softmax.kernels"
+
+
 def test_no_private_name_imported_across_modules():
     modules = _modules()
     bad = [(m, t, n) for m, p in modules.items() for t, n in _imports(m, p, modules)
-           if n.startswith("_") and not n.startswith("__")]
+           if n.startswith("_") and not n.startswith("__")
+           and not (m == PUBLIC_SURFACE or m.startswith(PUBLIC_SURFACE + "."))]
     assert not bad, f"private names imported from another module: {bad}"
 
 
@@ -167,15 +173,22 @@ def test_graph_helper_sees_a_circle_and_a_private_import(tmp_path, monkeypatch):
 # clean floors: short drivers, no long non-kernel functions
 # ---------------------------------------------------------------------------
 
-#: the longest a function of the package may be unless it is a compiled kernel
-MAX_FUNCTION_LINES = 120
-#: the longest ``fit()`` may be (docstring included)
-MAX_FIT_LINES = 100
+#: the longest a function of the package may be unless it is a compiled kernel (lines of
+#: code, docstring excluded)
+MAX_FUNCTION_LINES = 100
+#: the longest ``fit()`` may be (lines of code, docstring excluded)
+MAX_FIT_LINES = 50
 
 
 def _span(node) -> int:
-    """Lines of a function definition, decorators excluded, docstring included."""
-    return node.end_lineno - node.lineno + 1
+    """Lines of code of a function definition: decorators and the docstring excluded
+    (a full numpydoc docstring, one entry per parameter, is documentation, not work)."""
+    lines = node.end_lineno - node.lineno + 1
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
+            and isinstance(first.value.value, str):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
 
 
 def _is_compiled(node) -> bool:
@@ -204,7 +217,7 @@ def _function(module_path: Path, name: str):
     return found[0]
 
 
-def test_fit_is_at_most_100_lines_with_its_loop_and_history_apart():
+def test_fit_is_at_most_50_lines_with_its_loop_and_history_apart():
     path = PKG / "fit.py"
     n = _span(_function(path, "fit"))
     assert n <= MAX_FIT_LINES, (f"fit() is {n} lines (at most {MAX_FIT_LINES}): move work "
@@ -214,7 +227,7 @@ def test_fit_is_at_most_100_lines_with_its_loop_and_history_apart():
     _function(path, "assemble_history")
 
 
-def test_no_non_compiled_function_over_120_lines():
+def test_no_non_compiled_function_over_100_lines():
     long = _long_functions(MAX_FUNCTION_LINES)
     assert not long, (f"functions over {MAX_FUNCTION_LINES} lines (split them into "
                       f"well-named helpers): {long}")
@@ -235,11 +248,13 @@ def test_length_checks_see_a_long_function_and_spare_a_kernel(tmp_path, monkeypa
         "def run_epochs():\n    pass\n\ndef assemble_history():\n    pass\n")
     monkeypatch.setattr(sys.modules[__name__], "PKG", pkg)
     monkeypatch.setattr(sys.modules[__name__], "LIB", tmp_path)
+    doc = '    """' + "A long docstring.\n" * (MAX_FUNCTION_LINES + 5) + '    """\n'
+    (pkg / "documented.py").write_text("def documented():\n" + doc + "    return 1\n")
     assert [f for _, f, _ in _long_functions(MAX_FUNCTION_LINES)] == ["fit", "method"]
-    with pytest.raises(AssertionError, match="over 120 lines"):
-        test_no_non_compiled_function_over_120_lines()
+    with pytest.raises(AssertionError, match=f"over {MAX_FUNCTION_LINES} lines"):
+        test_no_non_compiled_function_over_100_lines()
     with pytest.raises(AssertionError, match=r"fit\(\) is \d+ lines"):
-        test_fit_is_at_most_100_lines_with_its_loop_and_history_apart()
+        test_fit_is_at_most_50_lines_with_its_loop_and_history_apart()
 
 
 def _notebook_code_lines(path: Path) -> int:

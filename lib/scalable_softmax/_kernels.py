@@ -1,5 +1,6 @@
-"""Scalar numba helpers shared by every kernel: stable softplus / sigmoid /
-logaddexp, and cache prefetch hints.
+"""What every kernel shares: one set of numba JIT flags (``numba.njit(**JIT)`` for serial
+kernels, ``numba.njit(**PJIT)`` for kernels parallelised with ``numba.prange``), scalar
+numba helpers (stable softplus / sigmoid / logaddexp) and cache prefetch hints.
 
 The prefetch hints emit ``llvm.prefetch`` (locality 3: keep in all cache levels; data
 cache) for the address of an array element. They never change a result; under
@@ -14,9 +15,12 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from ._jit import JIT
+__all__ = ["JIT", "PJIT", "softplus", "sigmoid", "logaddexp", "prefetch_r", "prefetch_w"]
 
-__all__ = ["softplus", "sigmoid", "logaddexp", "prefetch_r", "prefetch_w"]
+#: flags for serial kernels
+JIT = dict(nogil=True, cache=True, fastmath=False, boundscheck=False)
+#: flags for kernels parallelised with ``numba.prange``
+PJIT = dict(JIT, parallel=True)
 
 
 @numba.njit(**JIT)

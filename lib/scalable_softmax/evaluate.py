@@ -104,7 +104,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import prange
 
-from scalable_softmax._jit import JIT, PJIT
+from scalable_softmax._kernels import JIT, PJIT
 from scalable_softmax.validation import as_csr, as_labels, check_label_range
 
 __all__ = ["Evaluation", "evaluate", "NonFiniteScoreError"]

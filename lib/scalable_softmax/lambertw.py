@@ -36,7 +36,7 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._jit import JIT
+from scalable_softmax._kernels import JIT
 
 __all__ = ["lambertw0", "lambertw_exp", "lambertw0_array", "lambertw_exp_array"]
 

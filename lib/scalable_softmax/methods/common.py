@@ -9,7 +9,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from scalable_softmax._jit import JIT
+from scalable_softmax._kernels import JIT
 
 __all__ = ["rand_below", "seed_state", "dot", "axpy_check", "touched_zeros"]
 

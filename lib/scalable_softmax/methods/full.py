@@ -97,7 +97,7 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse as sp
 
-from scalable_softmax._jit import JIT, PJIT
+from scalable_softmax._kernels import JIT, PJIT
 from scalable_softmax._kernels import sigmoid as _sigmoid
 from scalable_softmax._kernels import softplus as _softplus
 from scalable_softmax.methods.base import EpochReport, Trainer

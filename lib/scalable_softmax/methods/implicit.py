@@ -77,7 +77,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from scalable_softmax._jit import JIT
+from scalable_softmax._kernels import JIT
 from scalable_softmax._kernels import prefetch_r as _prefetch_r
 from scalable_softmax._kernels import prefetch_w as _prefetch_w
 from scalable_softmax._kernels import softplus as _softplus

@@ -115,7 +115,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from scalable_softmax._jit import JIT
+from scalable_softmax._kernels import JIT
 from scalable_softmax._kernels import prefetch_w
 from scalable_softmax.lambertw import lambertw_exp
 from scalable_softmax.methods.base import EpochReport, Trainer

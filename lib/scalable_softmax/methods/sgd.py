@@ -89,7 +89,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from scalable_softmax._jit import JIT, PJIT
+from scalable_softmax._kernels import JIT, PJIT
 from scalable_softmax._kernels import logaddexp as _logaddexp
 from scalable_softmax._kernels import prefetch_r as _prefetch_r
 from scalable_softmax._kernels import prefetch_w as _prefetch_w

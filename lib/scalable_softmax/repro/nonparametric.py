@@ -28,7 +28,7 @@ from scipy.optimize import minimize
 from scipy.special import expit, log_expit, softmax
 
 from scalable_softmax import objectives
-from scalable_softmax._jit import JIT
+from scalable_softmax._kernels import JIT
 
 __all__ = ["ove_sgd", "sample_values", "ove_objective", "bouchard_objective", "BoundFits",
            "fit_bounds", "bouchard_k2", "results_table", "plot_fig1a", "plot_fig2"]
