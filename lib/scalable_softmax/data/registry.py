@@ -732,6 +732,27 @@ def fetch(datasets=None, *, data_dir=None, mirror=None, download: bool = True,
     return results
 
 
+def _present(res: FetchResult, target: Path, spec, data_dir: Path, say, then: str,
+             then_said: str) -> bool:
+    """Whether ``target`` is there and verifies (hashed again every time: a stale
+    verification is never trusted); ``res`` and ``say`` record what was found, and what
+    happens ``then`` to a copy that does not verify."""
+    if not target.is_file():
+        return False
+    rel = res.path
+    try:
+        res.sha256 = verify_file(target, rel, data_dir=data_dir, use_cache=False)
+    except ChecksumError as exc:
+        res.tried.append(f"{target}: sha256 {exc.actual} does not match the registered "
+                         f"one; {then}")
+        say(f"  BAD         {rel}: sha256 {exc.actual} does not match the registered "
+            f"{spec.sha256}; {then_said}")
+        return False
+    res.status, res.detail = "present", "sha256 verified"
+    say(f"  present     {rel}  (sha256 verified)")
+    return True
+
+
 def _fetch_one(rel: str, spec, data_dir: Path, mirror: Path, download: bool, downloader,
                say) -> FetchResult:
     """Obtain one registered file for :func:`fetch`: keep it if it verifies, else copy
@@ -739,17 +760,9 @@ def _fetch_one(rel: str, spec, data_dir: Path, mirror: Path, download: bool, dow
     was tried."""
     target = data_dir / rel
     res = FetchResult(rel, "missing")
-    if target.is_file():
-        try:   # hashed again every time: a stale verification is never trusted
-            res.sha256 = verify_file(target, rel, data_dir=data_dir, use_cache=False)
-            res.status, res.detail = "present", "sha256 verified"
-            say(f"  present     {rel}  (sha256 verified)")
-            return res
-        except ChecksumError as exc:
-            res.tried.append(f"{target}: sha256 {exc.actual} does not match the "
-                             "registered one; replacing it")
-            say(f"  BAD         {rel}: sha256 {exc.actual} does not match the "
-                f"registered {spec.sha256}; replacing it from a verified copy")
+    if _present(res, target, spec, data_dir, say, "replacing it",
+                "replacing it from a verified copy"):
+        return res
     src = mirror / rel
     if src.is_file():
         ok, info = _try_candidate(src, spec, target, raw_content=False)
@@ -781,18 +794,10 @@ def _fetch_derived(rel: str, spec, data_dir: Path, mirror: Path,
     verified copy in ``mirror``."""
     target = data_dir / rel
     res = FetchResult(rel, "missing")
+    if _present(res, target, spec, data_dir, say, "rebuilding it", "rebuilding it"):
+        return res
     if target.is_file():
-        try:
-            res.sha256 = verify_file(target, rel, data_dir=data_dir, use_cache=False)
-            res.status, res.detail = "present", "sha256 verified"
-            say(f"  present     {rel}  (sha256 verified)")
-            return res
-        except ChecksumError as exc:
-            res.tried.append(f"{target}: sha256 {exc.actual} does not match the "
-                             "registered one; rebuilding it")
-            say(f"  BAD         {rel}: sha256 {exc.actual} does not match the "
-                f"registered {spec.sha256}; rebuilding it")
-            target.unlink()
+        target.unlink()
     absent = [r for r in spec.derived_from
               if r not in done or done[r].status not in ("present", "copied", "downloaded")]
     if not absent:
