@@ -616,3 +616,20 @@ def test_curve_figure_draws_one_panel_per_data_set():
     assert list(ax.get_lines()[2].get_xdata()) == [1, 1]      # the cap, a vertical line
     assert "\n" in ax.get_title() and "hollow" not in ax.get_title()
     assert len([v for v in ax.get_yticks() if 2.0 <= v <= 4.0]) >= 3
+
+
+def test_minibatch_implicit_takes_n_and_m_from_the_job_options_when_given():
+    # the notebook's jobs carry no such options and run BATCH_IMPLICIT's n and m; a job
+    # that names them (benchmarks/bench_peers_configs.py) runs those instead
+    X, y, K = _problem(K=8)
+    problem = (X, y, K, {"test": (X, y)})
+
+    def final(options):
+        res = P.run_job(P.Job("unused", "implicit-batch", 1.0, 60.0, max_epochs=2,
+                              options=options), problem=problem)
+        assert res["status"] == "completed", res["reason"]
+        return res["points"][-1]["test_log_loss"]
+
+    n, m = P.BATCH_IMPLICIT["implicit-batch"]
+    assert final({}) == final({"batch_size": n, "n_sampled": m})
+    assert final({}) != final({"batch_size": 5, "n_sampled": 3})

@@ -345,10 +345,14 @@ def _run_ours(job, X, y, K, rec):
     kw = fit_kwargs(_OUR_PROTOCOL, "implicit" if job.method in BATCH_IMPLICIT else job.method)
     order, u_init, decay = kw.pop("order"), kw.pop("u_init"), kw.pop("lr_decay")
     batch_size, n_sampled = kw.pop("batch_size", None), kw.pop("n_sampled", None)
+    options = dict(job.options)
     if job.method in BATCH_IMPLICIT:
-        batch_size, n_sampled = BATCH_IMPLICIT[job.method]
+        # opt-in: a job's options may set n and m (benchmarks/bench_peers_configs.py);
+        # the notebook's jobs carry none, so they run BATCH_IMPLICIT's
+        batch_size = options.pop("batch_size", BATCH_IMPLICIT[job.method][0])
+        n_sampled = options.pop("n_sampled", BATCH_IMPLICIT[job.method][1])
     kw.update(_OUR_THREAD_OPTIONS[job.method])
-    kw.update(job.options)
+    kw.update(options)
     tr = get_trainer_class(library)(X, y, K, mu=0.0, batch_size=batch_size,
                                     n_sampled=n_sampled, **kw)
     tr.init_params(u_init)
