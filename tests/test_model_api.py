@@ -201,6 +201,19 @@ def test_every_method_declares_its_facts():
         {"exact", "bouchard", "ove-exact"}
 
 
+def test_every_method_names_its_numpy_reference():
+    """Each method declares its plain NumPy reference: a function of its own module,
+    ``reference_step`` for every stochastic method."""
+    import inspect
+    for m in METHODS:
+        cls = get_trainer_class(m)
+        ref = cls.reference_function()
+        assert inspect.isfunction(ref) and ref.__module__ == cls.__module__, m
+        assert ref.__name__ == cls.reference
+        assert cls.reference == ("full_objective_reference" if cls.full_batch
+                                 else "reference_step"), m
+
+
 def test_u_init_exact_at_zero_weights_is_log_K():
     X, y, K = _data(N=50, D=3, K=6, seed=7)
     res = fit(X, y, "implicit", 1e-12, epochs=1, progress=False, u_init="exact",

@@ -73,6 +73,11 @@ class Trainer:
         what ``batch_size=None`` and ``n_sampled=None`` mean.
     :meth:`max_n_sampled`
         the most classes per datapoint the method can draw under given options.
+    ``reference``
+        the name, in the method's module, of the plain NumPy function its kernels are
+        tested against (``"reference_step"``, the one name every method module uses for
+        its step; the full-batch methods: ``"full_objective_reference"``);
+        :meth:`reference_function` returns it.
     """
 
     name: str = "base"
@@ -85,6 +90,13 @@ class Trainer:
     takes_ridge: bool = True
     minibatch: bool = False
     partial_fit: bool = True
+    reference: str = "reference_step"
+
+    @classmethod
+    def reference_function(cls):
+        """The plain NumPy reference of the method (``reference`` in its module)."""
+        import sys
+        return getattr(sys.modules[cls.__module__], cls.reference)
 
     @classmethod
     def max_n_sampled(cls, K: int, options: dict) -> int | None:

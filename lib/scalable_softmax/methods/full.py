@@ -800,6 +800,7 @@ class _LBFGSTrainer(Trainer):
 
     has_u = False
     full_batch = True
+    reference = "full_objective_reference"
     default_batch_size = 1
     default_n_sampled = 1
     _kind = "softmax"

@@ -262,7 +262,8 @@ METHOD_FACTS = (("has_u", "has ``u``"), ("exact_u", "exact ``u``"),
                 ("full_batch", "full batch"), ("minibatch", "minibatches"),
                 ("takes_ridge", "ridge"), ("partial_fit", "``partial_fit``"),
                 ("default_batch_size", "default ``batch_size``"),
-                ("default_n_sampled", "default ``n_sampled``"))
+                ("default_n_sampled", "default ``n_sampled``"),
+                ("reference", "NumPy reference"))
 
 
 def _first_sentence(doc: str) -> str:
