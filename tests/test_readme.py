@@ -102,6 +102,20 @@ def test_a_changed_table_value_is_caught(tmp_path):
     assert (root / "README.md").read_text() != README.read_text()
 
 
+def test_make_reproduce_alone_renders_the_pages(tmp_path):
+    """After `make reproduce` without `make reproduce-extra`, PROVENANCE.md has no
+    reproduce-extra run: the pages still render, and say so."""
+    tables = tmp_path / "tables"
+    shutil.copytree(paths.TABLES, tables)
+    prov = tables / "PROVENANCE.md"
+    prov.write_text("\n".join(line for line in prov.read_text().splitlines()
+                               if not line.startswith("| `make reproduce-extra`")) + "\n")
+    root = tmp_path / "root"
+    (root / "docs").mkdir(parents=True)
+    numbers.render_files([numbers.TEMPLATES / "README.md"], tables, root)
+    assert "not yet run for this record" in (root / "README.md").read_text()
+
+
 def test_binding_syntax(tmp_path):
     t = tmp_path / "t"
     t.mkdir()
