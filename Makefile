@@ -144,6 +144,8 @@ reproduce-extra:  ## also the extensions (notebook 11: Table 3 at our tuned rate
 
 reproduce-extra-steps: $(EXTRA_EXECUTED)
 
+# the notebooks under nbval run as the runner runs them: without progress bars
+# (SCALABLE_SOFTMAX_PROGRESS=off, as in the stored outputs)
 # without the data (offline, no mirror) the tests that need them are reported as
 # skipped, with the reason; under CI (CI=true) missing data is an error
 test: $(STAMP)  ## run the unit tests and every notebook's smoke run (nbval)
@@ -153,7 +155,7 @@ test: $(STAMP)  ## run the unit tests and every notebook's smoke run (nbval)
 	rm -rf build/prepared/smoke
 	@if ls notebooks/[0-9][0-9]-*.ipynb >/dev/null 2>&1; then \
 	  $(BIN)/python -m scalable_softmax.repro.runner prepare all --profile smoke >/dev/null; fi
-	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
+	SCALABLE_SOFTMAX_PROGRESS=off OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
 	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval/sanitize.cfg \
 	  tests $$(test -d build/prepared/smoke && echo build/prepared/smoke)
 	test ! -d build/prepared/smoke || $(BIN)/python -m scalable_softmax.repro.verify --tables build/smoke/tables --record $(SMOKE_RECORD)
@@ -167,7 +169,8 @@ BLAS_SENSITIVE := 00-derivation-checks 08-ove-nonparametric 09-ove-toy-2d 10-ove
 SECOND_CORETYPE ?= Prescott
 test-second-kernel: $(STAMP)
 	rm -rf build/runs-second-kernel $(BLAS_SENSITIVE:%=build/smoke/tables/%.csv) $(BLAS_SENSITIVE:%=build/smoke/tables/%-*.csv)
-	SOFTMAX_RUN_CACHE=$(CURDIR)/build/runs-second-kernel OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+	SOFTMAX_RUN_CACHE=$(CURDIR)/build/runs-second-kernel SCALABLE_SOFTMAX_PROGRESS=off \
+	  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
 	  $(BIN)/python -m scalable_softmax.repro.blaskernel --coretype $(SECOND_CORETYPE) -- \
 	  $(BIN)/python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile \
 	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval/sanitize.cfg \
