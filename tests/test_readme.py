@@ -161,7 +161,7 @@ def _verdicts(stem, claim, tables=paths.TABLES, **where):
             protocol, verdict = c[len("verdict_"):], sel[c].iloc[0]
             support = sel[f"seeds_{protocol}"].iloc[0] if f"seeds_{protocol}" in sel else "-"
             if support not in ("-", "") and "seed" not in verdict:   # the seed support
-                verdict += f", the claim holds in {support}"
+                verdict += f", holds in {support}"
             out[names[protocol]] = verdict
     return out
 
@@ -245,7 +245,7 @@ def test_readme_verdicts_carry_the_seed_support(tmp_path):
         assert _said(rows[claim]) == _verdicts(stem, table_claim, tables, **where)
     said = _said(rows["U-max beats vanilla SGD on average (Table 3)"])
     assert said["paper's text"] == "inconclusive (2 of 3 seeds)"
-    assert said["authors' code"] == "confirmed, the claim holds in 3 of 3 seeds"
+    assert said["authors' code"] == "confirmed, holds in 3 of 3 seeds"
     for line in (root / "README.md").read_text().splitlines():
         assert len(line) <= MAX_TABLE_ROW
 

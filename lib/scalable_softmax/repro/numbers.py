@@ -33,8 +33,8 @@ The expression is Python, evaluated with these names only:
   ``verdict_<protocol>`` columns; ``where`` as for ``cell`` when a claim's text repeats),
   protocols with the same verdict grouped, each with its seed support when the table has
   ``seeds_<protocol>`` columns (how many seeds support the claim) and the verdict does
-  not already name it: ``"confirmed, the claim holds in 3 of 3 seeds (authors' code);
-  not confirmed, the claim holds in 0 of 3 seeds (1 pass, paper's text)"``;
+  not already name it: ``"confirmed, holds in 3 of 3 seeds (authors' code);
+  not confirmed, holds in 0 of 3 seeds (1 pass, paper's text)"``;
 * ``provenance()`` -- ``tables/PROVENANCE.md``: ``{'commit': short hash, 'seconds':
   {notebook: seconds}, 'runs': {make target: end-to-end time as written}}``;
 * ``np``, ``len``, ``min``, ``max``, ``sum``, ``abs``, ``round``, ``sorted``, ``int``,
@@ -153,7 +153,7 @@ class Tables:
                 seeds = f"seeds_{protocol}"
                 support = str(row[seeds].iloc[0]) if seeds in row.columns else "-"
                 if support not in ("-", "", "nan") and "seed" not in verdict:
-                    verdict = f"{verdict}, the claim holds in {support}"
+                    verdict = f"{verdict}, holds in {support}"
                 groups.setdefault(verdict, []).append(PROTOCOL_NAMES.get(protocol, protocol))
         if not groups:
             raise LookupError(f"table {stem} has no verdict_<protocol> column")
