@@ -125,6 +125,25 @@ def test_missing_table_fails(rerun, capsys):
     assert "08-ove-nonparametric.csv: OUT of tolerance: missing" in out
 
 
+def test_a_table_declared_optional_may_be_absent(rerun, tmp_path, capsys):
+    """02-dataset-run-time is written only when notebook 02 trained some runs itself: a
+    rerun without it is reported with the declared reason; a missing table without the
+    declaration still fails, and so does an `optional` without a reason."""
+    (rerun / "02-dataset-run-time.csv").unlink()
+    status, out = _run(rerun, capsys=capsys)
+    assert status == 0, out
+    line = next(x for x in out.splitlines() if x.startswith("02-dataset-run-time.csv"))
+    assert "not in the rerun, which may lack it: written only when" in line
+    assert "1 absent as declared" in out
+    (rerun / "02-dataset-run.csv").unlink()
+    status, out = _run(rerun, capsys=capsys)
+    assert status == 1 and "02-dataset-run.csv: OUT of tolerance: missing" in out
+    bad = tmp_path / "tolerances.yaml"
+    bad.write_text("default: {rel: 1.0e-9, reason: r}\ntables:\n  t:\n    optional: ''\n")
+    with pytest.raises(ValueError, match=r"tables.t.optional: write `optional: <reason>`"):
+        verify.Tolerances.load(bad)
+
+
 def test_part_of_the_record(rerun, capsys):
     """make verify NOTEBOOKS=...: only those notebooks' tables; the rest is not rerun."""
     only = tmp = rerun.parent / "part"

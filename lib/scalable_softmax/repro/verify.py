@@ -10,7 +10,9 @@ table:
   declared tolerance;
 * ``OUT of tolerance``: naming the table, column, row and both values; also missing or
   extra rows, columns missing from the rerun, and tables missing from the rerun (a column
-  new in the rerun is named, not compared: the record has nothing to compare it with).
+  new in the rerun is named, not compared: the record has nothing to compare it with);
+  a table declared ``optional`` (with its reason) that the rerun lacks is reported, not
+  failed.
 
 The rules live in one file, ``params/tolerances.yaml`` (see its head for the format):
 labels, counts and flags (strings, integers, booleans) must be equal; floating-point
@@ -75,6 +77,7 @@ class TableSpec:
     rows_report: bool = False
     rows_reason: str = ""
     table_report: str = ""          # the reason, when every difference is reported only
+    optional: str = ""              # the reason, when the rerun may lack the table
 
 
 def _rule(entry, where: str) -> Rule:
@@ -132,14 +135,14 @@ class Tolerances:
         for stem, entry in (raw.get("tables") or {}).items():
             entry = entry or {}
             where = f"{name}: tables.{stem}"
-            unknown = set(entry) - {"keys", "rows", "columns", "report"}
+            unknown = set(entry) - {"keys", "rows", "columns", "report", "optional"}
             if unknown:
                 raise ValueError(f"{where}: unknown keys {sorted(unknown)} (allowed: keys, rows, "
-                                 f"columns, report)")
-            if "report" in entry and not (isinstance(entry["report"], str)
-                                          and entry["report"].strip()):
-                raise ValueError(f"{where}.report: write `report: <reason>` to report (not "
-                                 "fail on) every difference of the table")
+                                 f"columns, report, optional)")
+            for key, what in (("report", "report (not fail on) every difference of the table"),
+                              ("optional", "accept a rerun without the table")):
+                if key in entry and not (isinstance(entry[key], str) and entry[key].strip()):
+                    raise ValueError(f"{where}.{key}: write `{key}: <reason>` to {what}")
             if "rows" in entry:
                 rows = entry["rows"]
                 if not (isinstance(rows, dict) and set(rows) == {"report"}
@@ -166,6 +169,8 @@ class Tolerances:
                 spec.rows_report, spec.rows_reason = True, entry["rows"]["report"]
             if "report" in entry and not spec.table_report:
                 spec.table_report = entry["report"].strip()
+            if "optional" in entry and not spec.optional:
+                spec.optional = entry["optional"].strip()
         spec.columns += self.everywhere
         return spec
 
@@ -241,7 +246,7 @@ class TableResult:
     """The verdict on one table."""
 
     name: str
-    status: str = "identical"    # identical | within | OUT | missing | new | not rerun
+    status: str = "identical"    # identical | within | OUT | missing | absent | new | not rerun
     problems: list = field(default_factory=list)   # failing messages (shape, missing)
     out: list = field(default_factory=list)         # failing cells
     within: list = field(default_factory=list)      # differing cells within tolerance
@@ -260,6 +265,8 @@ class TableResult:
             return head + "new: not in the record (not compared)"
         if self.status == "not rerun":
             return head + "not rerun (in the record; only the named notebooks are compared)"
+        if self.status == "absent":
+            return head + "not in the rerun, which may lack it: " + "; ".join(self.reported)
         note = ("; reported only: " + "; ".join(self.reported)) if self.reported else ""
         if self.status == "OUT":
             parts = list(self.problems)
@@ -477,7 +484,13 @@ def verify(tables_dir: Path | str, record: Record, tolerances: Tolerances,
     results = []
     for name in sorted(recorded | present):
         if name not in present:
-            results.append(TableResult(name, status="not rerun" if notebooks else "missing"))
+            optional = tolerances.spec(Path(name).stem).optional
+            if notebooks:
+                results.append(TableResult(name, status="not rerun"))
+            elif optional:
+                results.append(TableResult(name, status="absent", reported=[optional]))
+            else:
+                results.append(TableResult(name, status="missing"))
         elif name not in recorded:
             results.append(TableResult(name, status="new"))
         else:
@@ -515,10 +528,11 @@ def main(argv=None) -> int:
         print(r.line())
     failed = [r for r in results if r.failed]
     counts = {s: sum(r.status == s for r in results)
-              for s in ("identical", "within", "OUT", "missing", "new", "not rerun")}
+              for s in ("identical", "within", "OUT", "missing", "absent", "new", "not rerun")}
     print(f"{len(results)} tables against {args.record}: {counts['identical']} identical, "
           f"{counts['within']} within tolerance, {counts['OUT']} out of tolerance, "
           f"{counts['missing']} missing, {counts['new']} new"
+          + (f", {counts['absent']} absent as declared" if counts["absent"] else "")
           + (f", {counts['not rerun']} not rerun (only {' '.join(args.notebooks)} compared)"
              if args.notebooks else ""))
     return 1 if failed else 0
