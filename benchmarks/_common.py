@@ -2,6 +2,7 @@
 random CSR data of a given shape."""
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -27,6 +28,22 @@ def write_atomic(path: Path, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def machine_line(start: dict, end: dict) -> str:
+    """One sentence naming the machine, the load average at the start and end of a run
+    (``machine_info()`` then and at the end) and the run's date."""
+    return (f"Machine: {start['cpu_model']}, {start['cpus']} cores (shared); load average "
+            f"at start {start['load_average']}, at end {end['load_average']}; "
+            f"{start['date']}.")
+
+
+def publish(stem: str, res: dict, md: str) -> None:
+    """Write ``results/<stem>.json`` (``res``) and ``results/<stem>.md`` (``md``)
+    atomically, and print the markdown."""
+    write_atomic(RESULTS / f"{stem}.json", json.dumps(res, indent=1))
+    write_atomic(RESULTS / f"{stem}.md", md)
+    print(md)
 
 
 def random_rows(N: int, D: int, nnz: int, seed: int = 0) -> sp.csr_matrix:

@@ -47,7 +47,7 @@ import time
 import numba
 import numpy as np
 
-from _common import RESULTS, machine_info, write_atomic
+from _common import RESULTS, machine_info, machine_line, publish
 from bench_sgd import sparse_data, time_variants
 from scalable_softmax import kernels
 from scalable_softmax.kernels import implicit_batch as ib
@@ -452,9 +452,7 @@ def markdown(res):
     res["ratios"] = ratios(res)
     s, v, r = res["shape"], res["variants"], res["ratios"]
     L = ["# Many classes per step against their memory traffic", "",
-         f"Machine: {res['machine']['cpu_model']}, {res['machine']['cpus']} cores (shared); "
-         f"load average at start {res['machine']['load_average']}, at end "
-         f"{res['machine_end']['load_average']}; {res['machine']['date']}. "
+         machine_line(res["machine"], res["machine_end"]) + " "
          f"{res['repeats']} timed epochs per variant, interleaved.", "",
          f"N = {s['N']:,}, D = {s['D']:,}, K = {s['K']:,}, {s['nnz_per_row']:.1f} non-zeros "
          f"per row; m = {s['m']} classes per step, implicit-batch n = {s['n']} points per "
@@ -513,9 +511,7 @@ def main(argv=None):
     else:
         res = run(quick=args.quick, repeats=args.repeats)
     md = markdown(res)
-    write_atomic(RESULTS / f"{stem}.json", json.dumps(res, indent=1))
-    write_atomic(RESULTS / f"{stem}.md", md)
-    print(md)
+    publish(stem, res, md)
 
 
 if __name__ == "__main__":

@@ -40,9 +40,9 @@ import time
 
 import numpy as np
 
-from _common import RESULTS, machine_info, write_atomic
+from _common import RESULTS, machine_info, machine_line, publish
 
-METHODS = {  # name -> (fit method, lr, fit options, trainer options)
+METHODS = {  # name -> (fit method, lr, options of fit and of the trainer)
     "umax_m1": ("umax", 0.01, {"n_sampled": 1}),
     "umax_m10": ("umax", 0.01, {"n_sampled": 10}),
     "implicit_batch_n10_m10": ("implicit-batch", 10.0, {"batch_size": 10, "n_sampled": 10}),
@@ -72,7 +72,7 @@ def _faults():
 def _trainer(name, X, y, K, W=None):
     from scalable_softmax.methods import sgd
     from scalable_softmax.methods.implicit_batch import ImplicitBatchTrainer
-    _, lr, opts = METHODS[name]
+    lr, opts = METHODS[name][1:]
     if name.startswith("umax"):
         t = sgd.UmaxTrainer(X, y, K, n_sampled=opts["n_sampled"])
         t.init_params("zero")
@@ -186,10 +186,8 @@ def markdown(res):
     c = res["cases"]
     s = res["shape"]
     L = ["# Many-class steps through `fit` and in the benchmark harness", "",
-         f"Written by `benchmarks/bench_many_classes_fit.py`. Machine: "
-         f"{res['machine']['cpu_model']}, {res['machine']['cpus']} cores (shared); load "
-         f"average at start {res['machine']['load_average']}, at end "
-         f"{res['machine_end']['load_average']}; {res['machine']['date']}. "
+         "Written by `benchmarks/bench_many_classes_fit.py`. "
+         + machine_line(res["machine"], res["machine_end"]) + " "
          f"N = {s['N']:,}, D = {s['D']:,}, K = {s['K']:,}, {s['nnz_per_row']} non-zeros "
          f"per row; {res['epochs']} timed epochs per case and round, {res['rounds']} "
          "rounds, every case in a fresh process.", "",
@@ -235,10 +233,7 @@ def main(argv=None):
         res = json.loads((RESULTS / f"{stem}.json").read_text())
     else:
         res = run(args.quick, args.epochs, args.rounds)
-    md = markdown(res)
-    write_atomic(RESULTS / f"{stem}.json", json.dumps(res, indent=1))
-    write_atomic(RESULTS / f"{stem}.md", md)
-    print(md)
+    publish(stem, res, markdown(res))
 
 
 if __name__ == "__main__":
