@@ -40,8 +40,9 @@ def machine_line(start: dict, end: dict) -> str:
 
 def publish(stem: str, res: dict, md: str) -> None:
     """Write ``results/<stem>.json`` (``res``) and ``results/<stem>.md`` (``md``)
-    atomically, and print the markdown."""
-    write_atomic(RESULTS / f"{stem}.json", json.dumps(res, indent=1))
+    atomically, and print the markdown. Values JSON does not know (NumPy scalars,
+    timestamps) are written as their ``str``."""
+    write_atomic(RESULTS / f"{stem}.json", json.dumps(res, indent=1, default=str))
     write_atomic(RESULTS / f"{stem}.md", md)
     print(md)
 

@@ -49,7 +49,6 @@ would give it. Writes ``<out>-rule.{json,md}``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import time
@@ -59,7 +58,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from _common import RESULTS, machine_info, write_atomic
+from _common import machine_info, publish
 from scalable_softmax.data import load_dataset
 from scalable_softmax.evaluate import evaluate
 from scalable_softmax.fit import make_order
@@ -104,11 +103,17 @@ def _trainer(X, y, K, n, m, tol=1e-10):
     return tr, order, decay
 
 
+def _record_first(part):
+    """The row of the record (``part``: one data set's rows of ``tables/12-peers.csv``)
+    of the first method within 1% of the best, or None if none got there."""
+    hit = part.dropna(subset=["seconds_to_1pct"])
+    return hit.sort_values("seconds_to_1pct").iloc[0] if len(hit) else None
+
+
 def run(data, epochs, params, record):
     rec = record[(record.dataset == data) & (record.method == "implicit-batch")].iloc[0]
     best = float(rec.group_best)
-    first = record[record.dataset == data].dropna(subset=["seconds_to_1pct"])
-    first = first.sort_values("seconds_to_1pct").iloc[0] if len(first) else None
+    first = _record_first(record[record.dataset == data])
     X, y, K, Xt, yt = _problem(data, params)
     rows = []
     for n, m, tol in CONFIGS:
@@ -189,7 +194,7 @@ def race(data, params, record, threads, repeat=0):
     part = record[record.dataset == data]
     best = float(part.group_best.iloc[0])
     ours = part[part.method == "implicit-batch"].iloc[0]
-    peer = part.dropna(subset=["seconds_to_1pct"]).sort_values("seconds_to_1pct").iloc[0]
+    peer = _record_first(part)
     common = dict(split="final", max_epochs=params["max_epochs"],
                   eval_rows=params["eval_rows"].get(data), seed=params.get("seed", 0),
                   threads=threads, checkpoints=peers.checkpoint_times(cap, 2, cap / 256))
@@ -237,9 +242,7 @@ def main_race(a, params, record):
             median_seconds_to_1pct=("seconds_to_1pct", "median"),
             median_ratio_to_peer=("ratio_to_peer", "median"),
             median_best_ratio=("best_ratio", "median")).reset_index()
-        write_atomic(RESULTS / f"{name}.json", json.dumps(
-            dict(machine_start=m0, machine_end=m1, rows=rows), indent=1))
-        write_atomic(RESULTS / f"{name}.md", "\n".join([
+        publish(name, dict(machine_start=m0, machine_end=m1, rows=rows), "\n".join([
             "# Notebook 12's rules, one run: ours against the record's first method", "",
             f"Written by `benchmarks/bench_peers_configs.py --race --threads {a.threads}`. "
             f"{m0['cpu_model']}, load average {m0['load_average']} at the start, "
@@ -336,7 +339,7 @@ def oracle(data, params, record, *, epochs, evals, patience, pairs, lrs, decays,
     part = record[record.dataset == data]
     best = float(part.group_best.iloc[0])
     cap = float(params["caps"][data])
-    first_peer = part.dropna(subset=["seconds_to_1pct"]).sort_values("seconds_to_1pct")
+    first_peer = _record_first(part)
     X, y, K, Xt, yt = _problem(data, params)
     rows = []
     for n, m in pairs:
@@ -351,8 +354,8 @@ def oracle(data, params, record, *, epochs, evals, patience, pairs, lrs, decays,
                 rows.append(dict(data=data, n=n, m=m, lr=lr, decay=decay,
                                  refresh_u=refresh_u, **r))
                 print(rows[-1], flush=True)
-    first = (f"{first_peer.method.iloc[0]} {first_peer.seconds_to_1pct.iloc[0]:.3g} s"
-             if len(first_peer) else "none")
+    first = ("none" if first_peer is None else
+             f"{first_peer.method} {first_peer.seconds_to_1pct:.3g} s")
     return rows, dict(best=best, cap=cap, record_first=first)
 
 
@@ -372,9 +375,8 @@ def main_oracle(a, params, record):
             df.loc[df.groupby("data").best_ratio.idxmin()].assign(lowest="overall"),
             df.loc[df.groupby("data").best_ratio_in_cap.idxmin()].assign(lowest="in the cap")])
         low = low[["lowest"] + list(df.columns)].sort_values(["data", "lowest"])
-        write_atomic(RESULTS / f"{a.out}-oracle.json", json.dumps(
-            dict(machine_start=m0, machine_end=m1, group_best=bests, rows=rows), indent=1))
-        write_atomic(RESULTS / f"{a.out}-oracle.md", "\n".join([
+        publish(f"{a.out}-oracle", dict(machine_start=m0, machine_end=m1,
+                                        group_best=bests, rows=rows), "\n".join([
             "# Notebook 12: how close minibatch Implicit SGD gets to the best model, "
             "with every advantage", "",
             f"Written by `benchmarks/bench_peers_configs.py --oracle`. {m0['cpu_model']}, "
@@ -421,11 +423,8 @@ def main_rule(a, params):
         memory_cap_gb=params["memory_cap_gb"], threads=a.threads, progress=False)
     chosen = peers.chosen_rates(tuning)
     m1 = machine_info()
-    name = f"{a.out}-rule"
-    write_atomic(RESULTS / f"{name}.json", json.dumps(dict(
-        machine_start=m0, machine_end=m1, lrs=lrs, tuning=tuning.to_dict("records")),
-        indent=1, default=str))
-    write_atomic(RESULTS / f"{name}.md", "\n".join([
+    publish(f"{a.out}-rule", dict(machine_start=m0, machine_end=m1, lrs=lrs,
+                                  tuning=tuning.to_dict("records")), "\n".join([
         "# Notebook 12's rate rule for implicit-batch (n = m = 10) over another grid", "",
         f"Written by `benchmarks/bench_peers_configs.py --rule --lrs {a.lrs}`. "
         f"{m0['cpu_model']}, load average {m0['load_average']} at the start, "
@@ -439,7 +438,6 @@ def main_rule(a, params):
         "## Every run", "",
         tuning.drop(columns=["layout"], errors="ignore").to_markdown(index=False,
                                                                      floatfmt=".4g"), ""]))
-    print(chosen.to_string())
 
 
 def main() -> None:
@@ -484,9 +482,8 @@ def main() -> None:
         info[d] = i
         s = summary(rows, info)
         m1 = machine_info()
-        write_atomic(RESULTS / f"{a.out}.json", json.dumps(
-            dict(machine_start=m0, machine_end=m1, record=info, rows=rows), indent=1))
-        write_atomic(RESULTS / f"{a.out}.md", "\n".join([
+        publish(a.out, dict(machine_start=m0, machine_end=m1, record=info, rows=rows),
+                "\n".join([
             "# Notebook 12's minibatch Implicit SGD: configurations per epoch",
             "",
             f"Written by `benchmarks/bench_peers_configs.py`. {m0['cpu_model']}, "

@@ -5,22 +5,16 @@ their sums equal NumPy's over the same entries (so the bounds they time are the 
 reading a step's data, not of something else)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sgd.py"
+import benchlib
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_sgd", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchlib.load("bench_sgd")
 
 
 def _csr(N, D, density, seed):
@@ -89,15 +83,9 @@ def test_paired_overhead_alternates_and_pairs(bench):
 # benchmarks/bench_sampled.py: the bound loops of the sampled kernels
 # ---------------------------------------------------------------------------
 
-SAMPLED = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sampled.py"
-
-
 @pytest.fixture(scope="module")
 def bench_sampled():
-    spec = importlib.util.spec_from_file_location("bench_sampled", SAMPLED)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchlib.load("bench_sampled")
 
 
 def _pattern_replay(X, order, cls, ncls, W, n, m, touch, read_first, inc):
@@ -170,20 +158,9 @@ def test_pattern_runner_uses_the_kernels_draws(bench_sampled):
 # benchmarks/bench_many_classes.py: the bound loops of the many-class steps
 # ---------------------------------------------------------------------------
 
-MANY = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_many_classes.py"
-
-
 @pytest.fixture(scope="module")
 def bench_many():
-    import sys
-    sys.path.insert(0, str(MANY.parent))      # it imports _common and bench_sgd
-    try:
-        spec = importlib.util.spec_from_file_location("bench_many_classes", MANY)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(MANY.parent))
-    return mod
+    return benchlib.load("bench_many_classes")    # it imports _common and bench_sgd
 
 
 def _inf_rows(N, D, density, seed):

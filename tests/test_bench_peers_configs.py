@@ -4,29 +4,19 @@ why. The scores are scripted so that every expected number is known in advance; 
 trainer is the library's real ``implicit-batch`` on a small problem."""
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_peers_configs.py"
+import benchlib
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH.parent))      # the script imports benchmarks/_common
-    try:
-        spec = importlib.util.spec_from_file_location("bench_peers_configs", BENCH)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(BENCH.parent))
-    return mod
+    return benchlib.load("bench_peers_configs")
 
 
 def _problem(N=120, D=10, K=6, seed=0):
