@@ -144,6 +144,11 @@ reproduce-extra:  ## also the extensions (notebook 11: Table 3 at our tuned rate
 
 reproduce-extra-steps: $(EXTRA_EXECUTED)
 
+# nbval's options, both runs: its default 60 s for a kernel to answer ran out once in a
+# fresh-clone CI run (the second-kernel run, two kernels starting at once on 2 cores)
+NBVAL_OPTS := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval/sanitize.cfg \
+  --nbval-kernel-startup-timeout 300
+
 # the notebooks under nbval run as the runner runs them: without progress bars
 # (SCALABLE_SOFTMAX_PROGRESS=off, as in the stored outputs)
 # without the data (offline, no mirror) the tests that need them are reported as
@@ -156,7 +161,7 @@ test: $(STAMP)  ## run the unit tests and every notebook's smoke run (nbval)
 	@if ls notebooks/[0-9][0-9]-*.ipynb >/dev/null 2>&1; then \
 	  $(BIN)/python -m scalable_softmax.repro.runner prepare all --profile smoke >/dev/null; fi
 	SCALABLE_SOFTMAX_PROGRESS=off OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
-	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval/sanitize.cfg \
+	  $(NBVAL_OPTS) \
 	  tests $$(test -d build/prepared/smoke && echo build/prepared/smoke)
 	test ! -d build/prepared/smoke || $(BIN)/python -m scalable_softmax.repro.verify --tables build/smoke/tables --record $(SMOKE_RECORD)
 	@test ! -d build/prepared/smoke || $(MAKE) --no-print-directory test-second-kernel
@@ -173,7 +178,7 @@ test-second-kernel: $(STAMP)
 	  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
 	  $(BIN)/python -m scalable_softmax.repro.blaskernel --coretype $(SECOND_CORETYPE) -- \
 	  $(BIN)/python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile \
-	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval/sanitize.cfg \
+	  $(NBVAL_OPTS) \
 	  $(BLAS_SENSITIVE:%=build/prepared/smoke/%.ipynb)
 	@if $(BIN)/python -c 'import platform, sys; sys.exit(platform.machine().lower() not in ("x86_64", "amd64"))'; then \
 	  $(BIN)/python -m scalable_softmax.repro.verify --tables build/smoke/tables --record $(SMOKE_RECORD) \
