@@ -231,7 +231,7 @@ site: $(STAMP)  ## static HTML site in build/site from the executed notebooks, R
 # (Ubuntu's apt package chromium-browser only installs the snap) or Google Chrome
 INSTALL ?=
 OS_RELEASE ?= /etc/os-release
-site-check: site  ## open the site in headless Chromium; screenshots in build/site-screenshots/ (INSTALL=1 installs Chromium)
+site-check: site  ## open the site in headless Chromium: screenshots in build/site-screenshots/, fails on raw pipe text, a second parameters cell or a clipped table (INSTALL=1 installs Chromium)
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 	command -v google-chrome >/dev/null || { \
 	  os=" $$(. $(OS_RELEASE) 2>/dev/null; echo $$ID $$ID_LIKE) "; \

@@ -244,3 +244,140 @@ def test_the_committed_executed_notebooks_come_first(tmp_path, monkeypatch):
     assert staged.notebooks == {name: "full"}          # the executed copy is no source
     text = (tmp_path / "src" / "notebooks" / f"{name}.ipynb").read_text()
     assert "not been executed" not in text and "smoke run" not in text
+
+
+# ------------------------------------------- what a reader sees: the checks of site-check
+def _defective_notebook() -> dict:
+    """A notebook as papermill leaves it, with each defect a reader must not see: a
+    Markdown output holding a pipe table, the injected parameters cell beside the
+    notebook's own, a table far wider than the page."""
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    wide = "<table><tr>" + "".join(f"<td>column_{i:03d}_value</td>" for i in range(60)) \
+        + "</tr></table>"
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# 99 · A page with every defect"),
+        nbformat.v4.new_code_cell("n = 3    # the notebook's default", metadata={
+            "tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("# Parameters\nn = 5\n", metadata={
+            "tags": ["injected-parameters"]}),
+        nbformat.v4.new_code_cell("display(Markdown(table))", outputs=[
+            nbformat.v4.new_output("display_data", data={
+                "text/markdown": "| data set | OVE |\n|---|---|\n| mnist | 5.73 |\n",
+                "text/plain": "<IPython.core.display.Markdown object>"})]),
+        nbformat.v4.new_code_cell("display(wide)", outputs=[
+            nbformat.v4.new_output("display_data", data={"text/html": wide,
+                                                         "text/plain": "wide"})]),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    return nb
+
+
+def _sphinx(src, out, conf: str):
+    """Build ``src`` with myst-nb and a ``conf.py`` of the given text (the defects are
+    what myst-nb and Furo give without the site's settings)."""
+    import subprocess
+    import sys
+    (src / "conf.py").write_text(conf)
+    (src / "index.md").write_text("# Index\n\n```{toctree}\nnb\n```\n")
+    proc = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", str(src),
+                           str(out)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return out / "nb.html"
+
+
+_PLAIN_CONF = ('extensions = ["myst_nb"]\nnb_execution_mode = "off"\nhtml_theme = "furo"\n'
+               'html_static_path = ["_static"]\nhtml_css_files = ["cut.css"]\n')
+
+
+@pytest.fixture(scope="module")
+def defective(tmp_path_factory):
+    """The notebook built as the site did before: myst-nb's defaults (CommonMark: no
+    tables), the injected cell kept, a style that hides what runs past the content."""
+    import nbformat
+    root = tmp_path_factory.mktemp("defective")
+    src = root / "src"
+    (src / "_static").mkdir(parents=True)
+    (src / "_static" / "cut.css").write_text("article { overflow-x: hidden; }\n")
+    nbformat.write(nbformat.from_dict(_defective_notebook()), src / "nb.ipynb")
+    return _sphinx(src, root / "html", _PLAIN_CONF)
+
+
+def test_site_checks_catch_raw_pipes_and_a_second_parameters_cell(defective):
+    found = [str(p) for p in site_mod.page_problems(defective.parent, [defective])]
+    assert any("raw pipe text" in p and "mnist | 5.73" in p for p in found), found
+    assert any("2 parameters cells" in p for p in found), found
+    assert all(p.startswith("nb.html: ") for p in found)
+
+
+@pytest.mark.skipif(site_mod.find_chromium() is None,
+                    reason="headless Chromium not installed (apt-get install chromium)")
+def test_site_check_catches_a_clipped_table_in_the_browser(defective, tmp_path, capsys):
+    clipped = site_mod.clipped_tables(defective.parent, [defective])
+    assert len(clipped) == 1 and "px cut by <article" in str(clipped[0]), clipped
+    # the command of make site-check fails on it, naming every defect
+    shutil.copy(defective, defective.parent / "index.html")
+    assert site_mod.main(["screenshots", "--site", str(defective.parent),
+                          "--out", str(tmp_path / "shots")]) == 1
+    said = capsys.readouterr().out
+    assert "raw pipe text" in said and "parameters cells" in said and "clipped" in said
+
+
+def test_the_site_shows_the_same_notebook_without_the_defects(tmp_path):
+    """Staged as the site stages a notebook and built with the site's settings: one
+    parameters cell showing the run's value, the Markdown table a table, and the wide
+    table in a box that scrolls (measured in the browser when Chromium is installed)."""
+    import nbformat
+    src = tmp_path / "src"
+    (src / "_static").mkdir(parents=True)
+    nb_path = tmp_path / "nb.ipynb"
+    nbformat.write(nbformat.from_dict(_defective_notebook()), nb_path)
+    site_mod._stage_notebook(nb_path, nb_path, "full", "full", src / "nb.ipynb")
+    # the site's conf.py and style sheet, and the same style that hides overflow
+    conf = (site_mod.CONF_DIR / "conf.py").read_text()
+    shutil.copy(site_mod.CONF_DIR / "_static" / "site.css", src / "_static" / "site.css")
+    (src / "_static" / "cut.css").write_text("article { overflow-x: hidden; }\n")
+    conf += '\nhtml_css_files = ["site.css", "cut.css"]\nexclude_patterns = []\n'
+    page = _sphinx(src, tmp_path / "html", conf.replace("def setup(app):",
+                                                        "def _unused(app):"))
+    assert site_mod.page_problems(page.parent, [page]) == []
+    html = page.read_text()
+    assert "<table" in html and "5.73" in html
+    assert "this run (the notebook" in _text(html)          # the run's value, shown once
+    if site_mod.find_chromium() is not None:
+        assert site_mod.clipped_tables(page.parent, [page]) == []
+
+
+def test_merge_parameters_keeps_one_cell_with_the_run_s_values():
+    nb = {"cells": [
+        {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "outputs": [],
+         "source": "# settings\nn = 3    # rows\nname = 'a'\nlr = {'a': 1,\n      'b': 2}\n"},
+        {"cell_type": "code", "metadata": {"tags": ["injected-parameters"]}, "outputs": [],
+         "source": "# Parameters\nn = 3\nname = \"b\"\nlr = {'a': 1, 'b': 2}\nextra = 1\n"},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "source": "print(n)"}]}
+    assert site_mod.merge_parameters(nb) == 1
+    assert len(nb["cells"]) == 2
+    src = nb["cells"][0]["source"]
+    assert src.startswith("# settings\nn = 3    # rows\n")           # unchanged: same value
+    assert "name = \"b\"  # this run (the notebook's default: 'a')" in src
+    assert "lr = {'a': 1,\n      'b': 2}" in src                    # equal values kept
+    assert src.rstrip().endswith("extra = 1  # set by this run")
+    # an injected cell alone becomes the parameters cell
+    nb = {"cells": [{"cell_type": "code", "metadata": {"tags": ["injected-parameters"]},
+                     "outputs": [], "source": "# Parameters\nn = 3\n"}]}
+    assert site_mod.merge_parameters(nb) == 0
+    assert nb["cells"][0]["metadata"]["tags"] == ["parameters"]
+
+
+def test_a_printed_markdown_table_is_shown_as_a_table():
+    text = ("wrote tables/x.csv\n# Title\n\nsome words\n| a | b |\n|---|---|\n| 1 | 2 |\n"
+            "\nafter\n")
+    out = site_mod._split_printed_tables([{"output_type": "stream", "name": "stdout",
+                                           "text": text}])
+    assert [o["output_type"] for o in out] == ["stream", "display_data", "stream"]
+    assert out[0]["text"] == "wrote tables/x.csv\n# Title\n\nsome words\n"
+    assert out[1]["data"]["text/markdown"] == "| a | b |\n|---|---|\n| 1 | 2 |\n"
+    assert out[2]["text"] == "\nafter\n"
+    plain = [{"output_type": "stream", "name": "stdout", "text": "| not | a table |\n"}]
+    assert site_mod._split_printed_tables(plain) == plain

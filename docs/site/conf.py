@@ -23,6 +23,10 @@ nb_execution_mode = "off"
 nb_ipywidgets_js = {}
 # stderr of a cell (warnings) is shown as it was, in its own box
 nb_output_stderr = "show"
+# a cell's Markdown output (display(Markdown(...)): the tables of notebooks 06, 11 and
+# 12) is parsed as GitHub-flavoured Markdown, so that its pipe tables become tables
+# (myst-nb's default, CommonMark, has no tables and shows them as one line of pipes)
+nb_render_markdown_format = "gfm"
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]
 
@@ -31,6 +35,10 @@ html_title = "Unbiased scalable softmax: a reproducible notebook collection"
 html_show_sourcelink = False
 html_copy_source = False
 html_last_updated_fmt = None
+# a table wider than the page scrolls sideways instead of being cut at the right edge
+# (docs/site/_static/site.css); `make site-check` measures it in the browser
+html_static_path = ["_static"]
+html_css_files = ["site.css"]
 
 # the API reference (docs/api.md): docstrings in numpydoc style, read by napoleon
 napoleon_google_docstring = False

@@ -16,11 +16,21 @@
    them. Plain mentions "docs/math.md section N" become links to that section;
 2. **build** with Sphinx, MyST-NB and the Furo theme (``docs/site/conf.py``; nothing is
    executed and nothing is fetched from the network) into ``build/site``;
-3. **check** every internal link, anchor and image of the HTML (:func:`check_links`);
-   the build fails if one is broken.
+3. **check** every internal link, anchor and image of the HTML (:func:`check_links`)
+   and what a reader sees (:func:`page_problems`: no raw pipe text, one parameters
+   cell); the build fails if one is broken.
 
 ``python -m scalable_softmax.repro.site screenshots`` (``make site-check``) opens pages in
-headless Chromium and saves PNG screenshots under ``build/site-screenshots/``.
+headless Chromium, saves PNG screenshots under ``build/site-screenshots/`` and fails on
+what a reader must not see: a Markdown table left as raw pipe text or a second
+parameters cell (:func:`page_problems`, on every page's HTML), a table cut at the right
+edge (:func:`clipped_tables`, measured in the browser).
+
+Staging shows a notebook as a reader should see it: papermill's injected parameters
+cell merged into the notebook's own (:func:`merge_parameters`: one cell, the run's
+values), a table a cell printed in Markdown shown as a table, and Markdown outputs
+parsed with tables (``docs/site/conf.py``); wide tables scroll
+(``docs/site/_static/site.css``).
 """
 from __future__ import annotations
 
@@ -40,7 +50,8 @@ from pathlib import Path
 from scalable_softmax import paths
 
 __all__ = ["stage", "build", "check_links", "screenshots", "LinkProblem", "SITE",
-           "SITE_SRC", "SCREENSHOTS", "method_table"]
+           "SITE_SRC", "SCREENSHOTS", "method_table", "merge_parameters", "page_problems",
+           "clipped_tables", "PageProblem"]
 
 SITE = paths.BUILD / "site"
 SITE_SRC = paths.BUILD / "site-src"
@@ -131,16 +142,124 @@ def _notebook_note(kind: str, profile: str, when: str | None) -> str:
             "are shown. `make reproduce` executes it; `make site` then shows them.\n:::\n")
 
 
+def _tags(cell: dict) -> list:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def _assignments(code: str) -> dict:
+    """``{name: (first line, last line, value source)}`` of the top-level ``name = value``
+    statements of ``code`` (0-based lines; others are left out)."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return {}
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
+            out[node.targets[0].id] = (node.lineno - 1, node.end_lineno - 1,
+                                       ast.get_source_segment(code, node.value))
+    return out
+
+
+def _same_value(a: str, b: str) -> bool:
+    import ast
+
+    try:
+        return ast.literal_eval(a) == ast.literal_eval(b)
+    except (ValueError, SyntaxError, TypeError):
+        return " ".join(a.split()) == " ".join(b.split())
+
+
+def merge_parameters(nb: dict) -> int:
+    """One parameters cell: papermill's injected cell (tag ``injected-parameters``, the
+    values the run used) is removed and the notebook's own ``parameters`` cell (with its
+    comments) shows those values: an assignment whose value the run changed is rewritten,
+    with the notebook's default in a comment; a name only the run set is added at the
+    end. An injected cell without a ``parameters`` cell becomes that cell. Returns how
+    many injected cells were removed."""
+    cells = nb.get("cells", [])
+    injected = [c for c in cells if "injected-parameters" in _tags(c)]
+    if not injected:
+        return 0
+    own = next((c for c in cells if "parameters" in _tags(c)
+                and "injected-parameters" not in _tags(c)), None)
+    for inj in injected:
+        run = _assignments("".join(inj.get("source", "")))
+        if own is None:
+            inj["metadata"]["tags"] = ["parameters" if t == "injected-parameters" else t
+                                       for t in _tags(inj)]
+            own = inj
+            continue
+        code = "".join(own.get("source", ""))
+        lines = code.split("\n")
+        mine = _assignments(code)
+        for name, (first, last, value) in sorted(mine.items(), key=lambda kv: -kv[1][0]):
+            if name in run and not _same_value(value, run[name][2]):
+                default = " ".join(value.split())
+                lines[first:last + 1] = [f"{name} = {run[name][2]}  # this run "
+                                         f"(the notebook's default: {default})"]
+        extra = [f"{n} = {v[2]}  # set by this run" for n, v in run.items() if n not in mine]
+        own["source"] = "\n".join(lines + extra)
+        cells.remove(inj)
+    return len([c for c in injected if c is not own])
+
+
+#: a Markdown pipe table in printed text: a header row, then its separator row
+_PIPE_TABLE = re.compile(r"^\|.*\|[ \t]*\n\|(?:[ \t]*:?-{3,}:?[ \t]*\|)+[ \t]*$", re.M)
+
+
+def _split_printed_tables(outputs: list) -> list:
+    """A printed Markdown table (a stdout stream holding ``| a | b |`` / ``|---|---|``
+    rows, as ``outputs.write_table`` prints what it wrote) shown as a table: the stream
+    is cut into its text before the table, the table as a ``text/markdown`` output, and
+    the text after it. Nothing is dropped or reordered."""
+    out = []
+    for o in outputs:
+        if o.get("output_type") != "stream" or o.get("name") != "stdout":
+            out.append(o)
+            continue
+        text = "".join(o.get("text", ""))
+        if not _PIPE_TABLE.search(text):
+            out.append(o)
+            continue
+        lines = text.split("\n")
+        i, chunk = 0, []
+        while i < len(lines):
+            if lines[i].startswith("|") and i + 1 < len(lines) and \
+                    _PIPE_TABLE.match(lines[i] + "\n" + lines[i + 1]):
+                if chunk:
+                    out.append({**o, "text": "\n".join(chunk) + "\n"})
+                    chunk = []
+                j = i
+                while j < len(lines) and lines[j].startswith("|"):
+                    j += 1
+                out.append({"output_type": "display_data", "metadata": {},
+                            "data": {"text/markdown": "\n".join(lines[i:j]) + "\n",
+                                     "text/plain": "\n".join(lines[i:j])}})
+                i = j
+                continue
+            chunk.append(lines[i])
+            i += 1
+        rest = "\n".join(chunk)
+        if rest.strip():
+            out.append({**o, "text": rest})
+    return out
+
+
 def _stage_notebook(source: Path, executed: Path | None, kind: str, profile: str,
                     out: Path) -> None:
     nb = json.loads((executed or source).read_text(encoding="utf-8"))
+    merge_parameters(nb)
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "markdown":
             text = "".join(cell["source"])
             cell["source"] = _link_math_refs(text, "../")
         elif cell.get("cell_type") == "code":
-            cell["outputs"] = [o for o in cell.get("outputs", [])
-                               if _WIDGET_MIME not in o.get("data", {})]
+            cell["outputs"] = _split_printed_tables(
+                [o for o in cell.get("outputs", []) if _WIDGET_MIME not in o.get("data", {})])
     nb.get("metadata", {}).pop("widgets", None)
     when = None
     if executed is not None:
@@ -335,6 +454,10 @@ def build(out: Path = SITE, profile: str = "full", executed_dirs=None, src: Path
     if problems:
         raise RuntimeError(f"the site in {tmp} has {len(problems)} broken link(s):\n"
                            + "\n".join(f"  {p}" for p in problems[:50]))
+    problems = page_problems(tmp)
+    if problems:
+        raise RuntimeError(f"the site in {tmp} shows {len(problems)} problem(s) to a "
+                           "reader:\n" + "\n".join(f"  {p}" for p in problems[:50]))
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
@@ -419,6 +542,185 @@ def check_links(site: Path, allow_external_links: bool = True) -> list[LinkProbl
                 if frag not in ids:
                     problems.append(LinkProblem(rel, tag, ref, f"no id {frag!r} in "
                                                                f"{target.relative_to(site)}"))
+    return problems
+
+
+# ---------------------------------------------------------------------------
+# what a reader sees: tables rendered, one parameters cell, nothing clipped
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PageProblem:
+    page: str
+    what: str
+
+    def __str__(self):
+        return f"{self.page}: {self.what}"
+
+
+#: a pipe table's separator row as a reader would see it unrendered: ``|---|---|``
+#: (Sphinx's smart quotes make ``---`` an em dash, ``--`` an en dash)
+_RAW_SEPARATOR = re.compile(r"\|[ \t]*:?(?:-{3,}|[\u2014\u2013]+)[ \t]*:?\|")
+
+
+class _Reader(html.parser.HTMLParser):
+    """The text a reader sees outside code (a code block's, a notebook cell's source),
+    and the notebook cells' classes (myst-nb writes a cell's tags as ``tag_<tag>``)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack: list[tuple[str, bool]] = []      # (tag, inside code)
+        self.text: list[str] = []
+        self.cells: list[str] = []
+        self.first_code: list[str] = []              # each input cell's first line
+        self._want_first = False
+
+    def _in_code(self) -> bool:
+        return bool(self.stack) and self.stack[-1][1]
+
+    def handle_starttag(self, tag, attrs):
+        cls = dict(attrs).get("class") or ""
+        code = self._in_code() or tag in ("code", "script", "style") or (
+            "highlight-" in cls and "output" not in cls)
+        if "cell_input" in cls:
+            self._want_first = True
+        if tag in ("pre",) and self._want_first:
+            self.first_code.append("")
+        if re.search(r"\bcell\b", cls) and "docutils" in cls and "container" in cls:
+            self.cells.append(cls)
+        if tag not in ("br", "img", "hr", "meta", "link", "input", "col", "wbr"):
+            self.stack.append((tag, code))
+
+    def handle_endtag(self, tag):
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i][0] == tag:
+                del self.stack[i:]
+                break
+        if tag == "pre" and self._want_first:
+            self._want_first = False
+
+    def handle_data(self, data):
+        if self._want_first and self.first_code is not None and self.first_code \
+                and "\n" not in self.first_code[-1]:
+            self.first_code[-1] += data
+        if not self._in_code():
+            self.text.append(data)
+
+
+def page_problems(site: Path, pages=None) -> list[PageProblem]:
+    """What a reader of the built HTML must not see, per page: a Markdown table left as
+    raw pipe text (its ``|---|`` row outside a code block: an output or a page whose
+    table did not render), and a notebook page with more than one parameters cell
+    (papermill's injected ``# Parameters`` cell beside the notebook's own; :func:`stage`
+    merges them). Returns the problems (empty: all good)."""
+    site = Path(site)
+    problems = []
+    for page in pages or sorted(site.rglob("*.html")):
+        page = Path(page)
+        r = _Reader()
+        r.feed(page.read_text(encoding="utf-8", errors="replace"))
+        rel = str(page.relative_to(site)) if page.is_relative_to(site) else str(page)
+        text = "".join(r.text)
+        for m in _RAW_SEPARATOR.finditer(text):
+            line_start = text.rfind("\n", 0, m.start()) + 1
+            problems.append(PageProblem(rel, "raw pipe text (a Markdown table not rendered "
+                                             f"as a table): {text[line_start:m.end() + 40]!r}"))
+            break
+        injected = [c for c in r.cells if "tag_injected-parameters" in c]
+        params = [c for c in r.cells if re.search(r"\btag_parameters\b", c)]
+        headed = [f for f in r.first_code if f.strip().startswith("# Parameters")]
+        if injected or len(params) + len(headed) > 1:
+            problems.append(PageProblem(
+                rel, f"{len(params) + max(len(injected), len(headed))} parameters cells "
+                     "(papermill's injected '# Parameters' cell beside the notebook's own: "
+                     "the site shows one)"))
+    return problems
+
+
+#: run in the page by headless Chromium: every table (and wide preformatted output)
+#: whose right edge lies beyond a box that hides its overflow, before any box that
+#: scrolls; written into the page, which Chromium then dumps
+_MEASURE_JS = r"""
+<script>
+window.addEventListener("load", function () {
+  var found = [];
+  document.querySelectorAll("table, .cell_output pre").forEach(function (t, i) {
+    var r = t.getBoundingClientRect();
+    if (r.width === 0) return;
+    for (var a = t.parentElement; a; a = a.parentElement) {
+      var s = getComputedStyle(a);
+      if (s.overflowX === "auto" || s.overflowX === "scroll") return;   // it scrolls
+      var box = a === document.body || a === document.documentElement
+        ? document.documentElement.clientWidth : a.getBoundingClientRect().right;
+      if ((s.overflowX === "hidden" || s.overflowX === "clip") && r.right > box + 1) {
+        found.push(t.tagName.toLowerCase() + " #" + i + " (" +
+          (t.innerText || "").slice(0, 40).replace(/\s+/g, " ") + "): " +
+          Math.round(r.right - box) + " px cut by <" + a.tagName.toLowerCase() +
+          (a.className ? " class='" + a.className + "'" : "") + ">");
+        return;
+      }
+    }
+    if (r.right > document.documentElement.clientWidth + 1)
+      found.push(t.tagName.toLowerCase() + " #" + i + ": " +
+        Math.round(r.right - document.documentElement.clientWidth) +
+        " px beyond the page, in no box that scrolls");
+  });
+  var out = document.createElement("pre");
+  out.id = "site-check-clipped";
+  out.textContent = JSON.stringify(found);
+  document.body.appendChild(out);
+});
+</script>
+"""
+
+
+def clipped_tables(site: Path = SITE, pages=None, width=1280, height=900, timeout=120
+                   ) -> list[PageProblem]:
+    """Tables (and wide printed outputs) cut at the right edge, measured in headless
+    Chromium at ``width`` pixels: a copy of each page, with a script that compares each
+    table's right edge with the boxes around it, is opened beside the page (so that its
+    style sheets load) and its DOM dumped. A table in a box that scrolls sideways is
+    fine; one whose overflow a box hides, or that runs off the page, is a problem.
+
+    Raises
+    ------
+    FileNotFoundError
+        If Chromium is not installed.
+    RuntimeError
+        If Chromium fails on a page.
+    """
+    import tempfile
+
+    browser = find_chromium()
+    if browser is None:
+        raise FileNotFoundError("headless Chromium not found: install Debian's package "
+                                "(apt-get install chromium), then run `make site-check`")
+    site = Path(site)
+    problems = []
+    for page in pages or default_pages(site):
+        page = Path(page)
+        text = page.read_text(encoding="utf-8")
+        probe = page.with_name(f".site-check-{page.name}")
+        at = text.rfind("</body>")
+        probe.write_text(text[:at] + _MEASURE_JS + text[at:] if at >= 0
+                         else text + _MEASURE_JS, encoding="utf-8")
+        try:
+            with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+                cmd = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                       f"--window-size={width},{height}", "--virtual-time-budget=5000",
+                       "--dump-dom", probe.resolve().as_uri()]
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                      check=False)
+        finally:
+            probe.unlink(missing_ok=True)
+        m = re.search(r'<pre id="site-check-clipped">(.*?)</pre>', proc.stdout, re.DOTALL)
+        if proc.returncode != 0 or not m:
+            raise RuntimeError(f"chromium could not measure {page} (exit {proc.returncode})"
+                               f":\n{proc.stderr[-2000:]}")
+        import html as _html
+        rel = str(page.relative_to(site)) if page.is_relative_to(site) else str(page)
+        for what in json.loads(_html.unescape(m.group(1))):
+            problems.append(PageProblem(rel, f"clipped: {what}"))
     return problems
 
 
@@ -530,6 +832,12 @@ def main(argv=None) -> int:
         else:
             shots = screenshots(args.site, args.out)
             print(f"{len(shots)} screenshots in {args.out}")
+            problems = page_problems(args.site) + clipped_tables(args.site)
+            for p in problems:
+                print(p)
+            print(f"{len(problems)} problem(s) a reader would see in {args.site} (raw pipe "
+                  "text, a second parameters cell, a clipped table)")
+            return 1 if problems else 0
     except (RuntimeError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
