@@ -35,6 +35,9 @@ The expression is Python, evaluated with these names only:
   ``seeds_<protocol>`` columns (how many seeds support the claim) and the verdict does
   not already name it: ``"confirmed, holds in 3 of 3 seeds (authors' code);
   not confirmed, holds in 0 of 3 seeds (1 pass, paper's text)"``;
+* ``bench(name)`` -- ``benchmarks/results/<name>.json`` (what ``make bench`` wrote) as
+  parsed JSON, for the pages that quote the benchmarks (``docs/speed.md``,
+  ``docs/own-data.md``);
 * ``provenance()`` -- ``tables/PROVENANCE.md``: ``{'commit': short hash, 'seconds':
   {notebook: seconds}, 'runs': {make target: end-to-end time as written}}``;
 * ``np``, ``len``, ``min``, ``max``, ``sum``, ``abs``, ``round``, ``sorted``, ``int``,
@@ -106,12 +109,28 @@ def _split(spec: str) -> tuple[str, str]:
     return spec.strip(), ""
 
 
-class Tables:
-    """The CSV tables of one folder, read once each."""
+#: the benchmarks' results (``make bench``), quoted by docs/speed.md and docs/own-data.md
+BENCH_RESULTS = paths.ROOT / "benchmarks" / "results"
 
-    def __init__(self, folder: Path):
+
+class Tables:
+    """The CSV tables of one folder, read once each (and the benchmarks' results of
+    ``bench_folder``)."""
+
+    def __init__(self, folder: Path, bench_folder: Path | None = None):
         self.folder = Path(folder)
+        self.bench_folder = Path(bench_folder) if bench_folder else BENCH_RESULTS
         self._cache: dict[str, pd.DataFrame] = {}
+        self._bench: dict[str, object] = {}
+
+    def bench(self, name: str):
+        if name not in self._bench:
+            import json
+            path = self.bench_folder / f"{name}.json"
+            if not path.is_file():
+                raise LookupError(f"no benchmark result {path} (make bench writes them)")
+            self._bench[name] = json.loads(path.read_text())
+        return self._bench[name]
 
     def table(self, stem: str) -> pd.DataFrame:
         if stem not in self._cache:
@@ -175,7 +194,8 @@ class Tables:
 
     def namespace(self) -> dict:
         return {"table": self.table, "rows": self.rows, "cell": self.cell,
-                "verdicts": self.verdicts, "provenance": self.provenance, "np": np,
+                "verdicts": self.verdicts, "provenance": self.provenance,
+                "bench": self.bench, "np": np,
                 "len": len, "min": min, "max": max, "sum": sum, "abs": abs, "round": round,
                 "sorted": sorted, "int": int, "float": float, "str": str,
                 "__builtins__": {}}
