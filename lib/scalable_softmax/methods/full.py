@@ -14,13 +14,17 @@ convention): the mean negative log-likelihood plus the ridge divided by ``N``,
         W <- W - lr [ (1/b) sum_{i in batch} (p_i - e_{y_i}) x_i^T + (mu/N) W ].
 
     Default minibatch ``n = 100``: the biased baselines' size, so that steps per
-    epoch and learning rates compare directly; a larger minibatch also amortises
-    the sweep over the ``K`` class rows that every step makes (the default kernel
-    regroups the minibatch by feature and streams through each class row once for
-    the scores and once for the update; ``transposed=False`` is the straightforward
-    per-(class, datapoint) loop). The ridge is applied lazily as one global scale
-    factor ``W = c V`` (every row shrinks by the same ``1 - lr mu/N``), so it costs
-    O(1) per step instead of O(KD).
+    epoch and learning rates compare directly. The weights are held feature-major
+    (``D x K``, the layout the steps stream through, as PyTorch's embedding-bag
+    does): each non-zero of a row adds one contiguous row of ``K`` weights to the
+    row's scores, and the update writes, for each distinct feature of the minibatch,
+    one contiguous row (its gradient summed over the minibatch first), never a dense
+    ``K x D`` pass (:mod:`scalable_softmax.kernels.softmax_sgd`; ``threads`` splits a
+    step over the minibatch's rows and the classes with bit-identical results). The
+    former class-major kernel (``layout="class"``, which sweeps every class row per
+    step, one cache line per class and feature) gives the same weights bit for bit.
+    The ridge is applied lazily as one global scale factor ``W = c V`` (every row
+    shrinks by the same ``1 - lr mu/N``), so it costs O(1) per step instead of O(KD).
 
 ``exact`` (:class:`ExactTrainer`)
     Full-batch L-BFGS on ``F`` (:func:`scalable_softmax.methods.lbfgs.lbfgs`, or
@@ -100,6 +104,7 @@ import scipy.sparse as sp
 from scalable_softmax._kernels import JIT, PJIT
 from scalable_softmax._kernels import sigmoid as _sigmoid
 from scalable_softmax._kernels import softplus as _softplus
+from scalable_softmax.kernels import softmax_sgd as _ksgd
 from scalable_softmax.methods.base import EpochReport, Trainer
 from scalable_softmax.methods.lbfgs import lbfgs
 from scalable_softmax.methods.common import axpy_check as _axpy_check
@@ -393,15 +398,35 @@ class SoftmaxSGDTrainer(Trainer):
 
     See the module docstring for the step. ``n_sampled`` is not used.
 
+    The weights: ``W`` is ``K x D`` as for every method, but with the default
+    ``layout="feature"`` the trainer holds ``V^T`` (``D x K``, C-contiguous: the layout
+    its steps stream through) and ``self.W`` is its transposed *view*
+    (Fortran-ordered; writing into it writes the weights; assigning an array to
+    ``self.W`` copies it in unless it is such a view already). :meth:`weights` returns
+    a C-contiguous ``K x D`` array (a copy in this layout).
+
     Options
     -------
-    transposed : bool, default True
-        regroup each minibatch by feature and sweep every class row once in increasing
-        feature order (streaming memory access); False: the straightforward loop, one
-        sparse dot product and update per (class, datapoint). Same step; the sums run
-        in a different order (equal to rounding).
+    threads : int, default 1
+        numba threads of each step: the scores and the softmax split over the
+        minibatch's rows, the update over slices of the classes. Every value is
+        computed by one thread in a fixed order, so the weights are bit-identical for
+        every number of threads.
     parallel : bool, default False
-        split each step over numba's threads by class rows (identical results).
+        the former name of ``threads``: True means numba's thread count
+        (``numba.get_num_threads()`` at each epoch); not with ``threads``.
+    layout : ``"feature"`` (default) or ``"class"``
+        ``"feature"``: the kernel of :mod:`scalable_softmax.kernels.softmax_sgd` on
+        ``V^T``; ``"class"``: the former kernel on ``V`` (``K x D``), whose steps sweep
+        every class row (one cache line per class and feature: 10-40x slower when
+        ``K`` and ``D`` are large). Both give bit-identical weights with
+        ``transposed=True``.
+    transposed : bool, default True
+        the summation order of the class-major kernel: True regroups each minibatch by
+        feature (the order the feature-major kernel also uses); False is the
+        straightforward loop, one sparse dot product and update per (class,
+        datapoint), equal to rounding; it needs ``layout="class"`` (the default when
+        ``transposed=False`` is given alone).
     """
 
     name = "softmax-sgd"
@@ -411,50 +436,144 @@ class SoftmaxSGDTrainer(Trainer):
     default_n_sampled = 1
 
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
+        self._layout = None
+        self._store = None
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled, **options)
-        self.opts = _parse_options(self.name, options, {"parallel": (False, _bool),
-                                                        "transposed": (True, _bool)})
+        self.opts = _parse_options(self.name, options, {
+            "threads": (None, _pos_int_or_none), "parallel": (False, _bool),
+            "transposed": (True, _bool), "layout": (None, _layout)})
+        o = self.opts
+        if o["threads"] is not None and o["parallel"]:
+            raise ValueError("give the option 'threads' (an int) or the older "
+                             "'parallel=True' (numba's thread count), not both")
+        if o["layout"] is None:
+            o["layout"] = "feature" if o["transposed"] else "class"
+        elif o["layout"] == "feature" and not o["transposed"]:
+            raise ValueError("option transposed=False is the class-major loop: pass "
+                             "layout='class' with it (or leave transposed at True)")
+        if o["threads"] is None:
+            o["threads"] = 1
+        self._layout = o["layout"]
         if self.K < 2:
             raise ValueError(f"K must be at least 2; got {self.K}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer; got {self.batch_size}")
         self.X, self._indptr, self._indices, self._data = _csr_arrays(X)
+        # the feature-major kernel sums each row's features in the order of its
+        # entries: sorted (stably) by feature, the class-major kernel's order
+        self._fm_indices, self._fm_data = _rows_sorted(self._indptr, self._indices,
+                                                       self._data)
         self._y = np.ascontiguousarray(y, dtype=np.int64)
         self.cs = np.ones(1)
 
+    @property
+    def W(self):
+        """The ``K x D`` weights ``V`` (lazy scale not folded in): the array itself
+        with ``layout="class"``, the transposed view of ``V^T`` with
+        ``layout="feature"``; None before :meth:`init_params`."""
+        if self._store is None or self._layout == "class":
+            return self._store
+        return self._store.T
+
+    @W.setter
+    def W(self, value):
+        if value is None or self._layout in (None, "class"):
+            self._store = value
+        else:
+            self._store = np.ascontiguousarray(np.asarray(value, dtype=np.float64).T)
+
     def init_params(self, u_init: str = "zero") -> None:
         """``W = 0`` (every page written), scale 1; no ``u``."""
-        self.W = _touched_zeros(self.K, self.D)
+        if self._layout == "class":
+            self._store = _touched_zeros(self.K, self.D)
+        else:
+            self._store = _touched_zeros(self.D, self.K)
         self.cs = np.ones(1)
         self.u = None
 
+    def set_params(self, W0) -> None:
+        """Start from the weights ``W0`` (``K x D``; a warm start after
+        :meth:`init_params`)."""
+        if self._store is None:
+            self.init_params()
+        self.W[...] = W0
+        self.cs[0] = 1.0
+
     def run_epoch(self, order, lr, seed):
         """One epoch of minibatch steps over ``order`` (``seed`` unused: no sampling)."""
-        if self.W is None:
+        if self._store is None:
             self.init_params()
         order = np.ascontiguousarray(order, dtype=np.int64)
-        args = (self._indptr, self._indices, self._data, self._y, order, self.W, self.cs,
-                self.batch_size, float(lr), self.mu / self.N)
-        # one slice of the classes per thread (the slicing does not change the result)
-        if self.opts["parallel"]:
-            steps, div = _softmax_sgd_epoch(*args, numba.get_num_threads(),
-                                            self.opts["transposed"])
-        else:
-            with _one_thread():
-                steps, div = _softmax_sgd_epoch(*args, 1, self.opts["transposed"])
+        o = self.opts
+        nthr = numba.get_num_threads() if o["parallel"] else o["threads"]
+        with _threads(nthr):
+            if self._layout == "class":
+                # one slice of the classes per thread (the slicing does not change the
+                # result)
+                steps, div = _softmax_sgd_epoch(
+                    self._indptr, self._indices, self._data, self._y, order, self._store,
+                    self.cs, self.batch_size, float(lr), self.mu / self.N, nthr,
+                    o["transposed"])
+            else:
+                steps, div = _ksgd.softmax_sgd_epoch(
+                    self._indptr, self._fm_indices, self._fm_data, self._y, order,
+                    self._store, self.cs, self.batch_size, float(lr), self.mu / self.N,
+                    nthr)
         return EpochReport(steps=int(steps), diverged_at=int(div))
 
     def warmup(self):
         """Compile (or load) the kernel: an epoch over no datapoints (changes nothing)."""
-        if self.W is None:
+        if self._store is None:
             self.init_params()
         self.run_epoch(np.zeros(0, dtype=np.int64), 0.0, 0)
 
     def weights(self):
-        """``c V`` (a copy when the lazy scale ``c`` differs from 1, i.e. ``mu > 0``)."""
-        if self.cs[0] == 1.0:
-            return self.W
-        return self.W * self.cs[0]
+        """``c V`` as a C-contiguous ``K x D`` array (``layout="class"``: ``V`` itself
+        when the lazy scale ``c`` is 1, i.e. ``mu = 0``; else a copy)."""
+        c = self.cs[0]
+        if self._layout == "class":
+            return self.W if c == 1.0 else self.W * c
+        out = np.empty((self.K, self.D))
+        if c == 1.0:
+            out[...] = self.W
+        else:
+            np.multiply(self.W, c, out=out)
+        return out
+
+
+def _layout(key, v):
+    if v not in ("feature", "class"):
+        raise ValueError(f"option {key!r} must be 'feature' or 'class'; got {v!r}")
+    return v
+
+
+def _rows_sorted(indptr, indices, data):
+    """``(indices, data)`` with each row's entries sorted by feature, stably (the given
+    arrays themselves when they already are)."""
+    if indices.size < 2:
+        return indices, data
+    down = np.flatnonzero(np.diff(indices) < 0) + 1  # entries below their predecessor
+    if np.isin(down, indptr).all():                   # ... only at the start of a row
+        return indices, data
+    rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+    perm = np.lexsort((indices, rows))
+    return np.ascontiguousarray(indices[perm]), np.ascontiguousarray(data[perm])
+
+
+class _threads:
+    """Context manager: run numba parallel kernels on ``n`` threads (at most numba's
+    pool)."""
+
+    def __init__(self, n):
+        self.n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+
+    def __enter__(self):
+        self.prev = numba.get_num_threads()
+        numba.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        numba.set_num_threads(self.prev)
+        return False
 
 
 class _one_thread:

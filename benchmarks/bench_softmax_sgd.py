@@ -1,0 +1,262 @@
+"""Exact full-softmax minibatch SGD (``softmax-sgd``) against the cost of its memory
+traffic (issue 41, item 2).
+
+In one run, on one process:
+
+* **the bound**: :func:`bound_epoch`, the plain feature-major loop (weights ``D x K``;
+  for each row of a minibatch of 100 its scores by one contiguous axpy over the ``K``
+  classes per non-zero, the softmax, and after the minibatch the same axpys for the
+  update), one thread, against ``fit(X, y, "softmax-sgd", ..., threads=1)`` per
+  datapoint on a synthetic shape (N rows, D = 10,000, K = 10,000, 5 non-zeros per row,
+  uniform labels; ``bench_sgd.sparse_data``). Target: at most 1.5x the bound.
+* ``fit(..., threads=2)`` against ``threads=1`` on the same data (target: at least
+  1.5x faster), and, on the first rows only, the former class-major kernel
+  (``layout="class"``) for scale.
+* seconds per epoch on ``20news-words`` (notebook 12's real data set: K = 10,000,
+  D = 10,000, 100,000 training rows; ``scalable_softmax.data.load_dataset``) with
+  threads 1 and 2, and PyTorch's full-softmax SGD epoch on the same data and minibatch
+  when ``torch`` is importable (notebook 12's ``embedding-bag`` layout:
+  ``nn.EmbeddingBag(D, K, mode="sum", sparse=True)``, float32, 2 threads).
+
+Timing: ``fit(..., eval_epochs=[], lr_decay=1)``; the seconds per epoch are the
+differences of ``history.seconds`` (training time only), the first epoch left out (page
+faults of fresh weights). Cases are run in ``--rounds`` rounds in rotating order so that
+the load of the shared machine spreads over them; the report gives the best and the
+median per datapoint, and the load average at the start and end.
+
+Usage: ``python benchmarks/bench_softmax_sgd.py [--quick] [--rounds R] [--epochs E]``;
+writes ``benchmarks/results/softmax_sgd[-quick].{json,md}``.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numba
+import numpy as np
+
+from _common import machine_info, machine_line, publish
+from bench_sgd import sparse_data
+
+#: minibatch size of every case
+BATCH = 100
+#: the synthetic shape: (N, D, K, non-zeros per row); quick: fewer rows and classes
+SHAPE = (20_000, 10_000, 10_000, 5)
+SHAPE_QUICK = (4_000, 10_000, 2_000, 5)
+#: rate of the synthetic cases (uniform labels: never diverges)
+LR = 0.5
+
+
+@numba.njit(cache=True, nogil=True)
+def bound_epoch(indptr, indices, data, y, order, WT, lr, B):
+    """The feature-major loop: minibatches of ``B`` rows of ``order``; per row the
+    scores ``s = sum_p x_p WT[f_p, :]``, ``s <- softmax(s) - e_y``; then for every row
+    and non-zero ``WT[f_p, :] -= lr / b x_p s``. Returns the steps."""
+    N = order.shape[0]
+    K = WT.shape[1]
+    S = np.empty((B, K))
+    steps = 0
+    for b0 in range(0, N, B):
+        nb = min(B, N - b0)
+        for t in range(nb):
+            i = order[b0 + t]
+            s = S[t]
+            s[:] = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                x = data[p]
+                w = WT[indices[p]]
+                for k in range(K):
+                    s[k] += x * w[k]
+            mx = s.max()
+            z = 0.0
+            for k in range(K):
+                e = math.exp(s[k] - mx)
+                s[k] = e
+                z += e
+            for k in range(K):
+                s[k] /= z
+            s[y[i]] -= 1.0
+        for t in range(nb):
+            i = order[b0 + t]
+            s = S[t]
+            for p in range(indptr[i], indptr[i + 1]):
+                a = lr / nb * data[p]
+                w = WT[indices[p]]
+                for k in range(K):
+                    w[k] -= a * s[k]
+        steps += 1
+    return steps
+
+
+def _per_epoch_fit(X, y, K, lr, epochs, **opts):
+    from scalable_softmax.fit import fit
+    res = fit(X, y, "softmax-sgd", lr, epochs=epochs + 1, eval_epochs=[], progress=False,
+              K=K, lr_decay=1.0, batch_size=BATCH, **opts)
+    if res.diverged_at is not None:
+        raise RuntimeError(f"softmax-sgd diverged at {res.diverged_at} ({opts})")
+    secs = np.diff(res.history.seconds.to_numpy())
+    return secs[1:].tolist()
+
+
+def _per_epoch_bound(X, y, K, lr, epochs):
+    indptr = np.ascontiguousarray(X.indptr, dtype=np.int64)
+    indices = np.ascontiguousarray(X.indices, dtype=np.int64)
+    data = np.ascontiguousarray(X.data, dtype=np.float64)
+    y = np.ascontiguousarray(y, dtype=np.int64)
+    WT = np.zeros((X.shape[1], K))
+    rng = np.random.default_rng(0)
+    bound_epoch(indptr, indices, data, y, np.zeros(0, dtype=np.int64), WT, lr, BATCH)
+    out = []
+    for _ in range(epochs + 1):
+        order = rng.permutation(X.shape[0])
+        t0 = time.perf_counter()
+        bound_epoch(indptr, indices, data, y, order, WT, lr, BATCH)
+        out.append(time.perf_counter() - t0)
+    if not np.isfinite(WT).all():
+        raise RuntimeError("the bound loop diverged")
+    return out[1:]
+
+
+def _per_epoch_class_major(X, y, K, lr, rows):
+    """The former class-major kernel (``layout="class"``) on the first ``rows`` rows,
+    one thread: seconds of one epoch over them (after one untimed epoch)."""
+    from scalable_softmax.methods import get_trainer_class
+    Xs, ys = X[:rows], y[:rows]
+    tr = get_trainer_class("softmax-sgd")(Xs, ys, K, batch_size=BATCH, layout="class")
+    tr.init_params()
+    tr.warmup()
+    order = np.arange(rows, dtype=np.int64)
+    tr.run_epoch(order, lr, 0)
+    t0 = time.perf_counter()
+    tr.run_epoch(order, lr, 0)
+    return time.perf_counter() - t0
+
+
+def _torch_epoch(X, y, K, batches=200, threads=2):
+    """Seconds of one PyTorch full-softmax SGD epoch of minibatches of ``BATCH``
+    (notebook 12's models: ``scalable_softmax.repro.peers.torch_layouts`` times each
+    layout over the first ``batches`` minibatches; times the number of minibatches of
+    an epoch), or None and the reason when torch is not importable."""
+    from scalable_softmax.repro.peers import available, torch_layouts
+    ok, why = available("torch")
+    if not ok:
+        return None, why
+    per = torch_layouts(X, y, K, "torch-sgd", batch_size=BATCH, batches=batches,
+                        max_seconds=60.0, threads=threads)
+    steps = -(-X.shape[0] // BATCH)
+    return {k: v * steps for k, v in per.items()}, f"{batches} minibatches timed per layout"
+
+
+def run(quick=False, rounds=2, epochs=2, news=True):
+    res = {"machine": machine_info(), "quick": quick, "rounds": rounds, "epochs": epochs,
+           "numba_threads": numba.config.NUMBA_NUM_THREADS}
+    res.update(run_synthetic(quick, rounds, epochs))
+    if news:
+        res["news"] = run_news(quick, rounds, epochs)
+    res["machine_end"] = machine_info()
+    return res
+
+
+def run_synthetic(quick, rounds, epochs):
+    N, D, K, nnz = SHAPE_QUICK if quick else SHAPE
+    X, y = sparse_data(N, D, nnz, K)
+    cases = {
+        "bound": lambda: _per_epoch_bound(X, y, K, LR, epochs),
+        "fit_threads1": lambda: _per_epoch_fit(X, y, K, LR, epochs, threads=1),
+        "fit_threads2": lambda: _per_epoch_fit(X, y, K, LR, epochs, threads=2),
+    }
+    times = {c: [] for c in cases}
+    names = list(cases)
+    for r in range(rounds):
+        k = r % len(names)
+        for c in names[k:] + names[:k]:
+            times[c] += cases[c]()
+            print(c, f"{1e6 * min(times[c]) / N:.1f} us/datapoint", flush=True)
+    rows = 1_000 if quick else 2_000
+    cm = {"rows": rows, "seconds": _per_epoch_class_major(X, y, K, LR, rows)}
+    print("class-major", f"{1e6 * cm['seconds'] / rows:.1f} us/datapoint")
+    return {"shape": {"N": N, "D": D, "K": K, "nnz_per_row": nnz, "batch": BATCH, "lr": LR},
+            "synthetic": times, "class_major": cm}
+
+
+def run_news(quick, rounds, epochs, lr=100.0):
+    from scalable_softmax.data import load_dataset
+    tr = load_dataset("20news-words", "train")
+    X, y, K = tr.X, tr.y, int(tr.K)
+    if quick:
+        X, y = X[:20_000], y[:20_000]
+    out = {"N": X.shape[0], "D": X.shape[1], "K": K, "nnz": int(X.nnz), "lr": lr,
+           "times": {"fit_threads1": [], "fit_threads2": []}}
+    for r in range(rounds):
+        for c in (("fit_threads1", 1), ("fit_threads2", 2))[::(1 if r % 2 == 0 else -1)]:
+            out["times"][c[0]] += _per_epoch_fit(X, y, K, lr, epochs, threads=c[1])
+            print("20news-words", c[0], f"{min(out['times'][c[0]]):.2f} s/epoch", flush=True)
+    t, why = _torch_epoch(X, y, K)
+    out["torch"] = {"seconds_per_epoch": t, "note": why}
+    print("20news-words torch:", why if t is None else t)
+    return out
+
+
+def _stats(ts, n):
+    return 1e6 * min(ts) / n, 1e6 * float(np.median(ts)) / n
+
+
+def markdown(res):
+    s = res["shape"]
+    N = s["N"]
+    syn = res["synthetic"]
+    b, bm = _stats(syn["bound"], N)
+    f1, f1m = _stats(syn["fit_threads1"], N)
+    f2, f2m = _stats(syn["fit_threads2"], N)
+    cm = res["class_major"]
+    L = ["# Exact full-softmax minibatch SGD against its memory traffic", "",
+         "Written by `benchmarks/bench_softmax_sgd.py`. "
+         + machine_line(res["machine"], res["machine_end"]) + " "
+         f"{res['rounds']} rounds in rotating order, {res['epochs']} timed epochs per case "
+         "and round (the first epoch of every run left out); minibatch "
+         f"{s['batch']}, rate {s['lr']}, `lr_decay=1`.", "",
+         f"## Synthetic: N = {N:,}, D = {s['D']:,}, K = {s['K']:,}, {s['nnz_per_row']} "
+         "non-zeros per row, uniform labels", "",
+         "| case | us per datapoint (best) | median | ratio to the bound (best) |",
+         "|---|---:|---:|---:|",
+         f"| bound: feature-major numba loop, 1 thread | {b:.1f} | {bm:.1f} | 1.00 |",
+         f"| `fit(..., threads=1)` | {f1:.1f} | {f1m:.1f} | {f1 / b:.2f} |",
+         f"| `fit(..., threads=2)` | {f2:.1f} | {f2m:.1f} | {f2 / b:.2f} |",
+         f"| former class-major kernel (`layout=\"class\"`), 1 thread, first "
+         f"{cm['rows']:,} rows | {1e6 * cm['seconds'] / cm['rows']:.1f} | | "
+         f"{1e6 * cm['seconds'] / cm['rows'] / b:.1f} |", "",
+         f"threads=2 over threads=1: {f1 / f2:.2f}x (best), {f1m / f2m:.2f}x (median).", ""]
+    if "news" in res:
+        n = res["news"]
+        t1 = n["times"]["fit_threads1"]
+        t2 = n["times"]["fit_threads2"]
+        L += [f"## 20news-words: N = {n['N']:,}, D = {n['D']:,}, K = {n['K']:,}, "
+              f"{n['nnz'] / n['N']:.2f} non-zeros per row, rate {n['lr']}", "",
+              "| case | seconds per epoch (best) | median |", "|---|---:|---:|",
+              f"| `fit(..., threads=1)` | {min(t1):.2f} | {np.median(t1):.2f} |",
+              f"| `fit(..., threads=2)` | {min(t2):.2f} | {np.median(t2):.2f} |"]
+        tt = n["torch"]["seconds_per_epoch"]
+        for lay, v in (tt or {}).items():
+            L.append(f"| PyTorch SGD, full softmax, `{lay}`, float32, 2 threads "
+                     f"({n['torch']['note']}) | {v:.2f} | |")
+        L += ["", f"threads=2 over threads=1: {min(t1) / min(t2):.2f}x (best)."]
+        if not tt:
+            L += ["", f"PyTorch not timed: {n['torch']['note']}."]
+        L.append("")
+    return "\n".join(L)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small shapes, a smoke run")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--no-news", action="store_true", help="skip 20news-words")
+    a = ap.parse_args(argv)
+    res = run(a.quick, a.rounds, a.epochs, news=not a.no_news)
+    publish("softmax_sgd" + ("-quick" if a.quick else ""), res, markdown(res))
+
+
+if __name__ == "__main__":
+    main()
