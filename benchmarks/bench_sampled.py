@@ -682,7 +682,9 @@ def run(quick=False, repeats=3, baseline=None):
     for Ks, nb in ((18_000, 10 if quick else 20), (1_000, 100 if quick else 200)):
         sub = nb * n
         ys = y % Ks
-        ts = full.SoftmaxSGDTrainer(X, ys, Ks, batch_size=n)
+        # the class-major kernel's variants (transposed or not) on the shared W;
+        # benchmarks/bench_softmax_sgd.py times the default feature-major one
+        ts = full.SoftmaxSGDTrainer(X, ys, Ks, batch_size=n, layout="class")
         ts.W, ts.cs = W[:Ks], np.ones(1)
         r = time_variants({
             f"softmax_sgd_K{Ks}_plain": runner(ts, transposed=False, parallel=False),

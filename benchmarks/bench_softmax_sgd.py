@@ -48,7 +48,7 @@ SHAPE_QUICK = (4_000, 10_000, 2_000, 5)
 LR = 0.5
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(nogil=True, boundscheck=False)
 def bound_epoch(indptr, indices, data, y, order, WT, lr, B):
     """The feature-major loop: minibatches of ``B`` rows of ``order``; per row the
     scores ``s = sum_p x_p WT[f_p, :]``, ``s <- softmax(s) - e_y``; then for every row

@@ -19,6 +19,9 @@ The submodules:
     the pieces of one Newton iteration of implicit-batch's reduced problem.
 :mod:`scalable_softmax.kernels.evaluate`
     the float32 scoring kernels of :func:`scalable_softmax.evaluate.evaluate`.
+:mod:`scalable_softmax.kernels.softmax_sgd`
+    the epoch of ``softmax-sgd`` on feature-major weights and its pieces (the module
+    itself, not a re-export).
 
 And here:
 
