@@ -361,7 +361,7 @@ def as_csr(X, name: str = "X") -> sp.csr_matrix:
         check_sparse(X, name)                # the structure, before scipy or numba reads it
         if X.format == "csr" and X.dtype == np.float64 \
                 and X.indices.dtype in (np.int32, np.int64) \
-                and X.indptr.dtype == X.indices.dtype and _canonical(X):
+                and X.indptr.dtype in (np.int32, np.int64) and _canonical(X):
             Xc = X
         else:
             Xc = sp.csr_matrix(X, dtype=np.float64, copy=True)
