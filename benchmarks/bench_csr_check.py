@@ -19,7 +19,6 @@ import argparse
 import time
 
 import numpy as np
-
 from _common import machine_info, machine_line, publish
 
 
@@ -83,8 +82,8 @@ def markdown(res):
         f"| `as_csr` (structure and canonical order, no copy) | {res['as_csr_s']:.5f} |",
         f"| `check_trainer_data` (a trainer's gate) | {res['trainer_check_s']:.5f} |",
         f"| one U-max epoch, m = 1 | {res['umax_epoch_s']:.3f} |", "",
-        f"Both checks together cost **{100 * res['ratio']:.3f}%** of one epoch "
-        "(target: under 2%).", ""])
+        (f"Both checks together cost **{100 * res['ratio']:.3f}%** of one epoch "
+         "(target: under 2%)."), ""])
 
 
 def main(argv=None):

@@ -841,20 +841,8 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
     else:
         if n_points == 0:
             raise DataFormatError(path, "no data lines", line=lineno)
-        zb = saw_zero if zero_based == "auto" else zero_based
-        shift = 0 if zb else 1
-        if n_features is not None and max_feat - shift >= n_features:
-            # as scikit-learn's load_svmlight_file: the bound applies after the shift
-            raise DataFormatError(path, f"feature index {max_feat} beyond n_features="
-                                  f"{n_features} (the file is "
-                                  f"{'zero' if zb else 'one'}-based: indices "
-                                  f"{shift}..{n_features - 1 + shift}); pass a larger "
-                                  "n_features", line=max_line)
-        D = n_features if n_features is not None else max_feat + 1 - shift
-        D = max(D, 0)
-        if D > MAX_SIZE:
-            raise DataFormatError(path, f"feature index {max_feat} implies D = {D} "
-                                  f"features, beyond the limit {MAX_SIZE}", line=max_line)
+        shift, D = _feature_space(path, saw_zero if zero_based == "auto" else zero_based,
+                                  n_features, max_feat, max_line)
     X = _rows_to_csr(rows_idx, rows_val, shift, D)
     lp = np.asarray(lab_ptr, dtype=np.int64)
     li = np.asarray(lab_idx, dtype=np.int64)
@@ -866,6 +854,23 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
         first_labels_all=np.asarray(firsts_all, dtype=np.int64),
         info={"header": None if not header else {"N": N_hdr, "D": D_hdr, "K": K_hdr},
               "zero_based": bool(header or shift == 0)})
+
+
+def _feature_space(path, zb: bool, n_features, max_feat: int, max_line: int):
+    """``(shift, D)`` of a header-less file: its index base (``zb``: zero-based) and
+    dimension, checked as scikit-learn's ``load_svmlight_file`` does (the bound
+    ``n_features`` applies after the shift) and against :data:`MAX_SIZE`."""
+    shift = 0 if zb else 1
+    if n_features is not None and max_feat - shift >= n_features:
+        raise DataFormatError(path, f"feature index {max_feat} beyond n_features="
+                              f"{n_features} (the file is {'zero' if zb else 'one'}-based: "
+                              f"indices {shift}..{n_features - 1 + shift}); pass a larger "
+                              "n_features", line=max_line)
+    D = max(n_features if n_features is not None else max_feat + 1 - shift, 0)
+    if D > MAX_SIZE:
+        raise DataFormatError(path, f"feature index {max_feat} implies D = {D} features, "
+                              f"beyond the limit {MAX_SIZE}", line=max_line)
+    return shift, D
 
 
 def _parse_header(path, line: str, lineno: int) -> tuple[int, int, int]:
