@@ -245,9 +245,12 @@ def test_7_numbers_beyond_int64_name_the_file_and_line(tmp_path):
                                       "{99999999999999999999 1}\n")
     with pytest.raises(DataFormatError, match=r"a\.arff, line 4: attribute index"):
         read_arff(arff)
-    # fit with a label beyond int64 (an object array of Python ints)
-    with pytest.raises(ValueError, match="y must hold integer class labels"):
-        fit(np.eye(2), np.array([0, 2**70], dtype=object), "umax", 0.1, progress=False)
+    # fit with a label beyond int64: Python ints, float and uint64 labels
+    for y, said in (([0, 2**70], "y must hold integer class labels"),
+                    (np.array([0.0, 1e30]), "y holds the label 1e[+]30 .* beyond the 64-bit"),
+                    (np.array([0, 2**64 - 1], dtype=np.uint64), "beyond the 64-bit")):
+        with pytest.raises(ValueError, match=said):
+            fit(np.eye(2), y, "umax", 0.1, progress=False)
 
 
 def test_7_idx_sizes_that_overflow_int64_are_a_format_error(tmp_path):

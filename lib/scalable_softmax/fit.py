@@ -301,6 +301,14 @@ class FitResult:
             if "meta" not in z.files:
                 raise bad("the archive has no 'meta' record")
             try:
+                with z.zip.open("meta.npy") as fh:   # the record's size, before reading it
+                    version = np.lib.format.read_magic(fh)
+                    shape, _, dtype = (np.lib.format.read_array_header_1_0(fh)
+                                       if version == (1, 0)
+                                       else np.lib.format.read_array_header_2_0(fh))
+                if shape != () or dtype.kind != "U" or dtype.itemsize > 1 << 26:
+                    raise ValueError(f"a {dtype} array of shape {shape}, not one string "
+                                     "of at most 16 M characters")
                 meta = json.loads(str(z["meta"][()]))
             except Exception as exc:
                 raise bad(f"its 'meta' record is unreadable ({type(exc).__name__}: {exc})") \

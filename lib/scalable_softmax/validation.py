@@ -412,9 +412,16 @@ def as_labels(y, N: int, name: str = "y") -> np.ndarray:
         raise ValueError(f"{name} has {arr.shape[0]} labels but its X has {N} rows; they "
                          f"must match (shape (N,) = ({N},))")
     if np.issubdtype(arr.dtype, np.integer):
+        if arr.dtype == np.uint64 and arr.size and int(arr.max()) >= 2**63:
+            raise ValueError(f"{name} holds the label {int(arr.max())}, beyond the 64-bit "
+                             "integer range; use class labels 0..K-1")
         return arr.astype(np.int64)
     if np.issubdtype(arr.dtype, np.floating):
         if np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            if arr.size and float(np.abs(arr).max()) >= 2.0**63:
+                raise ValueError(f"{name} holds the label {float(np.abs(arr).max())!r} "
+                                 "(in absolute value), beyond the 64-bit integer range; "
+                                 "use class labels 0..K-1")
             return arr.astype(np.int64)
     raise ValueError(f"{name} must hold integer class labels 0..K-1; got dtype {arr.dtype}"
                      + (" with non-integer values" if arr.dtype.kind == "f" else ""))
