@@ -424,3 +424,23 @@ def test_generated_arff_is_refused_or_read_as_written(tmp_path_factory, rows, de
             want[i, j] = v
     np.testing.assert_array_equal(a.X.toarray(), want)
 
+
+
+def test_5_a_tampered_cache_file_is_rebuilt_through_load_dataset(tmp_path):
+    from scalable_softmax.data import load_dataset
+    kw = dict(cache_dir=tmp_path, scale=0.02)
+    first = load_dataset("eurlex-surrogate", "train", **kw)
+    path = first.info["cache_file"]
+    assert load_dataset("eurlex-surrogate", "train", **kw).info["from_cache"]
+    with np.load(path) as z:
+        d = {k: z[k] for k in z.files}
+    d["y"] = d["y"].copy()
+    d["y"][0] = first.K + 3                   # a label past K
+    with open(path, "wb") as fh:
+        np.savez(fh, **d)
+    with pytest.warns(cache.CacheWarning, match="labels in .* outside 0..*rebuilding"):
+        again = load_dataset("eurlex-surrogate", "train", **kw)
+    assert not again.info["from_cache"]
+    np.testing.assert_array_equal(again.y, first.y)
+    assert (again.X != first.X).nnz == 0
+    assert load_dataset("eurlex-surrogate", "train", **kw).info["from_cache"]
