@@ -301,6 +301,14 @@ class FitResult:
             if "meta" not in z.files:
                 raise bad("the archive has no 'meta' record")
             try:
+                with z.zip.open("meta.npy") as fh:   # the record's size, before reading it
+                    version = np.lib.format.read_magic(fh)
+                    shape, _, dtype = (np.lib.format.read_array_header_1_0(fh)
+                                       if version == (1, 0)
+                                       else np.lib.format.read_array_header_2_0(fh))
+                if shape != () or dtype.kind != "U" or dtype.itemsize > 1 << 26:
+                    raise ValueError(f"a {dtype} array of shape {shape}, not one string "
+                                     "of at most 16 M characters")
                 meta = json.loads(str(z["meta"][()]))
             except Exception as exc:
                 raise bad(f"its 'meta' record is unreadable ({type(exc).__name__}: {exc})") \
@@ -316,50 +324,92 @@ class FitResult:
                     f"{path}: written by a newer scalable_softmax "
                     f"({meta.get('saved_by_version')}, format {version}); this is "
                     f"{__version__} (format {FORMAT_VERSION}): upgrade to read it")
-            arrays = {}
-            for name in z.files:
-                if name == "meta":
-                    continue
-                try:
-                    arrays[name] = z[name]
-                except Exception as exc:   # damaged member: zlib.error, BadZipFile, ...
-                    raise bad(f"the array {name!r} could not be read "
-                              f"({type(exc).__name__}: {exc})") from None
+            return cls._from_archive(z, meta, bad)
 
-        try:
-            K, D = int(meta["K"]), int(meta["D"])
-            W = arrays["W"]
-            if W.shape != (K, D) or W.dtype != np.float64:
-                raise bad(f"W has shape {W.shape} and dtype {W.dtype}; the record says "
-                          f"float64 ({K}, {D})")
-            intercept = arrays.get("intercept")
-            if intercept is not None and intercept.shape != (K,):
-                raise bad(f"intercept has shape {intercept.shape}, expected ({K},)")
-            u = arrays.get("u")
-            if u is not None and u.ndim != 1:
-                raise bad(f"u has shape {u.shape}, expected one value per datapoint")
-            frames = {}
-            for fname in ("history", "extra"):
-                spec = meta["frames"][fname]
-                data = {}
-                for c in spec["columns"]:
-                    if c in spec["array_columns"]:
-                        data[c] = arrays[f"{fname}/{c}"]
-                    else:
-                        data[c] = spec["json_columns"][c]
-                    if len(data[c]) != spec["rows"]:
-                        raise bad(f"column {c!r} of {fname} has {len(data[c])} rows, "
-                                  f"expected {spec['rows']}")
-                frames[fname] = pd.DataFrame(data, columns=spec["columns"])
-            div = meta["diverged_at"]
-            return cls(W=W, u=u, history=frames["history"],
-                       diverged_at=None if div is None else tuple(int(v) for v in div),
-                       method=str(meta["method"]), params=dict(meta["params"]),
-                       extra=frames["extra"], intercept=intercept,
-                       library_version=str(meta["library_version"]),
-                       diverged_reason=meta.get("diverged_reason"))
-        except (KeyError, TypeError) as exc:
-            raise bad(f"the record lacks or garbles {exc}") from None
+    @classmethod
+    def _from_archive(cls, z, meta, bad) -> "FitResult":
+        """The result in the open archive ``z`` with record ``meta``: only the members
+        the record names are read, each after its header's shape and dtype have been
+        checked against the record (so a garbled archive allocates nothing large)."""
+        def field(key, kinds, where=meta, label=None):
+            v = where.get(key) if isinstance(where, dict) else None
+            if not isinstance(v, kinds) or isinstance(v, bool) and bool not in kinds:
+                raise bad(f"its record's field {label or key!r} is missing or not "
+                          f"{'/'.join(k.__name__ for k in kinds)} (got {v!r})")
+            return v
+
+        K, D = field("K", (int,)), field("D", (int,))
+        if not (1 <= K <= 2**40 and 1 <= D <= 2**40 and K * D <= 2**40):
+            raise bad(f"its record's K = {K}, D = {D} are not a plausible model size")
+
+        def member(name, shape, kinds="f", required=True, column=None):
+            """Read member ``name`` after checking its .npy header: ``shape`` (None
+            entries: any length) and dtype kind (``column``: a frame's column, named
+            as such in the message)."""
+            if name not in z.files:
+                if required:
+                    raise bad(f"the record lacks or garbles {name!r} (the archive has no "
+                              "such array)")
+                return None
+            try:
+                with z.zip.open(name + ".npy") as fh:
+                    version = np.lib.format.read_magic(fh)
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)
+                    got_shape, _, dtype = read(fh)
+            except Exception as exc:
+                raise bad(f"the array {name!r} could not be read "
+                          f"({type(exc).__name__}: {exc})") from None
+            if len(got_shape) != len(shape) or any(
+                    w is not None and g != w for g, w in zip(got_shape, shape)) \
+                    or dtype.kind not in kinds or dtype.hasobject:
+                want = tuple("n" if w is None else w for w in shape)
+                if column and len(got_shape) == 1 and dtype.kind in kinds:
+                    raise bad(f"{column} has {got_shape[0]} rows, expected {shape[0]}")
+                raise bad(f"{column or name} has shape {got_shape} and dtype {dtype}; "
+                          f"the record says shape {want}, dtype kind {kinds!r}")
+            try:
+                return z[name]
+            except Exception as exc:   # damaged member: zlib.error, BadZipFile, ...
+                raise bad(f"the array {name!r} could not be read "
+                          f"({type(exc).__name__}: {exc})") from None
+
+        W = member("W", (K, D))
+        intercept = member("intercept", (K,), required=False)
+        u = member("u", (None,), required=False)
+        if W.dtype != np.float64:
+            raise bad(f"W has dtype {W.dtype}; the record says float64 ({K}, {D})")
+        frames_rec = field("frames", (dict,))
+        frames = {}
+        for fname in ("history", "extra"):
+            spec = field(fname, (dict,), frames_rec, f"frames.{fname}")
+            rows = field("rows", (int,), spec, f"frames.{fname}.rows")
+            columns = field("columns", (list,), spec, f"frames.{fname}.columns")
+            as_array = field("array_columns", (list,), spec,
+                             f"frames.{fname}.array_columns")
+            as_json = field("json_columns", (dict,), spec, f"frames.{fname}.json_columns")
+            data = {}
+            for c in columns:
+                if c in as_array:
+                    data[c] = member(f"{fname}/{c}", (rows,), "biuf",
+                                     column=f"column {c!r} of {fname}")
+                elif isinstance(as_json.get(c), list) and len(as_json[c]) == rows:
+                    data[c] = as_json[c]
+                else:
+                    raise bad(f"column {c!r} of {fname} is not {rows} values in the "
+                              "record")
+            frames[fname] = pd.DataFrame(data, columns=columns)
+        div = meta.get("diverged_at")
+        if div is not None and not (isinstance(div, list) and all(
+                isinstance(v, int) for v in div)):
+            raise bad(f"its record's field 'diverged_at' is not null or a list of "
+                      f"integers (got {div!r})")
+        return cls(W=W, u=u, history=frames["history"],
+                   diverged_at=None if div is None else tuple(div),
+                   method=field("method", (str,)), params=dict(field("params", (dict,))),
+                   extra=frames["extra"], intercept=intercept,
+                   library_version=str(meta.get("library_version")),
+                   diverged_reason=meta.get("diverged_reason"))
 
 
 def _jsonable(v):

@@ -33,7 +33,8 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["PARAMETERS", "ORDERS", "U_INITS", "RULE_KEYS", "rule", "violation",
-           "describe", "check", "as_csr", "as_labels", "check_label_range"]
+           "describe", "check", "as_csr", "check_sparse", "as_labels",
+           "check_label_range", "check_trainer_data"]
 
 #: accepted values of ``order``
 ORDERS = ("shuffle", "uniform", "file")
@@ -222,16 +223,132 @@ def _real_dtype(dtype) -> bool:
         and not np.issubdtype(dtype, np.complexfloating)
 
 
+#: sparse formats whose index arrays :func:`check_sparse` checks itself; the others
+#: (lil, dok, dia) are converted by scipy's own (bounds-checked) Python code first
+_CHECKED_FORMATS = ("csr", "csc", "bsr", "coo")
+
+
+def _to_csr(X, name):
+    try:
+        return X.tocsr()
+    except Exception as exc:
+        raise ValueError(f"{name} is a malformed scipy.sparse matrix "
+                         f"({type(exc).__name__}: {exc}); rebuild it from its (row, "
+                         "column, value) triplets") from None
+
+
+def _index_array(arr, name, what):
+    arr = np.asarray(arr)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ValueError(f"{name} is a malformed sparse matrix: its {what} array must be a "
+                         f"1-D integer array; got dtype {arr.dtype} and shape {arr.shape}. "
+                         "Rebuild it (e.g. scipy.sparse.csr_matrix((data, (rows, cols)), "
+                         "shape=...))")
+    return arr
+
+
+def _bounds(arr, size, name, what, dim):
+    """Every entry of the index array ``arr`` in ``[0, size)``."""
+    if arr.size == 0:
+        return
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or hi >= size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{name} is a malformed sparse matrix: it holds the {what} index "
+                         f"{bad}, outside 0..{size - 1} (its shape gives {dim} = {size}); "
+                         "fix the indices or give the matrix its true shape")
+
+
+def check_sparse(X, name: str = "X") -> None:
+    """Check the index structure of a scipy.sparse matrix ``X`` in O(nnz), trusting no
+    flag of scipy's (``has_canonical_format``, ``has_sorted_indices``): for CSR (and
+    CSC, BSR), ``indptr`` of length (major dimension + 1), starting at 0, never
+    decreasing and ending at ``nnz == len(indices) == len(data)``, integer index
+    arrays, and every index inside the shape; for COO, row and column indices inside
+    the shape. Other formats are built by scipy's Python code, which checks them.
+
+    Raises
+    ------
+    ValueError
+        Naming ``name``, what is malformed and what to do, before any compiled code
+        reads an index out of range.
+    """
+    fmt = X.format
+    if fmt == "coo":
+        coords = getattr(X, "coords", None) or (X.row, X.col)
+        rows, cols = (_index_array(c, name, w) for c, w in zip(coords, ("row", "column")))
+        n = len(np.asarray(X.data))
+        if rows.shape[0] != n or cols.shape[0] != n:
+            raise ValueError(f"{name} is a malformed COO matrix: {rows.shape[0]} row and "
+                             f"{cols.shape[0]} column indices for {n} values; they must "
+                             "match")
+        _bounds(rows, X.shape[0], name, "row", "N")
+        _bounds(cols, X.shape[1], name, "column", "D")
+        return
+    if fmt not in ("csr", "csc", "bsr"):
+        return
+    indptr = _index_array(X.indptr, name, "indptr")
+    indices = _index_array(X.indices, name, "indices")
+    data = np.asarray(X.data)
+    if fmt == "bsr":
+        r, c = X.blocksize
+        shape = (X.shape[0] // r, X.shape[1] // c)
+    else:
+        shape = X.shape
+    major, minor = shape if fmt != "csc" else shape[::-1]
+    words = ("row", "column") if fmt != "csc" else ("column", "row")
+    dims = ("N", "D") if fmt != "csc" else ("D", "N")
+    fix = ("; rebuild it (e.g. scipy.sparse.csr_matrix((data, (rows, cols)), "
+           "shape=...))")
+    if indptr.shape[0] != major + 1:
+        raise ValueError(f"{name} is a malformed {fmt.upper()} matrix: indptr has "
+                         f"{indptr.shape[0]} entries for {major} {words[0]}s (needs "
+                         f"{major + 1})" + fix)
+    if int(indptr[0]) != 0:
+        raise ValueError(f"{name} is a malformed {fmt.upper()} matrix: indptr[0] is "
+                         f"{int(indptr[0])}, not 0" + fix)
+    nnz = int(indptr[-1])
+    if nnz != indices.shape[0] or nnz != data.shape[0]:
+        raise ValueError(f"{name} is a malformed {fmt.upper()} matrix: indptr[-1] = {nnz} "
+                         f"but it has {indices.shape[0]} indices and {data.shape[0]} "
+                         "values; all three must agree" + fix)
+    if major > 0 and np.any(indptr[1:] < indptr[:-1]):
+        raise ValueError(f"{name} is a malformed {fmt.upper()} matrix: indptr decreases "
+                         f"(a {words[0]} would have a negative length)" + fix)
+    _bounds(indices, minor, name, words[1], dims[1])
+
+
+def _canonical(X) -> bool:
+    """Sorted column indices without duplicates in every row of the (structurally
+    checked) CSR ``X``, computed from the arrays rather than scipy's cached flag."""
+    indices, indptr = X.indices, X.indptr
+    if indices.shape[0] < 2:
+        return True
+    up = indices[1:] > indices[:-1]
+    if up.all():
+        return True
+    # a step down or a repeat is fine only where a new row starts
+    starts = indptr[1:-1]
+    starts = starts[(starts > 0) & (starts < indices.shape[0])] - 1
+    up[starts] = True
+    return bool(up.all())
+
+
 def as_csr(X, name: str = "X") -> sp.csr_matrix:
     """Canonical float64 CSR (sorted indices, no duplicates) of a sparse matrix or 2-D
     array-like ``X`` of finite real numbers; a canonical float64 CSR input is returned
     as it is (no copy).
 
+    The index structure of a sparse ``X`` is checked first (:func:`check_sparse`: every
+    index inside the shape, ``indptr`` consistent); whether it is canonical is computed
+    from its indices, not taken from scipy's ``has_canonical_format`` flag.
+
     Raises
     ------
     ValueError
-        If ``X`` is not 2-D, holds no real numbers, is empty, or holds NaN or infinite
-        values (the message names ``name`` and what to do).
+        If ``X`` is not 2-D, holds no real numbers, is empty, holds NaN or infinite
+        values, or is a sparse matrix with a malformed structure (the message names
+        ``name`` and what to do).
     """
     if sp.issparse(X):
         if X.ndim != 2:
@@ -239,7 +356,12 @@ def as_csr(X, name: str = "X") -> sp.csr_matrix:
                              f"matrix; got shape {X.shape}")
         if not _real_dtype(X.dtype):
             raise ValueError(f"{name} must hold real numbers; got dtype {X.dtype}")
-        if X.format == "csr" and X.dtype == np.float64 and X.has_canonical_format:
+        if X.format not in _CHECKED_FORMATS:
+            X = _to_csr(X, name)
+        check_sparse(X, name)                # the structure, before scipy or numba reads it
+        if X.format == "csr" and X.dtype == np.float64 \
+                and X.indices.dtype in (np.int32, np.int64) \
+                and X.indptr.dtype in (np.int32, np.int64) and _canonical(X):
             Xc = X
         else:
             Xc = sp.csr_matrix(X, dtype=np.float64, copy=True)
@@ -290,9 +412,16 @@ def as_labels(y, N: int, name: str = "y") -> np.ndarray:
         raise ValueError(f"{name} has {arr.shape[0]} labels but its X has {N} rows; they "
                          f"must match (shape (N,) = ({N},))")
     if np.issubdtype(arr.dtype, np.integer):
+        if arr.dtype == np.uint64 and arr.size and int(arr.max()) >= 2**63:
+            raise ValueError(f"{name} holds the label {int(arr.max())}, beyond the 64-bit "
+                             "integer range; use class labels 0..K-1")
         return arr.astype(np.int64)
     if np.issubdtype(arr.dtype, np.floating):
         if np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            if arr.size and float(np.abs(arr).max()) >= 2.0**63:
+                raise ValueError(f"{name} holds the label {float(np.abs(arr).max())!r} "
+                                 "(in absolute value), beyond the 64-bit integer range; "
+                                 "use class labels 0..K-1")
             return arr.astype(np.int64)
     raise ValueError(f"{name} must hold integer class labels 0..K-1; got dtype {arr.dtype}"
                      + (" with non-integer values" if arr.dtype.kind == "f" else ""))
@@ -305,3 +434,30 @@ def check_label_range(y: np.ndarray, K: int, name: str = "y", hint: str = "") ->
     if lo < 0 or hi >= K:
         raise ValueError(f"labels in {name} must lie in 0..K-1 = 0..{K - 1}; found values "
                          f"in {lo}..{hi}" + hint)
+
+
+def check_trainer_data(X, y, K: int) -> None:
+    """The gate of a trainer built directly (``methods.base.Trainer``): the structure of
+    a sparse ``X`` (:func:`check_sparse`) and labels ``y`` in ``0..K-1``, one per row,
+    so that no kernel indexes outside ``W``. ``fit`` has already checked more (values,
+    canonical order); this is the O(nnz) part a kernel cannot survive without.
+
+    Raises
+    ------
+    ValueError
+        Naming ``X`` or ``y`` and what to do.
+    """
+    if sp.issparse(X):
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D (N x D); got shape {X.shape}")
+        check_sparse(X, "X")
+    N = X.shape[0]
+    arr = np.asarray(y)
+    if arr.ndim != 1 or arr.shape[0] != N:
+        raise ValueError(f"y must be 1-D with one label per row of X, shape ({N},); got "
+                         f"shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        arr = as_labels(arr, N)
+    if N:
+        check_label_range(arr, int(K), "y", "; map the labels to 0..K-1 or pass a "
+                          "larger K")

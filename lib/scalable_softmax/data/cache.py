@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -23,8 +24,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._atomic import atomic_open
+from ..validation import check_sparse
 
-__all__ = ["CODE_VERSION", "cache_key", "cache_path", "save", "load", "shaping_modules"]
+__all__ = ["CODE_VERSION", "CacheWarning", "cache_key", "cache_path", "save", "load",
+           "check_entry", "shaping_modules"]
 
 _PKG_ROOT = Path(__file__).resolve().parents[1]          # scalable_softmax/
 _PKG = _PKG_ROOT.name
@@ -124,16 +127,66 @@ def _json_default(o):
     return str(o)
 
 
+class CacheWarning(UserWarning):
+    """A processed-data cache file was unusable (tampered, corrupt or inconsistent) and
+    is rebuilt from the raw files."""
+
+
+def _csr_from(z, prefix, name):
+    shape = np.asarray(z[f"{prefix}_shape"])
+    if shape.shape != (2,) or shape.dtype.kind not in "iu" or shape.min() < 0:
+        raise ValueError(f"{name} shape record {shape!r}")
+    X = sp.csr_matrix(tuple(int(v) for v in shape), dtype=np.float64)
+    X.data, X.indices, X.indptr = (np.asarray(z[f"{prefix}_data"]),
+                                   np.asarray(z[f"{prefix}_indices"]),
+                                   np.asarray(z[f"{prefix}_indptr"]))
+    if X.data.dtype != np.float64:
+        raise ValueError(f"{name} values of dtype {X.data.dtype}, not float64")
+    check_sparse(X, name)          # every index inside the shape, indptr consistent
+    return X
+
+
+def check_entry(X, y, arrays: dict, meta: dict) -> None:
+    """Raise ``ValueError`` (saying what is off) unless a cache entry's arrays agree
+    with each other and with its record: float64 CSR with every index inside its shape,
+    one int label per row in ``0..K-1``, ``K`` class names, one feature index per
+    column (distinct, increasing, non-negative), a planted ``K x D`` matrix if any."""
+    if not isinstance(meta, dict) or not isinstance(meta.get("K"), int):
+        raise ValueError("its record has no integer K")
+    K = meta["K"]
+    N, D = X.shape
+    if y.ndim != 1 or y.dtype.kind not in "iu" or y.shape[0] != N:
+        raise ValueError(f"labels of dtype {y.dtype} and shape {y.shape} for {N} rows")
+    if N and (int(y.min()) < 0 or int(y.max()) >= K):
+        raise ValueError(f"labels in {int(y.min())}..{int(y.max())}, outside 0..{K - 1}")
+    names = arrays.get("class_names")
+    if names is None or names.ndim != 1 or names.shape[0] != K:
+        raise ValueError(f"class_names does not hold K = {K} names")
+    fi = arrays.get("feature_index")
+    if fi is None or fi.ndim != 1 or fi.dtype.kind not in "iu" or fi.shape[0] != D \
+            or (D and (int(fi.min()) < 0 or np.any(fi[1:] <= fi[:-1]))):
+        raise ValueError(f"feature_index is not {D} increasing column numbers")
+    W = arrays.get("planted_W")
+    if W is not None and W.shape != (K, D):
+        raise ValueError(f"planted weights of shape {W.shape}, not K x D = {K} x {D}")
+
+
 def load(path):
-    """Read a cache file: ``(X, y, arrays, meta)``; ``None`` if it is unreadable."""
+    """Read a cache file: ``(X, y, arrays, meta)``; ``None`` if it is unreadable or its
+    arrays are not consistent (:func:`check_entry`: index bounds, label range, shapes,
+    dtypes), with a :class:`CacheWarning` naming the file: the caller rebuilds it."""
     try:
         with np.load(path, allow_pickle=False) as z:
-            X = sp.csr_matrix((z["X_data"], z["X_indices"], z["X_indptr"]),
-                              shape=tuple(int(v) for v in z["X_shape"]))
-            y = z["y"]
+            X = _csr_from(z, "X", "X")
+            y = np.asarray(z["y"])
             arrays = {k[2:]: z[k] for k in z.files if k.startswith("a_")}
+            if "a_W_data" in z.files:
+                arrays["planted_W"] = _csr_from(z, "a_W", "planted W")
             meta = json.loads(str(z["meta"]))
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        check_entry(X, y, arrays, meta)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        if Path(path).is_file():
+            warnings.warn(f"{path}: unusable processed-data cache file ({exc}); "
+                          "rebuilding it from the raw files", CacheWarning, stacklevel=3)
         return None
-    X.has_sorted_indices = True
     return X, y, arrays, meta

@@ -427,7 +427,8 @@ def _original_shape(raw: LabelledData) -> dict:
 
 def _raw_inputs(files: dict, data_dir, verify: bool) -> dict:
     """What the raw files of a real data set are, for the processed-data cache key: the
-    sha256 of each (``verify``) or its size and modification time."""
+    sha256 of each (``verify``) or its identity: size, modification and change times and
+    inode (as the registry's stamp), so same-size content with a restored mtime is seen."""
     inputs = {}
     for role, p in files.items():
         if verify:
@@ -438,8 +439,9 @@ def _raw_inputs(files: dict, data_dir, verify: bool) -> dict:
                 rel = p.name
             inputs[role] = registry.verify_file(p, rel, data_dir=dd)
         else:
-            st = p.stat()
-            inputs[role] = f"stat:{st.st_size}:{st.st_mtime_ns}"
+            st = p.stat()     # the file's identity, as the registry's stamp
+            inputs[role] = (f"stat:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"
+                            f"{st.st_ino}")
     return inputs
 
 
@@ -482,10 +484,7 @@ def _save_processed(cpath: Path, ds: Dataset) -> None:
 
 def _from_cache(got) -> Dataset:
     X, y, arrays, meta = got
-    planted = None
-    if "W_data" in arrays:
-        planted = sp.csr_matrix((arrays["W_data"], arrays["W_indices"], arrays["W_indptr"]),
-                                shape=tuple(int(v) for v in arrays["W_shape"]))
+    planted = arrays.pop("planted_W", None)       # checked by cache.load
     return Dataset(name=meta["name"], split=meta["split"], X=X, y=y.astype(np.int64),
                    K=int(meta["K"]), origin=tuple(meta["origin"]),
                    synthetic=bool(meta["synthetic"]), preprocessing=meta["preprocessing"],

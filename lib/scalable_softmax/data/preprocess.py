@@ -78,9 +78,15 @@ def select_features(X, max_features: int | None) -> np.ndarray:
     if max_features < 1:
         raise ValueError(f"max_features must be >= 1 or None, got {max_features}")
     Xc = canonical(X)
-    df = np.bincount(Xc.indices, minlength=D0)
-    order = np.lexsort((np.arange(D0), -df))  # by -df, then by index
-    return np.sort(order[:max_features]).astype(np.int64)
+    # O(nnz + max_features), never O(D0): a header may declare a huge D
+    used, df = np.unique(Xc.indices.astype(np.int64), return_counts=True)
+    order = np.lexsort((used, -df))  # by -df, then by index
+    keep = used[order[:max_features]]
+    short = max_features - keep.size
+    if short > 0:  # columns without a non-zero, smallest index first
+        cand = np.arange(used.size + short, dtype=np.int64)
+        keep = np.concatenate([keep, cand[~np.isin(cand, used)][:short]])
+    return np.sort(keep).astype(np.int64)
 
 
 def normalize_rows(X: sp.csr_matrix) -> sp.csr_matrix:
@@ -101,7 +107,18 @@ def _take_columns(X: sp.csr_matrix, feature_index: np.ndarray) -> sp.csr_matrix:
         X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], need))
     if feature_index.size == D0 and np.array_equal(feature_index, np.arange(D0)):
         return X
-    out = X[:, feature_index].tocsr()
+    # the kept columns by a search of the (sorted, distinct) feature_index: O(nnz log F)
+    # memory O(nnz), where scipy's column indexing allocates O(D0)
+    X = sp.csr_matrix(X)
+    X.sort_indices()
+    pos = np.searchsorted(feature_index, X.indices)
+    hit = pos < feature_index.size
+    hit[hit] = feature_index[pos[hit]] == X.indices[hit]
+    kept_before = np.zeros(X.nnz + 1, dtype=np.int64)
+    np.cumsum(hit, out=kept_before[1:])
+    indptr = kept_before[X.indptr]
+    out = sp.csr_matrix((X.data[hit], pos[hit], indptr),
+                        shape=(X.shape[0], feature_index.size))
     out.sort_indices()
     return out
 
@@ -136,8 +153,8 @@ def apply_conventions(raw: LabelledData, *, train_state: TrainState | None = Non
     if max_points is not None and max_points < 1:
         raise ValueError(f"max_points must be >= 1 or None, got {max_points}")
     dropped = dict.fromkeys(DROP_REASONS, 0)
-    first = raw.first_labels()
-    has = first >= 0
+    has = raw.has_label()                  # "no label" is the mask, never a value
+    first = raw.first_labels().filled(0)
     dropped["no_label"] = int((~has).sum()) + int(raw.tail_no_label)
     rows = np.flatnonzero(has)
     dropped["beyond_max_points"] = int(raw.tail_labelled)

@@ -102,13 +102,18 @@ class LabelledData:
         """Number of rows that were fully read."""
         return self.X.shape[0]
 
-    def first_labels(self) -> np.ndarray:
-        """First label of each row, ``-1`` for rows without a label."""
-        counts = np.diff(self.label_indptr)
-        out = np.full(self.n, -1, dtype=np.int64)
-        has = counts > 0
+    def has_label(self) -> np.ndarray:
+        """Whether each row has at least one label (bool, shape ``(n,)``)."""
+        return np.diff(self.label_indptr) > 0
+
+    def first_labels(self) -> np.ma.MaskedArray:
+        """First label of each row (int64), masked for rows without a label: any
+        integer is a label (``-1`` in a binary LIBSVM file is a class), so "no label"
+        is the mask (:meth:`has_label`), never a value."""
+        has = self.has_label()
+        out = np.zeros(self.n, dtype=np.int64)
         out[has] = self.label_indices[self.label_indptr[:-1][has]]
-        return out
+        return np.ma.MaskedArray(out, mask=~has)
 
 
 def _first_labels_all(indptr, indices) -> np.ndarray:
@@ -238,7 +243,7 @@ def read_idx(path) -> np.ndarray:
                               f"{hdr} bytes, file has {len(raw)}", offset=len(raw))
     shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
     dtype = np.dtype(_IDX_DTYPES[code])
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize   # exact: no int64 wrap-around
     body = len(raw) - hdr
     if body != expected:
         what = "short" if body < expected else "long"
@@ -513,6 +518,10 @@ def _arff_sparse_row(path, lineno, s, attrs, kinds, n_attr):
         bad = next(t for t in flat[0::2] if not re.fullmatch(r"[+-]?\d+", t))
         raise DataFormatError(path, f"attribute index {bad!r} is not an integer",
                               line=lineno) from None
+    except OverflowError:
+        bad = next(t for t in flat[0::2] if not -2**63 <= int(t) < 2**63)
+        raise DataFormatError(path, f"attribute index {bad} out of range "
+                              f"0..{n_attr - 1}", line=lineno) from None
     if idx.size:
         if idx.min() < 0 or idx.max() >= n_attr:
             j = int(idx[(idx < 0) | (idx >= n_attr)][0])
@@ -685,17 +694,42 @@ def _parse_labels(path, lineno, label_str: str, mode: str):
         if not math.isfinite(v) or v != int(v):
             raise DataFormatError(path, f"label {label_str!r} is not an integer "
                                   "(classification labels only)", line=lineno)
-        return [int(v)]
+        if _INT.fullmatch(label_str):       # exact, also beyond a float's 53 bits
+            v = int(label_str)
+        return [_int64_label(path, lineno, int(v), label_str)]
     if not label_str:
         return []
     out = []
     for t in label_str.split(","):
+        t = t.strip()
         if t == "":
             raise DataFormatError(path, f"empty label in {label_str!r}", line=lineno)
+        if len(t.split()) > 1:
+            raise DataFormatError(path, f"labels {label_str!r} are separated by something "
+                                  "other than commas; write a label list as 1,2,3",
+                                  line=lineno)
         if not _INT.fullmatch(t):
             raise DataFormatError(path, f"label {t!r} is not an integer", line=lineno)
-        out.append(int(t))
+        out.append(_int64_label(path, lineno, int(t), t))
     return out
+
+
+#: the largest N, D or K a file may declare or imply (scipy.sparse's int32 index range;
+#: every data set of the paper is far below it)
+MAX_SIZE = 2**31 - 1
+
+
+def _int64_label(path, lineno, v: int, text: str) -> int:
+    if not -2**63 <= v < 2**63:
+        raise DataFormatError(path, f"label {text!r} is beyond the 64-bit integer range",
+                              line=lineno)
+    return v
+
+
+def _check_zero_based(zero_based) -> None:
+    if not (isinstance(zero_based, (bool, np.bool_))
+            or (isinstance(zero_based, str) and zero_based == "auto")):
+        raise ValueError(f"zero_based must be True, False or 'auto'; got {zero_based!r}")
 
 
 def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = "multi",
@@ -727,7 +761,14 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
         raise ValueError(f"label_mode must be 'multi' or 'single', got {label_mode!r}")
     if max_points is not None and max_points < 0:
         raise ValueError(f"max_points must be >= 0 or None, got {max_points}")
+    _check_zero_based(zero_based)
+    zero_based = zero_based if isinstance(zero_based, str) else bool(zero_based)
+    if n_features is not None and not (isinstance(n_features, (int, np.integer))
+                                       and 0 <= n_features <= MAX_SIZE):
+        raise ValueError(f"n_features must be None or an integer in 0..{MAX_SIZE}; got "
+                         f"{n_features!r}")
     N_hdr = D_hdr = K_hdr = None
+    max_line = 0
     rows_idx, rows_val, row_lines = [], [], []
     lab_ptr, lab_idx = [0], []
     firsts_all = []
@@ -758,7 +799,7 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
             if label_mode == "single" and j > 1:
                 raise DataFormatError(path, f"expected one label, got {toks[:j]}",
                                       line=lineno)
-            labels = _parse_labels(path, lineno, "".join(toks[:j]), label_mode)
+            labels = _parse_labels(path, lineno, " ".join(toks[:j]), label_mode)
             _check_labels_below(path, lineno, labels, K_hdr)
             if labels:
                 firsts_all.append(labels[0])
@@ -777,7 +818,8 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
                 _check_feature_indices(path, lineno, idx, D_hdr=D_hdr, header=header,
                                        n_features=n_features, zero_based=zero_based)
                 saw_zero = saw_zero or int(idx.min()) == 0
-                max_feat = max(max_feat, int(idx.max()))
+                if int(idx.max()) > max_feat:
+                    max_feat, max_line = int(idx.max()), lineno
             else:
                 idx = np.empty(0, dtype=np.int64)
                 val = np.empty(0, dtype=np.float64)
@@ -799,10 +841,8 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
     else:
         if n_points == 0:
             raise DataFormatError(path, "no data lines", line=lineno)
-        zb = saw_zero if zero_based == "auto" else bool(zero_based)
-        shift = 0 if zb else 1
-        D = n_features if n_features is not None else max_feat + 1 - shift
-        D = max(D, 0)
+        shift, D = _feature_space(path, saw_zero if zero_based == "auto" else zero_based,
+                                  n_features, max_feat, max_line)
     X = _rows_to_csr(rows_idx, rows_val, shift, D)
     lp = np.asarray(lab_ptr, dtype=np.int64)
     li = np.asarray(lab_idx, dtype=np.int64)
@@ -816,6 +856,23 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
               "zero_based": bool(header or shift == 0)})
 
 
+def _feature_space(path, zb: bool, n_features, max_feat: int, max_line: int):
+    """``(shift, D)`` of a header-less file: its index base (``zb``: zero-based) and
+    dimension, checked as scikit-learn's ``load_svmlight_file`` does (the bound
+    ``n_features`` applies after the shift) and against :data:`MAX_SIZE`."""
+    shift = 0 if zb else 1
+    if n_features is not None and max_feat - shift >= n_features:
+        raise DataFormatError(path, f"feature index {max_feat} beyond n_features="
+                              f"{n_features} (the file is {'zero' if zb else 'one'}-based: "
+                              f"indices {shift}..{n_features - 1 + shift}); pass a larger "
+                              "n_features", line=max_line)
+    D = max(n_features if n_features is not None else max_feat + 1 - shift, 0)
+    if D > MAX_SIZE:
+        raise DataFormatError(path, f"feature index {max_feat} implies D = {D} features, "
+                              f"beyond the limit {MAX_SIZE}", line=max_line)
+    return shift, D
+
+
 def _parse_header(path, line: str, lineno: int) -> tuple[int, int, int]:
     """``(N, D, K)`` of an XMLRepository header line."""
     parts = line.split()
@@ -825,6 +882,10 @@ def _parse_header(path, line: str, lineno: int) -> tuple[int, int, int]:
     N_hdr, D_hdr, K_hdr = (int(p) for p in parts)
     if min(N_hdr, D_hdr, K_hdr) < 0:
         raise DataFormatError(path, "negative count in the header", line=lineno)
+    for what, v in (("N", N_hdr), ("D", D_hdr), ("K", K_hdr)):
+        if v > MAX_SIZE:
+            raise DataFormatError(path, f"the header's {what}={v} is beyond the limit "
+                                  f"{MAX_SIZE} (a corrupt header?)", line=lineno)
     return N_hdr, D_hdr, K_hdr
 
 
@@ -847,7 +908,12 @@ def _parse_features(path, lineno: int, feat_str: str) -> tuple[np.ndarray, np.nd
         raise DataFormatError(path, f"token {bad!r} is not 'index:value' "
                               "(index a non-negative integer)", line=lineno)
     flat = feat_str.replace(":", " ").split()
-    idx = np.array(flat[0::2], dtype=np.int64)
+    try:
+        idx = np.array(flat[0::2], dtype=np.int64)
+    except OverflowError:
+        bad = next(t for t in flat[0::2] if int(t) >= 2**63)
+        raise DataFormatError(path, f"feature index {bad} is beyond the 64-bit integer "
+                              "range", line=lineno) from None
     try:
         val = np.array(flat[1::2], dtype=np.float64)
     except ValueError:
@@ -875,6 +941,7 @@ def _check_feature_indices(path, lineno: int, idx: np.ndarray, *, D_hdr, header:
         raise DataFormatError(path, f"feature index {imax} out of range "
                               f"0..{D_hdr - 1} (header D={D_hdr})", line=lineno)
     if n_features is not None and not header:
+        # "auto" is decided at the end of the file (then checked again, strictly)
         lim = n_features - 1 if zero_based is True else n_features
         if imax > lim:
             raise DataFormatError(path, f"feature index {imax} beyond "

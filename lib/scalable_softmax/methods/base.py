@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from scalable_softmax.validation import check_trainer_data
+
 
 @dataclass
 class EpochReport:
@@ -111,6 +113,7 @@ class Trainer:
 
     def __init__(self, X: sp.csr_matrix, y: np.ndarray, K: int, *, mu: float = 0.0,
                  batch_size: int | None = None, n_sampled: int | None = None, **options):
+        check_trainer_data(X, y, K)      # no kernel indexes outside W or x
         self.X = X
         self.y = y
         self.K = int(K)

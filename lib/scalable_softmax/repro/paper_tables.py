@@ -415,8 +415,9 @@ def resplit(name, seed):
 
     parts = [_mulan(name, s) for s in ("train", "test")]
     X = sp.vstack([r.X for r in parts]).tocsr().astype(np.float64)
-    first = np.concatenate([r.first_labels() for r in parts])
-    keep = (first >= 0) & (np.diff(X.indptr) > 0)
+    first = np.concatenate([r.first_labels().filled(0) for r in parts])
+    has = np.concatenate([r.has_label() for r in parts])
+    keep = has & (np.diff(X.indptr) > 0)
     X, first = X[keep], first[keep]
     rows = np.sort(np.random.default_rng(seed).permutation(X.shape[0])[:parts[0].n])
     classes, y = np.unique(first[rows], return_inverse=True)
@@ -466,8 +467,8 @@ def labelled_split(name, split):
     """A Mulan split's rows that have a label and a feature: ``(X, first)``, unit-L2 rows
     and their first labels (raw label ids)."""
     r = _mulan(name, split)
-    X, first = r.X.tocsr().astype(np.float64), r.first_labels()
-    keep = (first >= 0) & (np.diff(X.indptr) > 0)
+    X, first = r.X.tocsr().astype(np.float64), r.first_labels().filled(0)
+    keep = r.has_label() & (np.diff(X.indptr) > 0)
     return _unit_rows(X[keep]), first[keep]
 
 
