@@ -671,7 +671,9 @@ def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT
                                     kernel_name=KERNEL, log_output=True, progress_bar=False,
                                     execution_timeout=timeout, cwd=str(paths.NOTEBOOKS),
                                     extra_arguments=KERNEL_ARGUMENTS)
-            except BaseException:
+            except BaseException as exc:
+                if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                    quiet_dead_kernel_tasks()
                 failed = out.with_name(out.stem + ".failed.ipynb")
                 if tmp.exists():
                     os.replace(tmp, failed)
@@ -1034,6 +1036,7 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
 # SIGTERM and SIGHUP as exceptions, so that finally blocks run
 # ---------------------------------------------------------------------------
 import contextlib  # noqa: E402
+import logging  # noqa: E402
 import signal  # noqa: E402
 import threading  # noqa: E402
 
@@ -1063,6 +1066,29 @@ def terminate_raises():
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+class _DeadKernelTaskFilter(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" report of a task that
+    ended in nbclient's ``DeadKernelError``: the kernel of a stopped run is shut down
+    while nbclient's tasks still wait on it, and asyncio reports each such task when it
+    is garbage-collected, a traceback printed after the run's own message."""
+
+    def filter(self, record):
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (record.getMessage().startswith("Task exception was never retrieved")
+                    and type(exc).__name__ == "DeadKernelError")
+
+
+_DEAD_KERNEL_FILTER = _DeadKernelTaskFilter()
+
+
+def quiet_dead_kernel_tasks():
+    """Keep the ``DeadKernelError`` tasks of a stopped run out of standard error (the
+    run has said why it stopped); asyncio's other reports are kept. Idempotent."""
+    logger = logging.getLogger("asyncio")
+    if _DEAD_KERNEL_FILTER not in logger.filters:
+        logger.addFilter(_DEAD_KERNEL_FILTER)
 
 
 USAGE_EXAMPLES = """\
@@ -1144,6 +1170,8 @@ def main(argv: list[str] | None = None) -> int:
         names = known_notebooks()
     if args.publish and (args.action != "run" or args.profile != "full"):
         return usage_error("--publish goes with 'run ... --profile full' only")
+    from papermill.exceptions import PapermillExecutionError
+
     overrides = {}
     try:
         for name in names:
@@ -1179,6 +1207,12 @@ def main(argv: list[str] | None = None) -> int:
                           publish=args.publish))
     except (NotebookParameterError, ValueError, FileNotFoundError) as exc:
         return usage_error(str(exc))
+    except PapermillExecutionError as exc:
+        # the executed copy with the cell's traceback is kept (run() said where); here
+        # one line: which cell stopped the run, and why
+        print(f"error: {name} stopped in cell In [{exc.exec_count}]: {exc.ename}: "
+              f"{exc.evalue or '(no message)'}", file=sys.stderr)
+        return 1
     return 0
 
 
