@@ -994,6 +994,11 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
     dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--", "lib",
                                                   "notebooks", "params",
                                                   ":(exclude)notebooks/executed") else ""
+    import numba
+    import numpy
+    import scipy
+
+    from scalable_softmax.repro.blaskernel import BLAS_LINE, describe_blas
     from scalable_softmax.repro.timing import cpu_model
 
     cpu = cpu_model()
@@ -1004,6 +1009,11 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
         f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
         f"- machine: {platform.node()}, {cpu}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
+        # the kernel moves iteration counts (params/tolerances.yaml): make verify
+        # prints the record's beside the rerun's
+        f"{BLAS_LINE}{describe_blas()}",
+        f"- libraries: numba {numba.__version__}, numpy {numpy.__version__}, "
+        f"scipy {scipy.__version__}",
         f"- profile: {profile}",
         "",
         "| notebook | seconds |",
