@@ -30,6 +30,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+
 from scalable_softmax import paths
 
 ROOT = paths.ROOT

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+
 from scalable_softmax import paths
 from scalable_softmax.repro import runner
 
