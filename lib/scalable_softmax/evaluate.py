@@ -889,9 +889,9 @@ def _model_inputs(X, W, intercept):
     """``(X, W)`` of the model ``W`` (an array or a :class:`~scalable_softmax.fit.FitResult`)
     with ``intercept``: the intercept becomes one more column of ``W`` and a column of
     ones in ``X``, so that the kernels score ``x . w_k + b_k``."""
-    from scalable_softmax.fit import FitResult
-
-    if isinstance(W, FitResult):
+    # a FitResult (or a model like it: W and intercept), recognised by its attributes,
+    # so that this module does not import fit (which imports it)
+    if not isinstance(W, np.ndarray) and hasattr(W, "W") and hasattr(W, "intercept"):
         if intercept is not None:
             raise ValueError("give the intercept either in the FitResult or as "
                              "intercept=, not both (evaluate(X, y, result) uses "

@@ -1118,6 +1118,18 @@ tables/, figures/ and notebooks/executed/.
 """
 
 
+def _run_from_command_line(name: str, args, overrides: dict) -> None:
+    """``run NAME``: say where the run writes, run it, print the executed copy."""
+    params = effective_params(name, args.profile, overrides)
+    check_values(name, params)
+    where = output_root_for(name, params, publish=args.publish)
+    kind = profile_of(name, params) or "exploring"
+    label = f"{kind}, publishing the record" if args.publish else kind
+    print(f"running {name} ({label}); outputs under {_shown(where) or './'}", flush=True)
+    print(run(name, args.profile, timeout=args.timeout, overrides=overrides,
+              publish=args.publish))
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line (``--help``); returns the exit status (2: a usage error)."""
     parser = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.runner",
@@ -1206,15 +1218,7 @@ def main(argv: list[str] | None = None) -> int:
             elif args.action == "prepare":
                 print(prepare(name, args.profile, overrides=overrides))
             else:
-                params = effective_params(name, args.profile, overrides)
-                check_values(name, params)
-                where = output_root_for(name, params, publish=args.publish)
-                kind = profile_of(name, params) or "exploring"
-                label = f"{kind}, publishing the record" if args.publish else kind
-                print(f"running {name} ({label}); outputs under {_shown(where) or './'}",
-                      flush=True)
-                print(run(name, args.profile, timeout=args.timeout, overrides=overrides,
-                          publish=args.publish))
+                _run_from_command_line(name, args, overrides)
     except (NotebookParameterError, ValueError, FileNotFoundError) as exc:
         return usage_error(str(exc))
     except PapermillExecutionError as exc:
