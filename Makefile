@@ -250,7 +250,7 @@ site-check: site  ## open the site in headless Chromium: screenshots in build/si
 	    echo "error: no headless browser: none of chromium, chromium-browser, google-chrome is on PATH; install one $$hint"; exit 1; fi; }
 	$(BIN)/python -m scalable_softmax.repro.site screenshots
 
-clean:  ## remove executed notebooks and caches (keeps data, figures, tables)
+clean:  ## remove build/ (run cache, numba cache, site) and .pytest_cache (keeps data, figures, tables, notebooks/executed)
 	rm -rf build .pytest_cache
 
 clean-all: clean  ## also remove .venv and processed data (keeps raw data)

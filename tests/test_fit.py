@@ -290,7 +290,9 @@ def test_divergence_warns_names_the_epoch_and_what_to_do(tmp_path):
 
 def test_divergence_found_by_an_evaluation_names_the_set(monkeypatch):
     """Finite weights whose log-loss is not finite: the reason names the set."""
-    import scalable_softmax.evaluate as ev_mod
+    import importlib
+
+    ev_mod = importlib.import_module("scalable_softmax.evaluate")
 
     X, y = _diverging()
     real = ev_mod.evaluate

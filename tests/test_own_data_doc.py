@@ -43,6 +43,14 @@ def test_the_snippets_run_as_written_and_train_well(digits_svm):
     final = ns["res"].history["train_log_loss"].dropna().iloc[-1]
     assert final < 0.5 * math.log(10), f"train log-loss {final} (uniform guess {math.log(10):.2f})"
     assert (ns["predicted"] == ns["y_test"]).mean() > 0.9
+    # evaluate scores the model with its intercept, as predict_proba does
+    res, test = ns["res"], ns["test"]
+    assert res.intercept is not None and test.n_rows == len(ns["y_test"])
+    assert test.error == pytest.approx((ns["predicted"] != ns["y_test"]).mean())
+    P = res.predict_proba(ns["X_test_unit"])
+    yi = np.searchsorted(ns["classes"], ns["y_test"])
+    assert test.log_loss == pytest.approx(-np.log(P[np.arange(len(yi)), yi]).mean(),
+                                          rel=1e-6)
     exec(compile(snippets[2], "own-data.md snippet 3", "exec"), ns)
     assert len(ns["first_label"]) == ns["X"].shape[0]
 

@@ -41,7 +41,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 #: what the wheel may require without an extra: the distributions the library (all of
 #: lib/scalable_softmax but repro/) imports
-BASE = {"numba", "llvmlite", "numpy", "scipy", "pandas", "tqdm", "pooch"}
+BASE = {"numba", "llvmlite", "numpy", "scipy", "pandas", "tqdm", "pooch", "platformdirs"}
 #: imports of the library that are optional (guarded, with a message naming the extra)
 OPTIONAL_IMPORTS = {
     "sklearn": "the `sklearn` extra (scalable_softmax.estimator)",
@@ -181,18 +181,26 @@ def _library_imports() -> set[str]:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """The wheel of lib/, built by pip from a copy of the sources (so that the checkout
-    gets no build folders)."""
+    """The wheel of the library, built by the README's command (``pip wheel ...`` from
+    the repository's root) in a copy of the sources (so that the checkout gets no build
+    folders)."""
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, src / name)
     shutil.copytree(ROOT / "lib", src / "lib",
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.nbi",
                                                   "*.nbc"))
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--wheel-dir", str(out), str(src)], check=True)
+    readme = (ROOT / "README.md").read_text()
+    m = re.search(r"^pip wheel (.+)$", readme, re.M)
+    assert m, "README.md: no `pip wheel ...` line (how to build the wheel)"
+    args = m.group(1).split()
+    assert args[-1] == "." and "-w" in args, f"README.md: pip wheel {m.group(1)}"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", *args], cwd=src,
+                   check=True)
+    out = src / args[args.index("-w") + 1]
     (whl,) = out.glob("scalable_softmax-*.whl")
+    assert re.search(rf"^pip install {re.escape(out.name)}/scalable_softmax-\*\.whl$",
+                     readme, re.M), "README.md: how to install the wheel"
     return whl
 
 
@@ -244,9 +252,7 @@ _SCRIPT = textwrap.dedent("""
     import numpy as np
     import scipy.sparse as sp
     import scalable_softmax
-    from scalable_softmax.fit import FitResult, fit
-    from scalable_softmax.evaluate import evaluate
-    from scalable_softmax.data import load_dataset
+    from scalable_softmax import FitResult, evaluate, fit, load_dataset
 
     out = Path(sys.argv[1])
     rng = np.random.default_rng(0)
@@ -257,7 +263,7 @@ _SCRIPT = textwrap.dedent("""
     X = sp.csr_matrix(Z / np.linalg.norm(Z, axis=1, keepdims=True))
     res = fit(X, y, "umax", lr=0.5, epochs=5, K=K, seed=0, progress=False,
               eval_sets={"train": (X, y)})
-    ev = evaluate(X, y, res.W)
+    ev = evaluate(X, y, res)
     path = res.save(out / "model.npz")
     back = FitResult.load(path)
     ds = load_dataset("eurlex-surrogate", scale=0.02, cache=False)
@@ -287,22 +293,25 @@ def _pins(versions: str) -> str:
     return out
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("versions", ["lock", "floors"])
-def test_wheel_alone_trains_evaluates_saves_and_loads(wheel, tmp_path, versions):
-    """A fresh virtual environment with the wheel and its base requirements only (at the
-    lock's versions, or at pyproject.toml's lower bounds; from the configured index or
-    pip's cache): the library trains, evaluates, saves and loads a model and builds a
-    surrogate data set, and none of the collection's packages is there."""
+#: the environment variables a test's subprocess must not inherit: the checkout's path,
+#: the venv, and the data and cache directories of the tests
+_NOT_INHERITED = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "SOFTMAX_DATA_DIR",
+                  "SOFTMAX_CACHE_DIR", "DATA_MIRROR", "XDG_DATA_HOME", "XDG_CACHE_HOME")
+
+
+def _install(wheel: Path, tmp_path: Path, versions: str):
+    """A fresh virtual environment under ``tmp_path`` (outside the checkout) with the
+    wheel and its base requirements at ``versions`` (from the configured index, pip's
+    find-links or its cache); returns ``(python, env, pins)``. Skips when pip cannot
+    install them offline (an error under CI)."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     pins = tmp_path / "constraints.txt"
     pins.write_text(_pins(versions))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
     env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba-cache")
-    env["SOFTMAX_CACHE_DIR"] = str(tmp_path / "processed")
+    env["HOME"] = str(tmp_path / "home")          # platformdirs' user directories
     got = subprocess.run([str(py), "-m", "pip", "install", "--quiet", "-c", str(pins),
                           str(wheel)], env=env, cwd=tmp_path, capture_output=True, text=True)
     if got.returncode:
@@ -310,6 +319,19 @@ def test_wheel_alone_trains_evaluates_saves_and_loads(wheel, tmp_path, versions)
         if os.environ.get("CI") == "true":
             pytest.fail(msg)
         pytest.skip(msg + "\n(offline? under CI this is an error)")
+    return py, env, pins
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("versions", ["lock", "floors"])
+def test_wheel_alone_trains_evaluates_saves_and_loads(wheel, tmp_path, versions):
+    """A fresh virtual environment with the wheel and its base requirements only (at the
+    lock's versions, or at pyproject.toml's lower bounds; from the configured index or
+    pip's cache): the library trains, evaluates, saves and loads a model and builds a
+    surrogate data set, and none of the collection's packages is there."""
+    py, env, pins = _install(wheel, tmp_path, versions)
+    venv = py.parent.parent
+    env["SOFTMAX_CACHE_DIR"] = str(tmp_path / "processed")
     installed = subprocess.run([str(py), "-m", "pip", "freeze"], capture_output=True,
                                text=True, check=True, env=env).stdout
     names = {canonicalize_name(ln.split("==")[0]) for ln in installed.split()}
@@ -332,6 +354,86 @@ def test_wheel_alone_trains_evaluates_saves_and_loads(wheel, tmp_path, versions)
     assert 0.0 < got["history_log_loss"] < 0.5 * np.log(5)
     assert got["same_W"] and got["same_predictions"]
     assert min(got["surrogate"]) > 0
+
+
+#: run inside the installed library's environment, outside the checkout: where the data
+#: and the cache go, and what a user is told to run
+_DATA_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from scalable_softmax import load_dataset, paths
+    from scalable_softmax.data import MissingDataError
+
+    out = {"in_checkout": paths.IN_CHECKOUT, "raw": str(paths.raw_dir()),
+           "processed": str(paths.processed_dir())}
+    try:
+        load_dataset("bibtex", cache=False)
+    except MissingDataError as exc:
+        out["missing"] = str(exc)
+    if len(sys.argv) > 1:
+        tr = load_dataset("eurlex", max_features=4)
+        again = load_dataset("eurlex", max_features=4)
+        out["eurlex"] = [tr.N, tr.D, tr.K, bool(again.info.get("from_cache"))]
+    print(json.dumps(out))
+""")
+
+#: a small data set in the XMLRepository format, read by the ``eurlex`` entry of the
+#: registry (a user's own copy): header ``N D K``, then ``labels feature:value ...``
+_XMLREPO_TRAIN = "6 5 4\n0 0:1 4:2\n1 1:1 0:1\n2 2:3\n3 3:1 4:1\n0 0:2\n1 4:1\n"
+_XMLREPO_TEST = "3 5 4\n0 0:1\n2 2:1 4:1\n1 1:2\n"
+
+
+def _tree(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_size for p in folder.rglob("*")
+            if p.is_file()}
+
+
+@pytest.mark.slow
+def test_installed_wheel_keeps_its_data_outside_its_install(wheel, tmp_path):
+    """The wheel in a fresh venv outside the checkout: the data directory and the cache
+    are the user's (platformdirs, under HOME) or SOFTMAX_DATA_DIR / SOFTMAX_CACHE_DIR,
+    never the install; a missing file is explained with the command a wheel user has
+    (no `make data`); a data set is loaded from a data directory filled by hand, and
+    nothing is written inside the install. The repro package asks for its extra."""
+    py, env, _ = _install(wheel, tmp_path, "lock")
+    venv = py.parent.parent
+    home = Path(env["HOME"])
+    before = _tree(venv)
+    # defaults: the user's data and cache directories
+    run = subprocess.run([str(py), "-c", _DATA_SCRIPT], capture_output=True, text=True,
+                         env=env, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["in_checkout"] is False
+    assert got["raw"] == str(home / ".local" / "share" / "scalable_softmax" / "raw")
+    assert got["processed"] == str(home / ".cache" / "scalable_softmax" / "processed")
+    missing = got["missing"]
+    assert f"{got['raw']}/bibtex/bibtex-train.arff.gz" in missing
+    assert "python -m scalable_softmax.data fetch bibtex" in missing
+    assert "make data" not in missing
+    # a data directory filled by the user, named by SOFTMAX_DATA_DIR; the cache in the
+    # user cache directory
+    data = tmp_path / "my-data"
+    (data / "eurlex").mkdir(parents=True)
+    (data / "eurlex" / "eurlex_train.txt").write_text(_XMLREPO_TRAIN)
+    (data / "eurlex" / "eurlex_test.txt").write_text(_XMLREPO_TEST)
+    run = subprocess.run([str(py), "-c", _DATA_SCRIPT, "load"], capture_output=True,
+                         text=True, env=dict(env, SOFTMAX_DATA_DIR=str(data)), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["raw"] == str(data)
+    from scalable_softmax.data import load_dataset  # the checkout's library, same files
+    here = load_dataset("eurlex", data_dir=data, cache=False, max_features=4)
+    assert got["eurlex"] == [here.N, here.D, here.K, True]   # built, cached, read back
+    cached = _tree(home / ".cache" / "scalable_softmax" / "processed")
+    assert any(name.startswith("eurlex-train") for name in cached), cached
+    # nothing was written inside the install
+    assert _tree(venv) == before
+    # the collection's machinery says which extra it needs
+    run = subprocess.run([str(py), "-m", "scalable_softmax.repro.runner", "--help"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert run.returncode != 0
+    assert "'repro' extra" in run.stderr and "scalable_softmax[repro]" in run.stderr
+    assert "PyYAML" in run.stderr
 
 
 # --------------------------------------------------------------------------- the rest

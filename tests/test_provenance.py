@@ -36,3 +36,48 @@ def test_bad_times_are_refused_with_the_argument_named(build, capsys):
     assert runner.main(["provenance", "--run", "reproduce"]) == 2
     assert "--run and --started go together" in capsys.readouterr().err
     assert not (build / "build/executed/full/make-runs.yaml").exists()
+
+
+def test_provenance_names_the_blas_kernel_cpu_and_library_versions(build, monkeypatch):
+    import numba
+    import numpy
+    import scipy
+    from scalable_softmax.repro import blaskernel
+    from scalable_softmax.repro.timing import cpu_model
+    from threadpoolctl import threadpool_info
+
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")   # named as set (not applied here)
+    text = runner.write_provenance("full", out=build / "PROVENANCE.md").read_text()
+    blas = blaskernel.recorded_blas(text)
+    for lib in threadpool_info():
+        if lib.get("user_api") == "blas":
+            assert f"{lib['internal_api']} {lib['version']}" in blas
+            if lib.get("architecture"):
+                assert f"kernel {lib['architecture']}" in blas
+    assert blas.endswith("(OPENBLAS_CORETYPE=Haswell)")
+    assert f", {cpu_model()}, " in text
+    assert (f"- libraries: numba {numba.__version__}, numpy {numpy.__version__}, "
+            f"scipy {scipy.__version__}") in text
+
+
+def test_describe_blas_of_given_libraries():
+    info = [{"user_api": "blas", "internal_api": "openblas", "version": "0.3.30",
+             "architecture": "Haswell"},
+            {"user_api": "blas", "internal_api": "openblas", "version": "0.3.30",
+             "architecture": "Haswell"},
+            {"user_api": "openmp", "internal_api": "openmp", "version": None}]
+    from scalable_softmax.repro import blaskernel
+    assert blaskernel.describe_blas(info, None) == \
+        "openblas 0.3.30, kernel Haswell (OPENBLAS_CORETYPE not set)"
+    assert blaskernel.describe_blas([], "Prescott") == "no BLAS library found by threadpoolctl"
+
+
+def test_a_record_without_the_kernel_line_says_not_recorded():
+    from scalable_softmax.repro import blaskernel
+    committed = (paths.TABLES / "PROVENANCE.md").read_text()
+    got = blaskernel.recorded_blas(committed)
+    if blaskernel.BLAS_LINE in committed:       # a record made since the line exists
+        assert got != "not recorded" and "kernel" in got
+    else:
+        assert got == "not recorded"
+    assert blaskernel.recorded_blas(None) == "not recorded"

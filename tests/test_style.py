@@ -201,3 +201,74 @@ def test_the_implicit_variants_differ_in_colour_line_and_marker():
     names = ("implicit", "implicit-batch", "implicit-batch-5")
     for part in ("color", "marker", "linestyle"):
         assert len({getattr(style.METHODS[m], part) for m in names}) == 3, part
+
+
+def test_color_distance_is_cie76():
+    assert style.color_distance("#000000", "#FFFFFF") == pytest.approx(100.0, abs=0.01)
+    assert style.color_distance("#AA4499", "#AA4499") == 0.0
+    # pure red and green are far apart; two shades of grey by their lightness only
+    assert style.color_distance("#FF0000", "#00FF00") > 100
+    assert style.color_distance("#777777", "#888888") == pytest.approx(6.6, abs=0.2)
+
+
+def test_figure_12_series_are_told_apart():
+    """Every series of notebook 12's figures (ours in the method styles, the peers in
+    the series colours) differs from every other by a CIE76 distance of 30 or more:
+    the peers' wine and purple (25.5 apart) were hard to tell apart."""
+    import itertools
+
+    from scalable_softmax.repro import peers
+
+    colours = {m: (style.color(m) if family == "ours"
+                   else style.SERIES_COLORS[peers.PEER_STYLES[m][0]])
+               for m, family in peers.METHODS.items()}
+    assert set(colours) == set(peers.METHODS)
+    close = [(a, b, round(style.color_distance(colours[a], colours[b]), 1))
+             for a, b in itertools.combinations(colours, 2)
+             if style.color_distance(colours[a], colours[b]) < 30]
+    assert not close, close
+    # the peers' styles are distinct triples, their colours too
+    assert len({c for c, _, _ in peers.PEER_STYLES.values()}) == len(peers.PEER_STYLES)
+
+
+def test_coinciding_crosses_are_stacked_not_hidden():
+    assert style.stacked([1.0, 2.0, 3.0], 100.0) == [100.0, 100.0, 100.0]
+    ys = style.stacked([1.0, 1.0, 1.0, 2.0, 1.0], 100.0)
+    assert ys == [100.0, 50.0, 25.0, 100.0, 12.5]
+    assert style.stacked([], 1.0) == []
+    pos = list(zip([1.0, 1.0, 1.0, 2.0, 1.0], ys))
+    assert len(set(pos)) == len(pos)
+
+
+def test_the_sensitivity_figure_keeps_every_diverged_rate_visible():
+    """Notebook 04's per-epoch figure of a variant that diverges at every rate in the
+    same epoch (vanilla SGD on Eurlex): one cross per rate, at distinct places."""
+    import matplotlib
+    import numpy as np
+    import pandas as pd
+
+    from scalable_softmax.repro import tuning
+
+    matplotlib.use("Agg")
+    rates = [1e-3, 1e-2, 1e-1, 1.0]
+    rows = []
+    for v in ("vanilla", "implicit"):
+        for lr in rates:
+            for e in range(4):
+                loss = (np.inf if v == "vanilla" and e >= 1 else 2.0 / (1 + e * lr))
+                rows.append(dict(paper_dataset="Eurlex", variant=v, lr=lr, epoch=e,
+                                 train_log_loss=loss))
+    history = pd.DataFrame(rows)
+    frame = pd.DataFrame(dict(paper_dataset=["Eurlex"], dataset=["eurlex (SYNTHETIC)"],
+                              N=[15539], K=[838]))
+    table = pd.DataFrame(dict(data=["eurlex (SYNTHETIC)"], log_K=[np.log(838.0)],
+                              dataset=["eurlex (SYNTHETIC)"]))
+    fig = tuning.plot_sensitivity_curves(history, frame, table, "Eurlex",
+                                         ["vanilla", "implicit"], rates, 0)
+    ax = next(a for a in fig.axes if a.get_title() == style.label("vanilla"))
+    crosses = [ln for ln in ax.get_lines() if ln.get_marker() == "x"]
+    assert len(crosses) == len(rates)
+    places = {(float(ln.get_xdata()[0]), float(ln.get_ydata()[0])) for ln in crosses}
+    assert len(places) == len(rates)
+    import matplotlib.pyplot as plt
+    plt.close(fig)

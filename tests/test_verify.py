@@ -271,3 +271,29 @@ def test_smoke_record_is_consistent_with_the_declarations(capsys):
     status, out = _run(record, record=record, capsys=capsys)
     assert status == 0, out
     assert "09-ove-toy-2d.csv: identical" in out
+
+
+def test_the_kernels_of_both_machines_are_printed(rerun, record_dir, capsys):
+    from scalable_softmax.repro.blaskernel import BLAS_LINE, describe_blas
+    # the committed record may predate the kernel line: "not recorded"
+    status, out = _run(rerun, capsys=capsys)
+    lines = out.splitlines()
+    assert status == 0
+    assert lines[0].startswith("BLAS kernel of the record (HEAD:tables/PROVENANCE.md): ")
+    assert lines[1] == (f"BLAS kernel of this machine (the rerun's {rerun}/PROVENANCE.md "
+                        f"does not name one): {describe_blas()}")
+    # both named in their PROVENANCE.md
+    (record_dir / "PROVENANCE.md").write_text(f"# x\n\n{BLAS_LINE}openblas 0.3.30, kernel "
+                                              "Haswell (OPENBLAS_CORETYPE=Haswell)\n")
+    (rerun / "PROVENANCE.md").write_text(f"{BLAS_LINE}openblas 0.3.30, kernel SkylakeX "
+                                         "(OPENBLAS_CORETYPE not set)\n")
+    status, out = _run(rerun, record=record_dir, capsys=capsys)
+    lines = out.splitlines()
+    assert lines[0] == (f"BLAS kernel of the record ({record_dir}/PROVENANCE.md): openblas "
+                        "0.3.30, kernel Haswell (OPENBLAS_CORETYPE=Haswell)")
+    assert lines[1] == (f"BLAS kernel of the rerun ({rerun}/PROVENANCE.md): openblas 0.3.30, "
+                        "kernel SkylakeX (OPENBLAS_CORETYPE not set)")
+    # a record folder without PROVENANCE.md (e.g. tests/smoke-record)
+    (record_dir / "PROVENANCE.md").unlink()
+    _, out = _run(rerun, record=record_dir, capsys=capsys)
+    assert out.splitlines()[0].endswith("/PROVENANCE.md): not recorded")

@@ -89,8 +89,13 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
     u_init : ``"zero"``, ``"logK"``, ``"exact"`` or None (default: the protocol's, else
         ``"zero"``)
         Initial ``u`` of the double-sum methods in :meth:`fit`.
-    fit_intercept : bool, default True
-        Learn per-class intercepts ``intercept_``.
+    fit_intercept : bool, default False
+        Learn per-class intercepts ``intercept_``. False, as in
+        :func:`scalable_softmax.fit.fit`: the papers' model, and every result of this
+        collection, scores ``x . w_k`` with no intercept, and one default means the
+        estimator and ``fit`` train the same model from the same arguments. Pass True
+        (scikit-learn's linear models' default) for data whose classes need an offset:
+        features far from zero, classes of very different frequencies.
     intercept_scaling : float > 0, default 1.0
         Value of the constant feature that carries the intercept (see
         :func:`scalable_softmax.fit.fit`).
@@ -123,7 +128,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, method="implicit", *, lr=1.0, epochs=50, lr_decay=None, mu=0.0,
                  batch_size=None, n_sampled=None, order=None, u_init=None,
-                 fit_intercept=True, intercept_scaling=1.0, protocol=None,
+                 fit_intercept=False, intercept_scaling=1.0, protocol=None,
                  method_options=None, random_state=None, verbose=False):
         self.method = method
         self.lr = lr

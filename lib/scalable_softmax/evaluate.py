@@ -768,6 +768,14 @@ def _is_int(v):
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
+def _width_mismatch(X, W):
+    D = X.shape[1]
+    hint = ("; if its last column is an intercept, pass W[:, :-1] and intercept=W[:, -1]"
+            if W.shape[1] == D + 1 else "")
+    raise ValueError(f"shape mismatch: X has shape {X.shape} (D = {D}) but W has shape "
+                     f"{W.shape}; W must be K x D with row k = w_k{hint}")
+
+
 def _check_inputs(X, y, W, keep_float32=False):
     X = as_csr(X, "X")                      # the one data check (validation.as_csr)
     N, D = X.shape
@@ -777,8 +785,7 @@ def _check_inputs(X, y, W, keep_float32=False):
     if not (np.issubdtype(W.dtype, np.floating) or np.issubdtype(W.dtype, np.integer)):
         raise ValueError(f"W must be a real numeric array; got dtype {W.dtype}")
     if W.shape[1] != D:
-        raise ValueError(f"shape mismatch: X has shape {X.shape} (D = {D}) but W has shape "
-                         f"{W.shape}; W must be K x D with row k = w_k")
+        _width_mismatch(X, W)
     K = W.shape[0]
     if K < 2:
         raise ValueError(f"W must have at least K = 2 rows (classes); got shape {W.shape}")
@@ -878,9 +885,46 @@ def _per_row(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None,
     return nll, err, dfc, sel
 
 
-def evaluate(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None, threads=None,
-             precision=None):
-    """Exact log-loss, error and defective metric of ``W`` on ``(X, y)``.
+def _model_inputs(X, W, intercept):
+    """``(X, W)`` of the model ``W`` (an array or a :class:`~scalable_softmax.fit.FitResult`)
+    with ``intercept``: the intercept becomes one more column of ``W`` and a column of
+    ones in ``X``, so that the kernels score ``x . w_k + b_k``."""
+    # a FitResult (or a model like it: W and intercept), recognised by its attributes,
+    # so that this module does not import fit (which imports it)
+    if not isinstance(W, np.ndarray) and hasattr(W, "W") and hasattr(W, "intercept"):
+        if intercept is not None:
+            raise ValueError("give the intercept either in the FitResult or as "
+                             "intercept=, not both (evaluate(X, y, result) uses "
+                             "result.intercept)")
+        W, intercept = W.W, W.intercept
+    if intercept is None:
+        return X, W              # _check_inputs checks W against X
+    X = as_csr(X, "X")
+    Wa = np.asarray(W)
+    if Wa.ndim == 2 and Wa.shape[1] != X.shape[1]:
+        _width_mismatch(X, Wa)
+    b = np.asarray(intercept)
+    if Wa.ndim != 2 or b.shape != (Wa.shape[0],):
+        raise ValueError(f"intercept must have shape (K,) = ({Wa.shape[0]},), one "
+                         f"b_k per row of W; got shape {b.shape}")
+    if not (np.issubdtype(b.dtype, np.floating) or np.issubdtype(b.dtype, np.integer)):
+        raise ValueError(f"intercept must be a real numeric array; got dtype {b.dtype}")
+    if not np.all(np.isfinite(b)):
+        raise ValueError("intercept contains NaN or infinite values (a diverged run?); "
+                         "evaluate only finite models")
+    dtype = np.float32 if Wa.dtype == np.float32 and b.dtype == np.float32 else np.float64
+    Wb = np.ascontiguousarray(np.hstack([Wa.astype(dtype, copy=False),
+                                         b.astype(dtype)[:, None]]))
+    ones = sp.csr_matrix(np.ones((X.shape[0], 1)))
+    Xb = sp.hstack([X, ones], format="csr", dtype=np.float64)
+    Xb.sort_indices()
+    return Xb, Wb
+
+
+def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
+             block_rows=None, threads=None, precision=None):
+    """Exact log-loss, error and defective metric of the model ``W`` (scores
+    ``x . w_k``, or ``x . w_k + b_k`` with ``intercept``) on ``(X, y)``.
 
     Parameters
     ----------
@@ -889,10 +933,17 @@ def evaluate(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None, thr
         are rounded to float32 for ``precision="float32"``.
     y : integer ndarray, shape (N,)
         Labels in ``0..K-1``.
-    W : ndarray, shape (K, D)
+    W : ndarray, shape (K, D), or FitResult
         Weights, row ``k`` is ``w_k``; converted to float64 C-contiguous (no copy if
         it already is; a C-contiguous float32 ``W`` is used as is for
-        ``precision="float32"``). Must be finite.
+        ``precision="float32"``). Must be finite. A
+        :class:`~scalable_softmax.fit.FitResult` stands for its model: its ``W`` and
+        its ``intercept`` (None without ``fit_intercept``), the scores of its
+        :meth:`~scalable_softmax.fit.FitResult.predict_proba`.
+    intercept : ndarray, shape (K,), optional
+        Per-class intercepts ``b_k`` (``FitResult.intercept`` of a fit with
+        ``fit_intercept=True``); without it the scores have none. Not with a
+        ``FitResult`` (which carries its own).
     rows : integer array, optional
         Evaluate only these rows (in this order; repeats count twice).
     subsample : int, optional
@@ -920,9 +971,10 @@ def evaluate(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None, thr
     Raises
     ------
     ValueError
-        On shape mismatch, labels out of range, non-finite ``W`` or ``X``, empty or
-        out-of-range ``rows``, a bad ``subsample``, ``block_rows``, ``threads`` or
-        ``precision``.
+        On shape mismatch (``W``'s width not ``X``'s ``D``, ``intercept`` not of
+        length ``K``), labels out of range, non-finite ``W``, ``intercept`` or
+        ``X``, empty or out-of-range ``rows``, a bad ``subsample``, ``block_rows``,
+        ``threads`` or ``precision``.
     NonFiniteScoreError
         When finite but huge weights make a score, or a row's log-loss, overflow
         (the message names the row and the class); never a NaN result.
@@ -941,7 +993,11 @@ def evaluate(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None, thr
     >>> ev = evaluate(X, y, W)
     >>> bool(np.isclose(ev.log_loss, np.log(3))), ev.error, ev.n_rows
     (True, 0.5, 2)
+    >>> ev = evaluate(X, y, W, intercept=np.array([0.0, 0.0, np.log(2)]))
+    >>> bool(np.isclose(ev.log_loss, np.log(4)))
+    True
     """
+    X, W = _model_inputs(X, W, intercept)
     nll, err, dfc, sel = _per_row(X, y, W, rows=rows, subsample=subsample, seed=seed,
                                   block_rows=block_rows, threads=threads,
                                   precision=precision)

@@ -699,8 +699,8 @@ def run_epochs(trainer, monitor, *, n_rows, epochs, lr, lr_decay, order, seed, e
     rows.append(row0)
     rng = np.random.default_rng(seed)
 
-    from scalable_softmax.progress import tqdm
-    bar = tqdm(total=epochs, desc=desc, disable=not progress, leave=False,
+    from scalable_softmax.progress import shows_progress, tqdm
+    bar = tqdm(total=epochs, desc=desc, disable=not shows_progress(progress), leave=False,
                mininterval=1.0, dynamic_ncols=True)
     try:
         for e in range(1, epochs + 1):
@@ -820,7 +820,7 @@ def _prepare(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed
 
 def fit(X, y, method, lr, epochs=50, lr_decay=None, mu=0.0, batch_size=None,
         n_sampled=None, seed=0, order=None, eval_epochs=None, eval_sets=None,
-        eval_rows=None, progress=True, u_init=None, K=None, fit_intercept=False,
+        eval_rows=None, progress=None, u_init=None, K=None, fit_intercept=False,
         intercept_scaling=1.0, init_W=None, init_intercept=None, on_epoch=None,
         protocol=None, **method_options):
     """Train a softmax model with one of the registered optimisers.
@@ -871,8 +871,11 @@ def fit(X, y, method, lr, epochs=50, lr_decay=None, mu=0.0, batch_size=None,
         Name -> (X, y), default ``{"train": (X, y)}``.
     eval_rows : int, optional
         Evaluate a fixed subsample (seeded by ``seed``) of this many rows of each set.
-    progress : bool
-        Show a progress bar over epochs (cleared at the end).
+    progress : bool or None
+        Show a progress bar over epochs (cleared at the end). None (the default):
+        only where a person watches, in a notebook or when standard error is a
+        terminal, never in a log file or a pipe
+        (:func:`scalable_softmax.progress.shows_progress`).
     on_epoch : callable or None
         ``on_epoch(e)`` called after each epoch ``e``; an exception it raises stops
         training (a cancelled sweep's run stops this way).
@@ -890,7 +893,10 @@ def fit(X, y, method, lr, epochs=50, lr_decay=None, mu=0.0, batch_size=None,
     fit_intercept, intercept_scaling : bool, float
         Learn a per-class intercept ``b_k`` through a constant feature of value
         ``intercept_scaling`` (> 0) appended to every row; the ridge ``mu`` shrinks it
-        too (less so for a larger ``intercept_scaling``).
+        too (less so for a larger ``intercept_scaling``). Default False, as in
+        :class:`~scalable_softmax.SoftmaxSGDClassifier`: the papers' model (and every
+        result of the collection) has no intercept. Pass True for data whose classes
+        need an offset (features far from zero, classes of very different frequencies).
     init_W, init_intercept : ndarray, optional
         Start from these weights (K, D) and intercepts (K,) instead of 0 (a warm start,
         e.g. ``previous.W``).

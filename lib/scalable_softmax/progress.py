@@ -10,6 +10,11 @@
   not found`` here instead);
 * elsewhere (scripts, worker processes): tqdm's text bar on standard error.
 
+:func:`shows_progress` resolves a ``progress`` argument: None ("auto", the default of
+:func:`scalable_softmax.fit.fit`) shows a bar only where a person watches: in a
+notebook (an IPython kernel) or when standard error is a terminal; a log file or a pipe
+gets no ``fit umax: 0%| | 0/20`` fragments.
+
 ``SCALABLE_SOFTMAX_PROGRESS=off`` disables every bar. The notebook runner
 (:mod:`scalable_softmax.repro.runner`) sets it for the notebooks it executes: an
 executed notebook is a record, and every refresh of a text bar would stay in it as one
@@ -27,7 +32,7 @@ import os
 import sys
 import time
 
-__all__ = ["tqdm", "compile_kernels", "in_kernel", "ENV"]
+__all__ = ["tqdm", "compile_kernels", "in_kernel", "shows_progress", "ENV"]
 
 #: environment variable choosing the kind of bar: "text", "widget", "off" or unset (auto)
 ENV = "SCALABLE_SOFTMAX_PROGRESS"
@@ -43,6 +48,22 @@ def in_kernel() -> bool:
         return False
     ip = get_ipython()
     return ip is not None and hasattr(ip, "kernel")
+
+
+def shows_progress(progress) -> bool:
+    """Whether a ``progress`` argument asks for a bar: True or False as given; None
+    ("auto"): in an IPython kernel, or when standard error is a terminal.
+
+    ``SCALABLE_SOFTMAX_PROGRESS=off`` still disables the bar (see :func:`tqdm`).
+    """
+    if progress is not None:
+        return bool(progress)
+    if in_kernel():
+        return True
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):      # replaced or closed stream
+        return False
 
 
 def _has_widgets() -> bool:

@@ -53,7 +53,7 @@ PARAMETERS = {
     "seed": {"type": "int", "min": 0},
     "order": {"one_of": list(ORDERS)},
     "u_init": {"one_of": list(U_INITS)},
-    "progress": {"type": "bool"},
+    "progress": {"type": "bool", "nullable": True},
     "eval_rows": {"type": "int", "min": 1, "nullable": True},
     "K": {"type": "int", "min": 2, "nullable": True, "label": "K (number of classes)"},
     "fit_intercept": {"type": "bool"},

@@ -1,6 +1,7 @@
 """Command line of the data layer.
 
-``python -m scalable_softmax.data fetch``  fill and verify the data directory
+``python -m scalable_softmax.data fetch [NAME ...]``  fill and verify the data directory
+    (every registered data set, or the ones named: mnist, bibtex, delicious, 20news, ...)
 ``python -m scalable_softmax.data table1 [--write PREFIX]``  the paper's Table 1 beside ours
 ``python -m scalable_softmax.data info NAME [--split test]``  load one data set, summarise
 ``python -m scalable_softmax.data stamp FILE``  write the data's checksums to FILE, only
@@ -80,7 +81,10 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("fetch", help="fill the data dir from the mirror or the public homes")
-    f.add_argument("--data-dir", help="default: SOFTMAX_DATA_DIR or data/raw")
+    f.add_argument("names", nargs="*", metavar="NAME",
+                   help="data sets to fetch (default: all registered; same as --datasets)")
+    f.add_argument("--data-dir", help="default: SOFTMAX_DATA_DIR, else data/raw in a "
+                                      "checkout, else the user data directory")
     f.add_argument("--mirror", help="default: DATA_MIRROR (the Makefile sets it)")
     f.add_argument("--no-download", action="store_true", help="never use the network")
     f.add_argument("--datasets", nargs="*", help="default: all registered")
@@ -97,7 +101,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "fetch":
-            fetch(args.datasets, data_dir=args.data_dir, mirror=args.mirror,
+            names = list(args.names) + list(args.datasets or [])
+            fetch(names or None, data_dir=args.data_dir, mirror=args.mirror,
                   download=not args.no_download)
         elif args.cmd == "table1":
             df = paper_table1(data_dir=args.data_dir, ours=True)
@@ -114,7 +119,7 @@ def main(argv=None) -> int:
             print(ds.summary())
             print(f"  loaded in {time.perf_counter() - t0:.2f} s "
                   f"({'cache' if ds.info.get('from_cache') else 'built'})")
-    except (MissingDataError, ChecksumError, DataFormatError) as exc:
+    except (MissingDataError, ChecksumError, DataFormatError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import paths
 from .._atomic import atomic_path
 from .errors import ChecksumError, DataFormatError
 
@@ -90,7 +91,8 @@ class RestrictedUnpickler(pickle.Unpickler):
             raise UnsafePickleError(
                 self._path, f"the pickle names {module}.{name}, which is not allowed: "
                 f"only {allowed} are admitted. Nothing was executed; the file is not "
-                f"one of the authors' results (delete it and run `make data`)") from None
+                f"one of the authors' results (delete it and run "
+                f"{paths.fetch_command('authors-results')})") from None
 
     def persistent_load(self, pid):
         raise UnsafePickleError(self._path, "the pickle uses a persistent id, which is "
@@ -106,7 +108,8 @@ def load_pickle(payload: bytes, path="<pickle>"):
         raise
     except Exception as exc:   # truncated or garbled stream, bad arguments, ...
         raise DataFormatError(path, f"not a readable pickle ({type(exc).__name__}: "
-                              f"{exc}); delete it and run `make data`") from None
+                              f"{exc}); delete it and run "
+                              f"{paths.fetch_command('authors-results')}") from None
 
 
 def load_run(payload: bytes, path="<pickle>") -> dict:
@@ -192,7 +195,8 @@ def build_table3_csv(data_dir, spec, inputs) -> str:
         actual = hashlib.sha256(payload).hexdigest()
         if actual != f.sha256:
             raise ChecksumError(p, f.sha256, actual, hint="The CSV was not built; delete "
-                                "the file and run `make data`.")
+                                "the file and run "
+                                f"{paths.fetch_command('authors-results')}.")
         runs.append((Path(f.path).name, payload, p))
     text = table3_csv_bytes(runs)
     actual = hashlib.sha256(text).hexdigest()

@@ -247,7 +247,8 @@ def load_dataset(name: str, split: str = "train", *, max_features: int | None = 
     ----------
     name : str
         ``"mnist"``, ``"bibtex"``, ``"delicious"``, ``"20news"`` (raw files from the
-        data directory, filled by ``make data``); ``"eurlex"``, ``"wiki10"``,
+        data directory, filled by ``make data`` in a checkout, ``python -m
+        scalable_softmax.data fetch NAME`` elsewhere); ``"eurlex"``, ``"wiki10"``,
         ``"amazoncat"``, ``"wikismall"`` (files a user puts in the data directory, see
         ``data/README.md``); or ``"<one of those four>-surrogate"`` (synthetic); or
         ``"20news-words"`` (ours: next-word prediction, K = 10,000, ``data/README.md``).

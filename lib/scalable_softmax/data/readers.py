@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from .. import paths as _paths
 from .errors import DataFormatError
 
 __all__ = [
@@ -140,8 +141,9 @@ def _is_gzip(path) -> bool:
         return fh.read(2) == _GZIP_MAGIC
 
 
-_REFETCH = ("the file is truncated or corrupt: replace it (`make data` fetches the "
-            "registered files again; a file of your own, copy it again)")
+_REFETCH = ("the file is truncated or corrupt: replace it ("
+            f"{'`make data`' if _paths.IN_CHECKOUT else '`python -m scalable_softmax.data fetch`'}"
+            " fetches the registered files again; a file of your own, copy it again)")
 
 
 class _NamedGzip(io.RawIOBase):

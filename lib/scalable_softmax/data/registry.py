@@ -333,9 +333,20 @@ USER_FILES: dict[str, dict] = {
                           "LSHTC/LIBSVM multi-label format")},
 }
 
-HOW_TO_GET = ("run `make data` (or `python -m scalable_softmax.data fetch`), which copies "
-              "the files from the local mirror named by DATA_MIRROR (the Makefile sets "
-              "it) or downloads them from their public homes")
+def how_to_get(dataset: str | None = None) -> str:
+    """What to run to obtain the registered files (of ``dataset``): ``make data`` in a
+    checkout of the collection, ``python -m scalable_softmax.data fetch NAME`` for an
+    installed library (:func:`scalable_softmax.paths.fetch_command`)."""
+    if paths.IN_CHECKOUT:
+        return (f"run {paths.fetch_command(dataset)}, which copies the files from the "
+                "local mirror named by DATA_MIRROR (the Makefile sets it) or downloads "
+                "them from their public homes")
+    return (f"run {paths.fetch_command(dataset)}, which downloads them from their public "
+            "homes, verifies and stores them (or copies them from a folder named by "
+            "DATA_MIRROR)")
+
+
+HOW_TO_GET = how_to_get()
 
 
 # --------------------------------------------------------------------------- hashing
@@ -492,8 +503,38 @@ def _spec_id(spec) -> str | None:
 def _missing_message(dataset: str, rels: list[str], data_dir: Path, hint: str) -> str:
     lines = [f"{dataset}: missing raw file(s) in the data directory {data_dir}:"]
     lines += [f"  - {data_dir / r}" for r in rels]
-    lines.append(f"(the data directory is SOFTMAX_DATA_DIR, default data/raw). {hint}")
+    lines.append(f"(the data directory is SOFTMAX_DATA_DIR, default {paths.default_raw_dir()})"
+                 f". {hint}")
     return "\n".join(lines)
+
+
+def _by_hand(rel: str, data_dir: Path) -> str:
+    """How to put registered file ``rel`` in place by hand: the URL and the exact name
+    to save it under (an uncompressed download is accepted under its own name)."""
+    spec = FILES[rel]
+    if spec.url_is_raw and rel.endswith(".gz"):
+        return (f"  - {spec.urls[0]}\n    saved as {data_dir / rel[:-3]} (or gzipped as "
+                f"{data_dir / rel})")
+    return f"  - {spec.urls[0]}\n    saved as {data_dir / rel}"
+
+
+def _adopt_uncompressed(rel: str, data_dir: Path) -> bool:
+    """A registered ``.gz`` file whose public home serves it uncompressed, found in
+    the data directory under its uncompressed name (downloaded by hand, as the
+    missing-file message offers): verified against the registered content sha256 and
+    stored gzipped under the registered name. True if it was."""
+    spec = FILES[rel]
+    raw = data_dir / rel[:-3]
+    if not (spec.url_is_raw and spec.content_sha256 and rel.endswith(".gz")
+            and raw.is_file()):
+        return False
+    actual = sha256_file(raw)
+    if actual != spec.content_sha256:
+        raise ChecksumError(raw, spec.content_sha256, actual,
+                            f"It is not the registered content of {rel}: delete it and "
+                            + how_to_get(spec.dataset) + ".")
+    ok, _ = _try_candidate(raw, spec, data_dir / rel, raw_content=True)
+    return ok
 
 
 def locate(dataset: str, *, data_dir=None, verify: bool = True) -> dict[str, Path]:
@@ -526,18 +567,19 @@ def locate(dataset: str, *, data_dir=None, verify: bool = True) -> dict[str, Pat
     out = {}
     if dataset in DATASET_FILES:
         roles = DATASET_FILES[dataset]
-        missing = [rel for rel in roles.values() if not (data_dir / rel).is_file()]
+        missing = [rel for rel in roles.values() if not (data_dir / rel).is_file()
+                   and not _adopt_uncompressed(rel, data_dir)]
         if missing:
-            urls = [u for rel in missing for u in FILES[rel].urls[:1]]
+            by_hand = [_by_hand(rel, data_dir) for rel in missing if FILES[rel].urls]
             derived = [rel for rel in missing if FILES[rel].derived_from]
-            hint = "To get them, " + HOW_TO_GET
-            if urls:
-                hint += ("; or download " + ", ".join(urls)
-                         + " into that directory (same sub-folder layout)")
+            hint = "To get them, " + how_to_get(dataset)
             if derived:
-                hint += ("; " + ", ".join(derived) + " is built by `make data` from "
-                         "registered files it downloads or copies first")
+                hint += ("; " + ", ".join(derived) + f" is built by "
+                         f"{paths.fetch_command(dataset)} from registered files it "
+                         "downloads or copies first")
             hint += "."
+            if by_hand:
+                hint += "\nOr download them yourself:\n" + "\n".join(by_hand)
             raise MissingDataError(_missing_message(dataset, missing, data_dir, hint),
                                    files=[str(data_dir / m) for m in missing])
         for role, rel in roles.items():

@@ -16,4 +16,38 @@ imports the library. By concern:
 * the notebook runner and publishing the record -- :mod:`.runner`; the HTML site --
   :mod:`.site`; a rerun against the record -- :mod:`.verify`; the numbers the README
   and docs quote -- :mod:`.numbers`.
+
+The package needs the library's ``repro`` extra (``pip install 'scalable_softmax[repro]'``;
+``make venv`` installs it in a checkout): importing it without the extra's packages
+raises :class:`ModuleNotFoundError` naming them and the command that installs them.
 """
+import importlib.util
+
+#: module -> distribution of the ``repro`` extra (pyproject.toml) that this package imports
+_EXTRA = {"yaml": "PyYAML", "papermill": "papermill", "nbformat": "nbformat",
+          "nbclient": "nbclient", "matplotlib": "matplotlib", "seaborn": "seaborn",
+          "threadpoolctl": "threadpoolctl", "joblib": "joblib"}
+
+
+def _absent() -> list[str]:
+    out = []
+    for module, dist in _EXTRA.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out.append(dist)
+    return out
+
+
+_MISSING = _absent()
+if _MISSING:
+    from scalable_softmax import __version__ as _v
+
+    raise ModuleNotFoundError(
+        "scalable_softmax.repro (the notebook collection: runner, verify, numbers, site) "
+        f"needs the library's 'repro' extra; not installed: {', '.join(_MISSING)}. "
+        "Install the library with it: pip install 'scalable_softmax[repro]' (a wheel: "
+        f"pip install 'scalable_softmax-{_v}-py3-none-any.whl[repro]'; a checkout: make "
+        "venv, or pip install -e '.[repro]')", name="scalable_softmax.repro")

@@ -23,7 +23,11 @@ import platform
 import subprocess
 import sys
 
-__all__ = ["loaded_kernels", "other_kernel_env", "main", "FALLBACK"]
+__all__ = ["loaded_kernels", "other_kernel_env", "main", "FALLBACK", "describe_blas",
+           "recorded_blas", "BLAS_LINE"]
+
+#: the line of ``tables/PROVENANCE.md`` that names the BLAS the record ran on
+BLAS_LINE = "- BLAS kernel: "
 
 #: kernels every x86-64 CPU runs, tried in this order after ``--coretype``
 FALLBACK = ("Prescott", "Nehalem", "Core2")
@@ -43,6 +47,43 @@ def loaded_kernels(env: dict | None = None) -> list[str]:
         raise RuntimeError(f"could not ask threadpoolctl which OpenBLAS kernel loads: "
                            f"{done.stderr.strip()[-500:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def describe_blas(info: list[dict] | None = None,
+                  coretype: str | None = None) -> str:
+    """The BLAS that numpy and scipy use in this process, as threadpoolctl's
+    ``threadpool_info`` names it: ``"openblas 0.3.30, kernel Haswell
+    (OPENBLAS_CORETYPE not set)"`` (one entry per distinct library; ``info`` and
+    ``coretype`` default to this process's)."""
+    if info is None:
+        import numpy  # noqa: F401  (load the BLAS libraries threadpoolctl lists)
+        import scipy.linalg  # noqa: F401
+        from threadpoolctl import threadpool_info
+
+        info = threadpool_info()
+        coretype = os.environ.get("OPENBLAS_CORETYPE")
+    seen = []
+    for lib in info:
+        if lib.get("user_api") not in (None, "blas"):
+            continue
+        entry = f"{lib.get('internal_api', '?')} {lib.get('version') or '?'}"
+        if lib.get("architecture"):
+            entry += f", kernel {lib['architecture']}"
+        if entry not in seen:
+            seen.append(entry)
+    if not seen:
+        return "no BLAS library found by threadpoolctl"
+    env = f"OPENBLAS_CORETYPE={coretype}" if coretype else "OPENBLAS_CORETYPE not set"
+    return "; ".join(seen) + f" ({env})"
+
+
+def recorded_blas(provenance_text: str | None) -> str:
+    """The BLAS a ``PROVENANCE.md`` records (its :data:`BLAS_LINE`), or ``"not
+    recorded"`` (a record written before the line existed, or no file)."""
+    for line in (provenance_text or "").splitlines():
+        if line.startswith(BLAS_LINE):
+            return line[len(BLAS_LINE):].strip()
+    return "not recorded"
 
 
 def other_kernel_env(coretype: str, base: dict | None = None):

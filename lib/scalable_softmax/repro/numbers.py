@@ -3,7 +3,7 @@
 The committed ``README.md`` and ``docs/*.md`` hold plain text and plain numbers. The
 pages that quote the tables are rendered from a template of the same name in
 ``docs/templates/`` (``docs/templates/README.md`` gives ``README.md``,
-``docs/templates/speed.md`` gives ``docs/speed.md``), where each quoted number is the
+``docs/templates/disagreements.md`` gives ``docs/disagreements.md``), where each quoted number is the
 expression that computes it from the tables of a run, in an HTML comment::
 
     Implicit SGD is lowest on <!--= lowest('authors_code_exact') --> of 7 data sets;

@@ -1082,10 +1082,12 @@ def _pct(t):
 STATUSES = ("completed", "time cap", "diverged", "memory", "error", "killed", "crashed",
             "skipped")
 #: the peers' line styles in the figures (colour index into the collection's series
-#: colours, line style, marker); ours use the collection's method styles
+#: colours, line style, marker); ours use the collection's method styles. The torch
+#: methods take the series' green and cyan: its wine and purple were hard to tell from
+#: each other and from IS's pink and the minibatch Implicit SGD's dark brown
 PEER_STYLES = {"sklearn-lbfgs": (2, "--", "D"), "sklearn-saga": (3, "--", "v"),
-               "torch-sgd": (4, ":", "o"), "torch-adam": (5, ":", "s"),
-               "torch-sampled": (6, ":", "^")}
+               "torch-sgd": (8, ":", "o"), "torch-adam": (5, ":", "s"),
+               "torch-sampled": (7, ":", "^")}
 
 
 def plan_methods(methods, datasets, caps):

@@ -671,7 +671,9 @@ def run(name: str, profile: str, out: Path | None = None, timeout: int = DEFAULT
                                     kernel_name=KERNEL, log_output=True, progress_bar=False,
                                     execution_timeout=timeout, cwd=str(paths.NOTEBOOKS),
                                     extra_arguments=KERNEL_ARGUMENTS)
-            except BaseException:
+            except BaseException as exc:
+                if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                    quiet_dead_kernel_tasks()
                 failed = out.with_name(out.stem + ".failed.ipynb")
                 if tmp.exists():
                     os.replace(tmp, failed)
@@ -992,6 +994,11 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
     dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--", "lib",
                                                   "notebooks", "params",
                                                   ":(exclude)notebooks/executed") else ""
+    import numba
+    import numpy
+    import scipy
+
+    from scalable_softmax.repro.blaskernel import BLAS_LINE, describe_blas
     from scalable_softmax.repro.timing import cpu_model
 
     cpu = cpu_model()
@@ -1002,6 +1009,11 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
         f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
         f"- machine: {platform.node()}, {cpu}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
+        # the kernel moves iteration counts (params/tolerances.yaml): make verify
+        # prints the record's beside the rerun's
+        f"{BLAS_LINE}{describe_blas()}",
+        f"- libraries: numba {numba.__version__}, numpy {numpy.__version__}, "
+        f"scipy {scipy.__version__}",
         f"- profile: {profile}",
         "",
         "| notebook | seconds |",
@@ -1034,6 +1046,7 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
 # SIGTERM and SIGHUP as exceptions, so that finally blocks run
 # ---------------------------------------------------------------------------
 import contextlib  # noqa: E402
+import logging  # noqa: E402
 import signal  # noqa: E402
 import threading  # noqa: E402
 
@@ -1065,6 +1078,29 @@ def terminate_raises():
             signal.signal(sig, handler)
 
 
+class _DeadKernelTaskFilter(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" report of a task that
+    ended in nbclient's ``DeadKernelError``: the kernel of a stopped run is shut down
+    while nbclient's tasks still wait on it, and asyncio reports each such task when it
+    is garbage-collected, a traceback printed after the run's own message."""
+
+    def filter(self, record):
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (record.getMessage().startswith("Task exception was never retrieved")
+                    and type(exc).__name__ == "DeadKernelError")
+
+
+_DEAD_KERNEL_FILTER = _DeadKernelTaskFilter()
+
+
+def quiet_dead_kernel_tasks():
+    """Keep the ``DeadKernelError`` tasks of a stopped run out of standard error (the
+    run has said why it stopped); asyncio's other reports are kept. Idempotent."""
+    logger = logging.getLogger("asyncio")
+    if _DEAD_KERNEL_FILTER not in logger.filters:
+        logger.addFilter(_DEAD_KERNEL_FILTER)
+
+
 USAGE_EXAMPLES = """\
 profiles (params/NAME.yaml):
   smoke   tiny data or few epochs, a minute or so per notebook (what make test runs);
@@ -1080,6 +1116,18 @@ examples:
 Only make reproduce / make reproduce-extra pass --publish, which writes the record:
 tables/, figures/ and notebooks/executed/.
 """
+
+
+def _run_from_command_line(name: str, args, overrides: dict) -> None:
+    """``run NAME``: say where the run writes, run it, print the executed copy."""
+    params = effective_params(name, args.profile, overrides)
+    check_values(name, params)
+    where = output_root_for(name, params, publish=args.publish)
+    kind = profile_of(name, params) or "exploring"
+    label = f"{kind}, publishing the record" if args.publish else kind
+    print(f"running {name} ({label}); outputs under {_shown(where) or './'}", flush=True)
+    print(run(name, args.profile, timeout=args.timeout, overrides=overrides,
+              publish=args.publish))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1144,6 +1192,8 @@ def main(argv: list[str] | None = None) -> int:
         names = known_notebooks()
     if args.publish and (args.action != "run" or args.profile != "full"):
         return usage_error("--publish goes with 'run ... --profile full' only")
+    from papermill.exceptions import PapermillExecutionError
+
     overrides = {}
     try:
         for name in names:
@@ -1168,17 +1218,15 @@ def main(argv: list[str] | None = None) -> int:
             elif args.action == "prepare":
                 print(prepare(name, args.profile, overrides=overrides))
             else:
-                params = effective_params(name, args.profile, overrides)
-                check_values(name, params)
-                where = output_root_for(name, params, publish=args.publish)
-                kind = profile_of(name, params) or "exploring"
-                label = f"{kind}, publishing the record" if args.publish else kind
-                print(f"running {name} ({label}); outputs under {_shown(where) or './'}",
-                      flush=True)
-                print(run(name, args.profile, timeout=args.timeout, overrides=overrides,
-                          publish=args.publish))
+                _run_from_command_line(name, args, overrides)
     except (NotebookParameterError, ValueError, FileNotFoundError) as exc:
         return usage_error(str(exc))
+    except PapermillExecutionError as exc:
+        # the executed copy with the cell's traceback is kept (run() said where); here
+        # one line: which cell stopped the run, and why
+        print(f"error: {name} stopped in cell In [{exc.exec_count}]: {exc.ename}: "
+              f"{exc.evalue or '(no message)'}", file=sys.stderr)
+        return 1
     return 0
 
 

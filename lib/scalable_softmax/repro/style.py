@@ -40,7 +40,7 @@ __all__ = ["METHODS", "METHOD_ORDER", "FIG_WIDTH", "use", "label", "color", "tex
            "marker",
            "line", "ordered", "handles", "rate_colors", "dataset_label", "panel_grid",
            "legend_below", "legend_right", "legend_panel", "bars_from_zero", "log_ticks", "show", "save",
-           "SERIES_COLORS"]
+           "SERIES_COLORS", "color_distance", "stacked"]
 
 #: width of a full-width figure, inches (1,080 px at the 150 dpi of the saved PNGs)
 FIG_WIDTH = 7.2
@@ -92,9 +92,10 @@ _ALIASES = {"softmax": "exact", "mle": "exact", "ove-bound": "ove-exact",
             "proposed": "umax", "raman-umax": "raman-umax"}
 
 #: colours of series that are not methods (published / recorded / ours under a
-#: protocol ...): Paul Tol's muted scheme, darkest first, distinct from the methods'
+#: protocol ...): Paul Tol's muted scheme, darkest first, distinct from the methods';
+#: its green (index 8) last, so that the indices of the others stay
 SERIES_COLORS = ("#7F7F7F", "#000000", "#332288", "#44AA99", "#AA4499", "#999933",
-                 "#882255", "#88CCEE")
+                 "#882255", "#88CCEE", "#117733")
 
 
 def _key(method: str) -> str:
@@ -118,6 +119,37 @@ def label(method: str) -> str:
 def color(method: str) -> str:
     """The colour of ``method`` (a hex string)."""
     return METHODS[_key(method)].color
+
+
+def color_distance(a, b) -> float:
+    """CIE76 colour difference (Euclidean distance in CIELAB, D65) of two matplotlib
+    colours: about 2.3 is just noticeable; series drawn side by side want 30 or more."""
+    from matplotlib.colors import to_rgb
+
+    def lab(c):
+        lin = [x / 12.92 if x <= 0.04045 else ((x + 0.055) / 1.055) ** 2.4 for x in to_rgb(c)]
+        xyz = [(0.4124 * lin[0] + 0.3576 * lin[1] + 0.1805 * lin[2]) / 0.95047,
+               0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2],
+               (0.0193 * lin[0] + 0.1192 * lin[1] + 0.9505 * lin[2]) / 1.08883]
+        f = [t ** (1 / 3) if t > (6 / 29) ** 3 else t / (3 * (6 / 29) ** 2) + 4 / 29
+             for t in xyz]
+        return (116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2]))
+
+    return math.dist(lab(a), lab(b))
+
+
+def stacked(xs, y: float, factor: float = 2.0) -> list[float]:
+    """Heights for markers drawn at ``(x, y)`` for each ``x`` of ``xs`` (e.g. the crosses
+    of diverged runs, drawn at the top of a log axis): the first marker at an ``x`` at
+    ``y``, each further one at the same ``x`` a factor ``factor`` lower, so that
+    markers of different series never hide one another where their ``x`` coincide."""
+    seen: dict = {}
+    out = []
+    for x in xs:
+        k = seen.get(x, 0)
+        seen[x] = k + 1
+        out.append(y / factor ** k)
+    return out
 
 
 def _luminance(rgb) -> float:

@@ -115,6 +115,14 @@ class Toy2D:
         res = minimize(self.objective(name), theta0, jac=True, method="L-BFGS-B",
                        callback=record,
                        options=dict(maxiter=maxiter, gtol=gtol, ftol=1e-15, maxcor=20))
+        if len(trace) < 2 or not np.isfinite(res.fun):
+            scale = float(np.abs(self.X).max())
+            raise ValueError(
+                f"L-BFGS on the {name} objective made no step from W = 0 ({res.message}; "
+                f"objective {res.fun!r}): the points reach |x| = {scale:.3g}, and the "
+                "scores of any step from there overflow float64; choose a radius and a "
+                "spread that keep the points within a few thousand units (the "
+                "notebook's are 2 and 1)")
         return res, trace
 
 

@@ -314,13 +314,13 @@ def plot_tuning(grid, chosen, loader: dict, methods, epochs, train_fraction, see
         part = grid[grid.dataset == d]
         finite = part.train_log_loss[~part.diverged]
         top = finite.max() * 2 if len(finite) else 10.0
+        crosses = []          # (rate, colour) of every diverged run: stacked where rates meet
         for m in style.ordered(methods):
             r = part[part.method == m].sort_values("lr")
             ok = ~r.diverged
             ax.plot(r.lr[ok], r.train_log_loss[ok], **style.line(m, ms=3, lw=1.2))
             if (~ok).any():
-                ax.plot(r.lr[~ok], np.full(int((~ok).sum()), top), ls="none", marker="x",
-                        color=style.color(m), ms=6, mew=1.5)
+                crosses += [(x, style.color(m)) for x in r.lr[~ok]]
             c = chosen[(chosen.data == loader[d]) & (chosen.method == m)].iloc[0]
             if np.isfinite(c.best_lr):
                 ax.plot([c.best_lr], [c.best_log_loss], ls="none", marker="o", ms=9,
@@ -328,6 +328,8 @@ def plot_tuning(grid, chosen, loader: dict, methods, epochs, train_fraction, see
             if np.isfinite(c.log_loss_at_paper_lr):
                 ax.plot([c.paper_lr], [c.log_loss_at_paper_lr], ls="none", marker="*", ms=10,
                         color=style.color(m), mec="k", mew=0.5)
+        for (x, col), y in zip(crosses, style.stacked([x for x, _ in crosses], top)):
+            ax.plot([x], [y], ls="none", marker="x", color=col, ms=6, mew=1.5)
         ax.set_xscale("log")
         ax.set_yscale("log")
         style.log_ticks(ax)
@@ -513,16 +515,19 @@ def plot_sensitivity_curves(history, frame, table, d: str, variants, learning_ra
     last_epoch = float(hd.epoch.max())
     fig, axes = style.panel_grid(len(order) + 1, ncols=3, panel_height=2.2, sharey=True)
     for ax, v in zip(axes, order):
-        n_diverged = 0
+        crosses = []          # (epoch, colour) of each rate's first non-finite epoch
         for lr in learning_rates:
             h = hd[(hd.variant == v) & (hd.lr == lr)].sort_values("epoch")
             ok = np.isfinite(h.train_log_loss)
             ax.plot(h.epoch[ok], h.train_log_loss[ok], marker=".", ms=3, lw=1.2,
                     color=rate_color[float(lr)])
             if (~ok).any():
-                n_diverged += 1
-                ax.plot(h.epoch[~ok].iloc[:1], [hi], ls="none", marker="x", ms=7, mew=1.5,
-                        color=rate_color[float(lr)], clip_on=False)
+                crosses.append((float(h.epoch[~ok].iloc[0]), rate_color[float(lr)]))
+        n_diverged = len(crosses)
+        # rates that diverge at the same epoch: their crosses stacked, not hidden
+        for (x, col), y in zip(crosses, style.stacked([x for x, _ in crosses], hi)):
+            ax.plot([x], [y], ls="none", marker="x", ms=7, mew=1.5, color=col,
+                    clip_on=False)
         if n_diverged == len(learning_rates):
             ax.text(0.5, 0.5, f"diverged at every rate\n(\u00d7: the first monitored epoch\n"
                               "with a non-finite log-loss)", transform=ax.transAxes,
@@ -566,6 +571,7 @@ def plot_final_vs_rate(table: pd.DataFrame, loader: dict, variants, epochs):
         fin = part.train_log_loss[np.isfinite(part.train_log_loss)]
         top = fin.max() * 2 if len(fin) else 10.0
         ax, bx = axes[0, j], axes[1, j]
+        crosses = []          # (rate, colour) of every diverged run: stacked where rates meet
         for v in style.ordered(variants):
             r = part[part.method == v].sort_values("lr")
             ok = np.isfinite(r.train_log_loss)
@@ -576,10 +582,11 @@ def plot_final_vs_rate(table: pd.DataFrame, loader: dict, variants, epochs):
                     **style.line(v, ms=6.5 if few else 4, mec="0.15" if few else None,
                                  mew=0.8 if few else None))
             if (~ok).any():
-                ax.plot(r.lr[~ok], np.full(int((~ok).sum()), top), ls="none", marker="x",
-                        ms=7, mew=1.5, color=style.color(v))
+                crosses += [(x, style.color(v)) for x in r.lr[~ok]]
             if v in sampled:
                 bx.plot(r.lr[ok], r.train_defective[ok], **style.line(v, ms=4, lw=1.2))
+        for (x, col), y in zip(crosses, style.stacked([x for x, _ in crosses], top)):
+            ax.plot([x], [y], ls="none", marker="x", ms=7, mew=1.5, color=col)
         logK = float(part.log_K.iloc[0])
         K_ = float(np.exp(logK))
         ax.axhline(logK, ls=":", color="0.4", lw=1)

@@ -217,6 +217,15 @@ class Record:
                              cwd=self.root, capture_output=True, text=True, check=True).stdout
         return sorted(Path(line).name for line in out.splitlines() if line.endswith(".csv"))
 
+    def text(self, name: str) -> str | None:
+        """A recorded file's text (e.g. ``PROVENANCE.md``), or None if it has none."""
+        if self.folder is not None:
+            path = self.folder / name
+            return path.read_text() if path.is_file() else None
+        done = subprocess.run(["git", "show", f"{self.label}:tables/{name}"], cwd=self.root,
+                              capture_output=True, text=True)
+        return done.stdout if done.returncode == 0 else None
+
     def read(self, name: str) -> pd.DataFrame:
         """One recorded table."""
         if self.folder is not None:
@@ -499,6 +508,28 @@ def verify(tables_dir: Path | str, record: Record, tolerances: Tolerances,
     return results
 
 
+def kernel_lines(tables_dir: Path | str, record: Record) -> list[str]:
+    """What :func:`main` prints first: the BLAS kernel the record ran on and the one of
+    the rerun (its ``PROVENANCE.md``, else this machine's): iteration counts move with
+    the kernel (params/tolerances.yaml reports them), so a difference there is
+    expected when the two differ. A record written before ``PROVENANCE.md`` named its
+    kernel says "not recorded"."""
+    from scalable_softmax.repro.blaskernel import describe_blas, recorded_blas
+
+    where = (f"{record.folder}/PROVENANCE.md" if record.folder is not None
+             else f"{record.label}:tables/PROVENANCE.md")
+    lines = [f"BLAS kernel of the record ({where}): "
+             f"{recorded_blas(record.text('PROVENANCE.md'))}"]
+    own = Path(tables_dir) / "PROVENANCE.md"
+    rerun = recorded_blas(own.read_text()) if own.is_file() else "not recorded"
+    if rerun == "not recorded":
+        lines.append(f"BLAS kernel of this machine (the rerun's {own} does not name one): "
+                     f"{describe_blas()}")
+    else:
+        lines.append(f"BLAS kernel of the rerun ({own}): {rerun}")
+    return lines
+
+
 def main(argv=None) -> int:
     """The command line; prints one line per table and returns the exit status."""
     parser = argparse.ArgumentParser(
@@ -524,6 +555,8 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    for line in kernel_lines(args.tables, record):
+        print(line)
     for r in results:
         print(r.line())
     failed = [r for r in results if r.failed]
