@@ -23,8 +23,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 def test_the_public_names_are_the_kernels_own_objects():
     pairs = {
         kernels.prefetch_w: _kernels.prefetch_w, kernels.prefetch_r: _kernels.prefetch_r,
-        ksgd.draw_classes_m1: sgd._draw_classes_m1,
-        ksgd.draw_classes_multi: sgd._draw_classes_multi,
+        ksgd.epoch_m1: sgd.epoch_m1, ksgd.epoch_multi: sgd.epoch_multi,
         ksampled.dot3: sampled._dot3, ksampled.hint_row: sampled._hint_row,
         ksampled.hint_x: sampled._hint_x, ksampled.hint_ahead: sampled._hint_ahead,
         kib.gradient: implicit_batch._gradient,
@@ -42,7 +41,6 @@ def test_the_public_names_are_the_kernels_own_objects():
     }
     for public, private in pairs.items():
         assert public is private, public
-    assert ksgd.PREFETCH_DEFAULT == sgd._PREFETCH_DEFAULT
     assert kevaluate.JIT32 is evaluate.JIT32 and kevaluate.JIT32R is evaluate.JIT32R
     for mod in (kernels, ksgd, ksampled, kib, kevaluate):
         assert mod.__doc__ and all(hasattr(mod, n) for n in mod.__all__), mod.__name__

@@ -102,9 +102,9 @@ from scalable_softmax._kernels import sigmoid as _sigmoid
 from scalable_softmax._kernels import softplus as _softplus
 from scalable_softmax.methods.base import EpochReport, Trainer
 from scalable_softmax.methods.lbfgs import lbfgs
-from scalable_softmax.methods.common import axpy_check as _axpy_check
-from scalable_softmax.methods.common import dot as _dot
-from scalable_softmax.methods.common import touched_zeros as _touched_zeros
+from scalable_softmax.kernels.common import axpy_check as _axpy_check
+from scalable_softmax.kernels.common import dot as _dot
+from scalable_softmax.kernels.common import touched_zeros as _touched_zeros
 
 __all__ = [
     "SoftmaxSGDTrainer", "ExactTrainer", "BouchardTrainer", "OVEExactTrainer",

@@ -130,9 +130,9 @@ from scalable_softmax._kernels import prefetch_r as _prefetch_r
 from scalable_softmax._kernels import prefetch_w as _prefetch_w2
 from scalable_softmax._kernels import sigmoid as _sigmoid
 from scalable_softmax.methods.base import EpochReport, Trainer
-from scalable_softmax.methods.common import rand_below as _rand_below
-from scalable_softmax.methods.common import seed_state as _seed_state
-from scalable_softmax.methods.common import touched_zeros as _touched_zeros
+from scalable_softmax.kernels.common import rand_below as _rand_below
+from scalable_softmax.kernels.common import seed_state as _seed_state
+from scalable_softmax.kernels.common import touched_zeros as _touched_zeros
 
 __all__ = [
     "OVETrainer", "NCETrainer", "ISTrainer", "KIND_OVE", "KIND_NCE", "KIND_IS",
