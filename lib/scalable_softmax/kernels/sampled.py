@@ -30,8 +30,7 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT
-from scalable_softmax._kernels import PJIT
+from scalable_softmax._kernels import JIT, PJIT
 from scalable_softmax._kernels import prefetch_r as _prefetch_r
 from scalable_softmax._kernels import prefetch_w as _prefetch_w2
 from scalable_softmax._kernels import sigmoid as _sigmoid
@@ -241,7 +240,7 @@ def hint_ahead(indptr, indices, data, order, t, pf, N):
 @numba.njit(**IJIT)
 def dot3(indices, data, p0, p1, V, j, k, l, q0, q1, hj, hk, hl):
     """The dot products of rows ``j``, ``k`` and ``l`` of ``V`` with the entries
-    ``p0..p1``, each in :func:`_dot`'s order, loading every index and value once;
+    ``p0..p1``, each in :func:`scalable_softmax.kernels.common.dot`'s order, loading every index and value once;
     meanwhile the lines of rows ``hj``, ``hk``, ``hl`` (when ``>= 0``) at the columns
     ``indices[q0:q1]`` (another datapoint's) are hinted, four of each per four
     entries."""
@@ -330,7 +329,7 @@ def dot3(indices, data, p0, p1, V, j, k, l, q0, q1, hj, hk, hl):
 @numba.njit(**IJIT)
 def dot2(indices, data, p0, p1, V, j, k, q0, q1, hj, hk):
     """The dot products of rows ``j`` and ``k`` of ``V`` with the entries ``p0..p1``,
-    each in :func:`_dot`'s order, loading every index and value once; meanwhile the
+    each in :func:`scalable_softmax.kernels.common.dot`'s order, loading every index and value once; meanwhile the
     lines of rows ``hj`` and ``hk`` (when ``>= 0``) at the columns ``indices[q0:q1]``
     (another datapoint's) are hinted, four of each per four entries."""
     rj = _U(j)
@@ -703,6 +702,7 @@ def step_size(lr, nb, red_sum):
 
 @numba.njit(**IJIT)
 def batch_reset(cnt, ridge, touched, nt):
+    """Zero the counts and ridge sums of the ``nt`` classes a batch touched."""
     for a in range(nt):
         cnt[touched[a]] = 0
         ridge[touched[a]] = 0.0
@@ -730,7 +730,7 @@ def sampled_epoch(indptr, indices, data, y, order, V, scale, beta, n, m, lr, muN
 
     Same arithmetic in every variant, in the same order: bit-identical results.
     ``red_sum``: ``reduction="sum"`` (no ``1/b`` in the step and the ridge rates).
-    ``buf``: scratch arrays from :func:`_buffers` (``cnt`` and ``ridge`` zero on entry;
+    ``buf``: the scratch arrays the trainer allocates (``cnt`` and ``ridge`` zero on entry;
     zero again on return).
 
     Returns ``(steps, diverged_at, sink)``; ``sink`` is the sum the row reads produced
