@@ -27,6 +27,7 @@ from scalable_softmax._kernels import JIT
 from scalable_softmax._kernels import prefetch_r as _prefetch_r
 from scalable_softmax._kernels import prefetch_w as _prefetch_w
 from scalable_softmax._kernels import softplus as _softplus
+from scalable_softmax.kernels.common import prefetch_csr_row
 from scalable_softmax.lambertw import lambertw_exp
 
 __all__ = ["apply_step", "apply_u_only", "draw_class", "draw_classes_epoch", "epoch_fast",
@@ -417,16 +418,7 @@ def epoch_fast(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, eta, K
             _prefetch_r(u, j)
             _prefetch_r(sqnorm, j)
         if t + _LX < n:
-            j = order[t + _LX]
-            b0 = indptr[j]
-            b1 = indptr[j + 1]
-            if b1 > b0:
-                for p in range(b0, b1, 8):
-                    _prefetch_r(data, p)
-                _prefetch_r(data, b1 - 1)
-                for p in range(b0, b1, 16):
-                    _prefetch_r(indices, p)
-                _prefetch_r(indices, b1 - 1)
+            prefetch_csr_row(indptr, indices, data, order[t + _LX], True)
         q = 0
         q1 = 0
         kk = 0

@@ -29,6 +29,7 @@ from scalable_softmax._kernels import logaddexp as _logaddexp
 from scalable_softmax._kernels import prefetch_r as _prefetch_r
 from scalable_softmax._kernels import prefetch_w as _prefetch_w
 from scalable_softmax._kernels import softplus as _softplus
+from scalable_softmax.kernels.common import prefetch_csr_row
 from scalable_softmax.kernels.common import rand_below as _rand_below
 from scalable_softmax.kernels.common import seed_state as _seed_state
 
@@ -263,17 +264,7 @@ def epoch_m1(kind, indptr, indices, data, dense, y, order, W, rs, u,
                 if project and dense:
                     _prefetch_r(xsq, j)
             if t + _LX < n:
-                j = order[t + _LX]
-                b0 = indptr[j]
-                b1 = indptr[j + 1]
-                if b1 > b0:
-                    for p in range(b0, b1, 8):
-                        _prefetch_r(data, p)
-                    _prefetch_r(data, b1 - 1)
-                    if not dense:
-                        for p in range(b0, b1, 16):
-                            _prefetch_r(indices, p)
-                        _prefetch_r(indices, b1 - 1)
+                prefetch_csr_row(indptr, indices, data, order[t + _LX], not dense)
         # next step's rows: q runs over its non-zeros (interleaved mode: in the dot loop)
         q = 0
         q1 = 0
@@ -506,16 +497,7 @@ def epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m, from_all,
                 _prefetch_r(y, j)
                 _prefetch_r(u, j)
             if t + _LX < n:
-                j = order[t + _LX]
-                b0 = indptr[j]
-                b1 = indptr[j + 1]
-                if b1 > b0:
-                    for p in range(b0, b1, 8):
-                        _prefetch_r(data, p)
-                    _prefetch_r(data, b1 - 1)
-                    for p in range(b0, b1, 16):
-                        _prefetch_r(indices, p)
-                    _prefetch_r(indices, b1 - 1)
+                prefetch_csr_row(indptr, indices, data, order[t + _LX], True)
         f0 = 0
         f1 = 0
         fy = 0
