@@ -407,6 +407,26 @@ class _DoubleSumTrainer(Trainer):
             fold_all(self.W, self._rs)
         return self.W
 
+    @property
+    def prefetch_mode(self) -> int:
+        """The kernel mode this trainer runs (0 plain, 1 to 3 pipelined; see
+        :func:`scalable_softmax.kernels.sgd.epoch_m1`). Every mode gives bit-identical
+        results, only the memory hints differ; settable (0 to 3), effective from the next
+        epoch."""
+        return self._pf_mode
+
+    @prefetch_mode.setter
+    def prefetch_mode(self, mode: int) -> None:
+        if mode not in (0, 1, 2, 3):
+            raise ValueError(f"mode must be 0, 1, 2 or 3; got {mode!r}")
+        self._pf_mode = int(mode)
+
+    @property
+    def dense_rows(self) -> bool:
+        """True when this trainer runs its dense-row path (every row of ``X`` stores all
+        ``D`` columns)."""
+        return self._dense
+
 
 class VanillaTrainer(_DoubleSumTrainer):
     """Vanilla SGD on the double sum (F-6, F-7); ``u`` clipped at 0, no projection.
