@@ -57,7 +57,8 @@ import _common
 from numba import prange
 
 from scalable_softmax.evaluate import evaluate
-from scalable_softmax.kernels.evaluate import per_row, tile_width, transpose32
+from scalable_softmax.evaluate import per_row, tile_width
+from scalable_softmax.kernels.evaluate import transpose32
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TORCH_SCORE_BYTES = 256 * 2**20  # float32 scores per torch block

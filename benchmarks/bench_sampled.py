@@ -1,5 +1,5 @@
-"""Speed of the biased baselines (OVE, NCE, IS; methods/sampled.py) and of exact
-softmax SGD (methods/full.py), plus the converged-point comparison.
+"""Speed of the biased baselines (OVE, NCE, IS; kernels/sampled.py) and of exact
+softmax SGD (kernels/full.py), plus the converged-point comparison.
 
 Measures, in one run (ratios side by side):
 
@@ -474,21 +474,41 @@ HEADLINE_KERNELS = {
 
 def load_baseline(rev):
     """``methods/sampled.py`` as of the git revision ``rev``, imported as a separate
-    module (its kernels are then timed beside the current ones)."""
+    module (its kernels are then timed beside the current ones). Where the revision
+    keeps the kernels apart (``kernels/sampled.py``), that module of the revision is
+    loaded as well and the method module's import of it points there."""
     import importlib.util
     import subprocess
+    import sys
     root = Path(__file__).resolve().parents[1]
-    src = subprocess.run(["git", "show", f"{rev}:lib/scalable_softmax/methods/sampled.py"],
-                         cwd=root, check=True, capture_output=True, text=True).stdout
+
+    def show(path):
+        got = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root,
+                             capture_output=True, text=True)
+        return got.stdout if got.returncode == 0 else None
+
+    src = show("lib/scalable_softmax/methods/sampled.py")
+    if src is None:
+        raise SystemExit(f"no lib/scalable_softmax/methods/sampled.py at revision {rev}")
     sha = subprocess.run(["git", "rev-parse", rev], cwd=root, check=True, capture_output=True,
                          text=True).stdout.strip()
     d = Path(tempfile.mkdtemp(prefix="sampled_baseline_"))
-    f = d / "sampled_baseline.py"
-    f.write_text(src)
-    spec = importlib.util.spec_from_file_location("sampled_baseline", f)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod, sha
+
+    def load(name, text):
+        f = d / f"{name}.py"
+        f.write_text(text)
+        spec = importlib.util.spec_from_file_location(name, f)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+
+    kern = show("lib/scalable_softmax/kernels/sampled.py")
+    if kern is not None and "def sampled_epoch" in kern:
+        load("sampled_kernels_baseline", kern)
+        src = src.replace("from scalable_softmax.kernels.sampled import",
+                          "from sampled_kernels_baseline import")
+    return load("sampled_baseline", src), sha
 
 
 def headline(X, y, K, n, m, W, um, repeats, baseline=None):

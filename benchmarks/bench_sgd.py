@@ -1,4 +1,4 @@
-"""Speed of the explicit-SGD kernels (vanilla, U-max, Raman; methods/sgd.py).
+"""Speed of the explicit-SGD kernels (vanilla, U-max, Raman; kernels/sgd.py).
 
 Measures, in one run (so that ratios are side by side):
 

@@ -18,8 +18,8 @@ import pytest
 import scipy.sparse as sp
 
 import scalable_softmax.objectives as ob
-from scalable_softmax.evaluate import (Evaluation, _lanemax, _lanesum, _mul_lanesum,
-                                       _per_row, _tile_width, _vexp, evaluate)
+from scalable_softmax.evaluate import Evaluation, evaluate, per_row, tile_width
+from scalable_softmax.kernels.evaluate import lanemax, lanesum, mul_lanesum, vexp
 
 RTOL = 1e-12
 
@@ -63,7 +63,7 @@ def test_matches_reference(K, dense):
 def test_per_row_matches_reference_with_narrow_tiles(tile):
     """Many tiles per row: the running maximum moves and the sums are rescaled."""
     X, y, W = make_problem(seed=tile, N=30, K=70, scale=3.0)
-    nll, err, dfc, sel = _per_row(X, y, W, tile=tile, precision="float64")
+    nll, err, dfc, sel = per_row(X, y, W, tile=tile, precision="float64")
     np.testing.assert_array_equal(sel, np.arange(30))
     np.testing.assert_allclose(nll, ob.nll_per_point(X, y, W), rtol=RTOL, atol=0)
     S = ob.scores(X, W)
@@ -84,7 +84,7 @@ def test_increasing_scores_move_the_maximum_every_tile():
     W[:, 2] = np.sin(np.arange(K))
     y = np.array([K - 1, 0, 7])
     for tile in (1, 4, 40):
-        nll, err, dfc, _ = _per_row(X, y, W, tile=tile, precision="float64")
+        nll, err, dfc, _ = per_row(X, y, W, tile=tile, precision="float64")
         np.testing.assert_allclose(nll, ob.nll_per_point(X, y, W), rtol=RTOL)
     assert_matches_reference(evaluate(X, y, W, precision="float64"), X, y, W)
 
@@ -130,7 +130,7 @@ def test_ties_go_to_lowest_index(K, tile):
     y[0] = 0
     y[1] = K - 1
     y[2] = 1 if K > 2 else 0
-    nll, err, dfc, _ = _per_row(X, y, W, tile=tile, precision="float64")
+    nll, err, dfc, _ = per_row(X, y, W, tile=tile, precision="float64")
     S = ob.scores(X, W)
     np.testing.assert_array_equal(err, (np.argmax(S, axis=1) != y).astype(float))
     assert err[0] == 0.0
@@ -154,7 +154,7 @@ def test_extreme_scores_no_overflow(scale, K):
     ev = evaluate(X, y, W, precision="float64")
     assert np.isfinite([ev.log_loss, ev.error, ev.defective]).all()
     assert_matches_reference(ev, X, y, W)
-    nll, _, _, _ = _per_row(X, y, W, tile=16, precision="float64")
+    nll, _, _, _ = per_row(X, y, W, tile=16, precision="float64")
     # atol: exp(x) for x < -708 is 0 instead of a denormal (< 3e-308)
     np.testing.assert_allclose(nll, ob.nll_per_point(X, y, W), rtol=RTOL, atol=1e-300)
 
@@ -167,7 +167,7 @@ def test_tiny_losses_keep_relative_accuracy():
     W = np.zeros((K, D))
     for i, margin in enumerate([20.0, 28.0, 35.0, 700.0]):
         W[y[i], i] = margin
-    nll, err, _, _ = _per_row(X, y, W, tile=3, precision="float64")
+    nll, err, _, _ = per_row(X, y, W, tile=3, precision="float64")
     ref = ob.nll_per_point(X, y, W)
     assert np.all(ref[:3] > 0) and np.all(ref[:3] < 1e-7)
     np.testing.assert_allclose(nll, ref, rtol=RTOL, atol=0)
@@ -184,7 +184,7 @@ def test_defective_metric_bounds(K):
     lo, hi = math.log(K - 1 + math.e) - 1.0, math.log(K - 1 + math.e)
     for seed, scale in enumerate([0.1, 1.0, 10.0, 1e3]):
         X, y, W = make_problem(seed=seed, N=40, K=K, scale=scale)
-        _, _, dfc, _ = _per_row(X, y, W, tile=32)
+        _, _, dfc, _ = per_row(X, y, W, tile=32)
         assert np.all(dfc >= lo - 1e-12) and np.all(dfc <= hi + 1e-12)
     # one-hot on the label -> lower end; one-hot on another class -> upper end
     X = sp.csr_matrix(np.eye(2))
@@ -192,7 +192,7 @@ def test_defective_metric_bounds(K):
     W[0, 0] = 1e4
     W[1, 1] = 1e4
     ev = evaluate(X, np.array([0, 0]), W)
-    _, _, dfc, _ = _per_row(X, np.array([0, 0]), W)
+    _, _, dfc, _ = per_row(X, np.array([0, 0]), W)
     assert dfc[0] == pytest.approx(lo, rel=1e-14)
     assert dfc[1] == pytest.approx(hi, rel=1e-14)
     assert ev.defective == pytest.approx((lo + hi) / 2, rel=1e-14)
@@ -238,10 +238,10 @@ def test_subsample_option():
 
 def test_deterministic_across_threads_and_blocks():
     X, y, W = make_problem(seed=13, N=200, K=150, scale=3.0)
-    base = _per_row(X, y, W)
+    base = per_row(X, y, W)
     for kw in (dict(block_rows=1), dict(block_rows=7), dict(block_rows=1000),
                dict(threads=1), dict(threads=numba.config.NUMBA_NUM_THREADS)):
-        other = _per_row(X, y, W, **kw)
+        other = per_row(X, y, W, **kw)
         for a, b in zip(base, other):
             np.testing.assert_array_equal(a, b)
     assert evaluate(X, y, W) == evaluate(X, y, W)
@@ -251,11 +251,11 @@ def test_deterministic_across_threads_and_blocks():
 
 
 def test_tile_width():
-    assert _tile_width(18_000, 10_000) == 256  # D x tile buffer of 20 MB
-    assert _tile_width(10, 784) == 10  # never wider than K
-    assert _tile_width(18_000, 1_000_000) == 16  # large D: narrower tiles
-    assert _tile_width(18_000, 61_188) == 51  # 24 MiB / (8 D)
-    assert _tile_width(50, 10, tile=7) == 7
+    assert tile_width(18_000, 10_000) == 256  # D x tile buffer of 20 MB
+    assert tile_width(10, 784) == 10  # never wider than K
+    assert tile_width(18_000, 1_000_000) == 16  # large D: narrower tiles
+    assert tile_width(18_000, 61_188) == 51  # 24 MiB / (8 D)
+    assert tile_width(50, 10, tile=7) == 7
 
 
 def test_evaluation_is_frozen():
@@ -274,7 +274,7 @@ def test_vexp_matches_numpy_exp():
     n = x.size
     out = np.empty(n)
     tmp = np.empty(n)
-    _vexp(x, 0.0, out, tmp, tmp.view(np.int64), n)
+    vexp(x, 0.0, out, tmp, tmp.view(np.int64), n)
     ref = np.exp(x)
     ok = x >= -708.0
     np.testing.assert_allclose(out[ok], ref[ok], rtol=4e-16, atol=0)
@@ -282,14 +282,14 @@ def test_vexp_matches_numpy_exp():
     assert np.all(out[x == 0.0] == 1.0)
     # with a shift: exp(x - shift), x - shift computed first (as in the kernel)
     shift = 1234.5
-    _vexp(x + shift, shift, out, tmp, tmp.view(np.int64), n)
+    vexp(x + shift, shift, out, tmp, tmp.view(np.int64), n)
     d = (x + shift) - shift
     ok = d >= -708.0
     np.testing.assert_allclose(out[ok], np.exp(d[ok]), rtol=4e-16, atol=0)
     assert np.all(out[~ok] == 0.0)
     # only the first n entries are written
     out2 = np.full(5, 7.0)
-    _vexp(x[:5], 0.0, out2, np.empty(5), np.empty(5).view(np.int64), 3)
+    vexp(x[:5], 0.0, out2, np.empty(5), np.empty(5).view(np.int64), 3)
     assert np.all(out2[3:] == 7.0)
 
 
@@ -298,20 +298,20 @@ def test_lanemax(n):
     rng = np.random.default_rng(n)
     for _ in range(20):
         x = rng.normal(size=n + 3) * 10.0 ** rng.integers(-3, 4)
-        assert _lanemax(x, n) == np.max(x[:n])
+        assert lanemax(x, n) == np.max(x[:n])
     x = np.full(n, -5.0)
     x[n - 1] = 2.0  # the maximum in the last position (the remainder loop)
-    assert _lanemax(x, n) == 2.0
+    assert lanemax(x, n) == 2.0
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 130])
 def test_lane_sums(n):
     rng = np.random.default_rng(n)
     x = rng.random(n + 3)
-    assert _lanesum(x, n) == pytest.approx(math.fsum(x[:n]), rel=1e-15, abs=0)
+    assert lanesum(x, n) == pytest.approx(math.fsum(x[:n]), rel=1e-15, abs=0)
     pw = x.copy()
     e = rng.random(n + 3)
-    s = _mul_lanesum(pw, e, n)
+    s = mul_lanesum(pw, e, n)
     np.testing.assert_array_equal(pw[:n], x[:n] * e[:n])
     np.testing.assert_array_equal(pw[n:], x[n:])
     assert s == pytest.approx(math.fsum(x[:n] * e[:n]), rel=1e-15, abs=0)

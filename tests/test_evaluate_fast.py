@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import scalable_softmax.kernels.evaluate as kev
 import scalable_softmax.objectives as ob
-from scalable_softmax.evaluate import _per_row as _per_row_any
+from scalable_softmax.evaluate import per_row as _per_row_any
 from scalable_softmax.evaluate import evaluate as evaluate_any
 
 evm = importlib.import_module("scalable_softmax.evaluate")  # the module, not the function
@@ -286,14 +287,14 @@ def test_vexp32_sum(n):
     shift = np.float32(0.0)
     out = np.empty(n, np.float32)
     tf = np.empty(n, np.float32)
-    s = evm._vexp32_sum(x, shift, out, tf, tf.view(np.int32), n)
+    s = kev.vexp32_sum(x, shift, out, tf, tf.view(np.int32), n)
     ref = np.exp(x.astype(np.float64))
     ref[x < -87.0] = 0.0
     np.testing.assert_allclose(out, ref, rtol=2.5e-7, atol=0)
     assert s == pytest.approx(out.astype(np.float64).sum(), rel=1e-15)
     # shifted arguments
     y = (x + np.float32(5.5)).astype(np.float32)
-    evm._vexp32_sum(y, np.float32(5.5), out, tf, tf.view(np.int32), n)
+    kev.vexp32_sum(y, np.float32(5.5), out, tf, tf.view(np.int32), n)
     d = (y.astype(np.float64) - 5.5)
     ok = np.isfinite(d) & (d > -80)
     np.testing.assert_allclose(out[ok], np.exp(d[ok]), rtol=2.5e-7)
@@ -308,7 +309,7 @@ def test_max32(n):
         x = x.astype(np.float32)
         if n > 2:
             x[1] = -np.inf
-        m = evm._max32(x.view(np.int32), n, tf.view(np.int32), tf)
+        m = kev.max32(x.view(np.int32), n, tf.view(np.int32), tf)
         assert m == x.max()
 
 
@@ -316,13 +317,13 @@ def test_sum_helpers():
     rng = np.random.default_rng(3)
     for n in (1, 9, 256, 257):
         e = rng.random(n).astype(np.float32)
-        assert evm._sum32to64(e, n) == pytest.approx(e.astype(np.float64).sum(), rel=1e-15)
+        assert kev.sum32to64(e, n) == pytest.approx(e.astype(np.float64).sum(), rel=1e-15)
         pw = np.empty(n)
         ref = e.astype(np.float64) ** 2
-        assert evm._widen_mul_lanesum(pw, e, n) == pytest.approx(ref.sum(), rel=1e-15)
+        assert kev.widen_mul_lanesum(pw, e, n) == pytest.approx(ref.sum(), rel=1e-15)
         np.testing.assert_array_equal(pw, ref)
         ref = ref * e
-        assert evm._mul_lanesum_wide(pw, e, n) == pytest.approx(ref.sum(), rel=1e-15)
+        assert kev.mul_lanesum_wide(pw, e, n) == pytest.approx(ref.sum(), rel=1e-15)
         np.testing.assert_allclose(pw, ref, rtol=1e-16)
 
 
@@ -332,7 +333,7 @@ def test_float32_kernels_use_wide_fma():
     assembly for cached code)."""
     import re
     from numba import types as nt
-    g = numba.njit(**dict(evm.JIT32, cache=False))(evm._scores32.py_func)
+    g = numba.njit(**dict(kev.JIT32, cache=False))(kev.scores32.py_func)
     f32a, i32a = nt.float32[::1], nt.int32[::1]
     g.compile((i32a, i32a, f32a, nt.int64, nt.float32[:, ::1], f32a, nt.int64))
     asm = g.inspect_asm(g.signatures[0])

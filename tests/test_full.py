@@ -126,15 +126,15 @@ def test_bouchard_alpha_newton_stops_once_converged():
     # a warm start near the root takes a few Newton steps, not a bisection run: a step
     # that rounds to zero once left a_new == lo and sent the solver bisecting (17.5
     # iterations per solve on Bibtex instead of about 4)
-    from scalable_softmax.methods.full import _solve_alpha
+    from scalable_softmax.kernels.full import solve_alpha
     rng = np.random.default_rng(5)
     its_cold, its_warm = [], []
     for _ in range(200):
         s = rng.normal(0.0, 3.0, size=146)
-        a, it = _solve_alpha(s, np.nan, 200)
+        a, it = solve_alpha(s, np.nan, 200)
         its_cold.append(it)
         assert abs(expit(s - a).sum() - 1.0) < 1e-13
-        a2, it2 = _solve_alpha(s, a + 1e-3 * rng.normal(), 200)
+        a2, it2 = solve_alpha(s, a + 1e-3 * rng.normal(), 200)
         its_warm.append(it2)
         assert abs(a2 - a) <= 4e-15 * max(1.0, abs(a))
     assert max(its_warm) <= 5 and np.mean(its_warm) <= 3.5

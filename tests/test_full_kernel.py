@@ -1,4 +1,4 @@
-"""The full-batch objective kernel of ``scalable_softmax.methods.full`` (``_full_pass``):
+"""The full-batch objective kernel of ``scalable_softmax.methods.full`` (``full_pass``):
 its one-thread path (a single sweep over all ``K`` classes) and its threaded path (the
 gradient split over slices of the classes) give the same bits, and both match the
 plain NumPy reference, for the three objectives and for blocks smaller than ``N``."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax.methods.full import (_KIND_MODES, _full_pass,
-                                           full_objective_reference)
+from scalable_softmax.kernels.full import KIND_MODES, full_pass
+from scalable_softmax.methods.full import full_objective_reference
 
 
 def _problem(N=70, D=11, K=7, seed=0):
@@ -40,7 +40,7 @@ def test_one_thread_and_threads_agree_bitwise_and_match_numpy(kind, block):
         prev = numba.get_num_threads()
         try:
             numba.set_num_threads(1 if nchunk == 1 else min(2, numba.config.NUMBA_NUM_THREADS))
-            total, _ = _full_pass(*args, GT, _KIND_MODES[kind], alpha, block, nchunk, 200)
+            total, _ = full_pass(*args, GT, KIND_MODES[kind], alpha, block, nchunk, 200)
         finally:
             numba.set_num_threads(prev)
         out.append((total, GT.copy(), alpha.copy()))

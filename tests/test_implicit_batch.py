@@ -12,6 +12,7 @@ import pytest
 import scipy.optimize as so
 import scipy.sparse as sp
 
+from scalable_softmax.kernels import implicit_batch as kib
 from scalable_softmax import objectives as ob
 from scalable_softmax.methods import get_trainer_class
 from scalable_softmax.methods import implicit_batch as ib
@@ -69,7 +70,7 @@ def _kernel_step(X, y, W, u, batch, classes, lr, mu=0.0, beta=None, tol=1e-12,
     cls = np.full((1, m), -1, np.int64)
     cls[0, :len(classes)] = classes
     beta = np.ones(K) if beta is None else np.asarray(beta, float)
-    out = ib._epoch_kernel(Xc.indptr.astype(np.int64), Xc.indices.astype(np.int64),
+    out = kib.epoch_kernel(Xc.indptr.astype(np.int64), Xc.indices.astype(np.int64),
                            Xc.data.astype(np.float64), np.asarray(y, np.int64), R, gamma, uu,
                            np.asarray(batch, np.int64), len(batch), m, K, N, float(lr),
                            float(mu), beta, 0, tol, max_newton, dense, cls, True)
@@ -312,7 +313,7 @@ def _reduced_instance(rng, s, q, deficient=False):
         if s > 3:
             X[-2] = X[1] - 0.5 * X[2]
     lam, U = np.linalg.eigh(X @ X.T)
-    keep = lam > ib._EIG_RTOL * lam[-1]
+    keep = lam > kib.EIG_RTOL * lam[-1]
     Bm = np.ascontiguousarray(U[:, keep] * np.sqrt(lam[keep]))
     r = Bm.shape[1]
     ny = int(rng.integers(1, min(s, q) + 1))
@@ -328,7 +329,7 @@ def _reduced_instance(rng, s, q, deficient=False):
         L = max(0.0, np.log(ex[i].sum()) + (logw + Z)[i].max() - Z[i, ypos[i]])
         al = 10 ** rng.uniform(-3, 4)
         ub = L + rng.uniform(-20, 20) if rng.random() < 0.8 else L + 40.0
-        _, D1[i], D2[i], _ = ib._psi(L, ub, al)
+        _, D1[i], D2[i], _ = kib.psi(L, ub, al)
     rho = rng.uniform(0, 3, q) * (rng.random() < 0.5)
     grad = rng.normal(size=(q, r)) * 10 ** rng.uniform(-3, 3)
     return Bm, PI, ypos, D1, D2, rho, grad
@@ -359,8 +360,8 @@ def test_structured_direction_solves_the_dense_newton_system(deficient):
         r = Bm.shape[1]
         ranks.add(r < s)
         p = np.full(q * r, np.nan)
-        ok = ib._structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p,
-                                      ib._direction_workspace(s, r, q))
+        ok = kib.structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p,
+                                      kib.direction_workspace(s, r, q))
         assert ok, trial
         H = _dense_hessian(Bm, PI, ypos, D1, D2, rho)
         want = np.linalg.solve(H, -grad.ravel())
@@ -380,21 +381,21 @@ def test_factored_hessian_solves_for_any_gradient(deficient):
         q = int(rng.integers(1, 23))
         Bm, PI, ypos, D1, D2, rho, grad = _reduced_instance(rng, s, q, deficient)
         r = Bm.shape[1]
-        ws = ib._direction_workspace(s, r, q)
-        assert ib._ls_factor(Bm, PI, ypos, D1, D2, rho, ws), trial
+        ws = kib.direction_workspace(s, r, q)
+        assert kib.ls_factor(Bm, PI, ypos, D1, D2, rho, ws), trial
         H = _dense_hessian(Bm, PI, ypos, D1, D2, rho)
         for _ in range(3):
             g2 = rng.normal(size=(q, r)) * 10 ** rng.uniform(-8, 2)
             p = np.full(q * r, np.nan)
-            assert ib._ls_solve(Bm, PI, D1, D2, g2, p, ws)
+            assert kib.ls_solve(Bm, PI, D1, D2, g2, p, ws)
             want = np.linalg.solve(H, -g2.ravel())
             np.testing.assert_allclose(p, want, rtol=0, atol=1e-9 * np.abs(want).max(),
                                        err_msg=str(trial))
         p1 = np.empty(q * r)
-        assert ib._structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p1,
-                                        ib._direction_workspace(s, r, q))
+        assert kib.structured_direction(Bm, PI, ypos, D1, D2, rho, grad, p1,
+                                        kib.direction_workspace(s, r, q))
         p2 = np.empty(q * r)
-        assert ib._ls_solve(Bm, PI, D1, D2, grad, p2, ws)
+        assert kib.ls_solve(Bm, PI, D1, D2, grad, p2, ws)
         np.testing.assert_array_equal(p1, p2)
 
 
@@ -416,7 +417,7 @@ def test_span_basis_is_orthonormal_on_both_routes():
             X[-1] = 3.0 * X[0] - X[1]
         elif kind == 3 and s > 1:
             X[-1] = 0.0
-        r, Bm, Ur = ib._span_basis(X @ X.T)
+        r, Bm, Ur = kib.span_basis(X @ X.T)
         rank = np.linalg.matrix_rank(X)
         assert r == rank, trial
         V = X.T @ Ur
@@ -465,14 +466,14 @@ def test_lu_solve_matches_numpy():
         b = rng.normal(size=n)
         want = np.linalg.solve(M, b)
         x = b.copy()
-        assert ib._lu_solve(M.copy(), x, np.empty(n))
+        assert kib.lu_solve(M.copy(), x, np.empty(n))
         np.testing.assert_allclose(x, want, rtol=1e-9,
                                    atol=1e-11 * np.abs(want).max())
-    assert not ib._lu_solve(np.zeros((3, 3)), np.ones(3), np.empty(3))
+    assert not kib.lu_solve(np.zeros((3, 3)), np.ones(3), np.empty(3))
 
 
 def test_scores_value_gradient_and_score_change_match_numpy():
-    """The pieces `_solve_reduced` evaluates Φ with (scores carried along the
+    """The pieces `solve_reduced` evaluates Φ with (scores carried along the
     iterations) against the NumPy reference's formulas, ψ by its bisection route."""
     rng = np.random.default_rng(14)
     for trial in range(100):
@@ -503,19 +504,19 @@ def test_scores_value_gradient_and_score_change_match_numpy():
         # kernel pieces
         PIk = np.empty((s, q))
         D1k, D2k, uk = np.empty(s), np.empty(s), np.empty(s)
-        v = ib._scores_value(Z, ypos, logw, alpha, ub, 1, PIk, D1k, D2k, uk)
+        v = kib.scores_value(Z, ypos, logw, alpha, ub, 1, PIk, D1k, D2k, uk)
         assert v == pytest.approx(val.sum(), rel=1e-10, abs=1e-12)
-        assert ib._ridge_value(Cm, rho, g) == pytest.approx(ridge, rel=1e-12, abs=1e-12)
+        assert kib.ridge_value(Cm, rho, g) == pytest.approx(ridge, rel=1e-12, abs=1e-12)
         np.testing.assert_allclose(PIk, pi, rtol=1e-12, atol=1e-300)
         np.testing.assert_allclose(D1k, d1, rtol=1e-9)
         np.testing.assert_allclose(D2k, d2, rtol=1e-9)
         np.testing.assert_allclose(uk, uu, rtol=1e-9, atol=1e-9)
         gk = np.empty((q, r))
-        ib._gradient(Bm, PIk, D1k, ypos, Cm, rho, g, gk)
+        kib.gradient(Bm, PIk, D1k, ypos, Cm, rho, g, gk)
         np.testing.assert_allclose(gk, grad, rtol=0, atol=1e-9 * np.abs(grad).max())
         P = rng.normal(size=(q, r))
         ZP = np.empty((s, q))
-        ib._score_change(Bm, P.ravel(), np.empty((r, q)), ZP)
+        kib.score_change(Bm, P.ravel(), np.empty((r, q)), ZP)
         np.testing.assert_allclose(ZP, Bm @ P.T, rtol=1e-12, atol=1e-12 * np.abs(Bm @ P.T).max())
 
 
@@ -557,7 +558,7 @@ def test_touch_beta_kernel_and_paper_weights():
         n, m = int(rng.integers(1, 6)), int(rng.integers(1, 6))
         order = rng.permutation(N) if rng.random() < 0.7 else rng.integers(0, N, N)
         ref = touch_beta(order, y, K, n, m)
-        np.testing.assert_allclose(ib._touch_beta_kernel(order, y, K, n, m), ref, rtol=1e-13)
+        np.testing.assert_allclose(kib.touch_beta_kernel(order, y, K, n, m), ref, rtol=1e-13)
         assert np.all(ref >= 1.0 - 1e-12)
         # same as the objectives module where its assumptions hold (a partition,
         # m <= K - |Y_j| for every chunk)

@@ -5,50 +5,62 @@ from __future__ import annotations
 
 import ast
 import importlib
+import pkgutil
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from scalable_softmax import _kernels, kernels
 from scalable_softmax.kernels import evaluate as kevaluate
-from scalable_softmax.kernels import implicit_batch as kib
-from scalable_softmax.kernels import sampled as ksampled
-from scalable_softmax.kernels import sgd as ksgd
-from scalable_softmax.methods import METHODS, full, implicit, implicit_batch, sampled, sgd
+from scalable_softmax.methods import METHODS, full, sgd
 
 evaluate = importlib.import_module("scalable_softmax.evaluate")  # the module, not the function
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def test_the_public_names_are_the_kernels_own_objects():
-    pairs = {
-        kernels.prefetch_w: _kernels.prefetch_w, kernels.prefetch_r: _kernels.prefetch_r,
-        ksgd.draw_classes_m1: sgd._draw_classes_m1,
-        ksgd.draw_classes_multi: sgd._draw_classes_multi,
-        ksampled.dot3: sampled._dot3, ksampled.hint_row: sampled._hint_row,
-        ksampled.hint_x: sampled._hint_x, ksampled.hint_ahead: sampled._hint_ahead,
-        kib.gradient: implicit_batch._gradient,
-        kib.structured_direction: implicit_batch._structured_direction,
-        kib.ls_factor: implicit_batch._ls_factor, kib.ls_solve: implicit_batch._ls_solve,
-        kib.score_change: implicit_batch._score_change,
-        kib.scores_value: implicit_batch._scores_value,
-        kib.ridge_value: implicit_batch._ridge_value,
-        kib.direction_workspace: implicit_batch._direction_workspace,
-        kib.solve_reduced: implicit_batch._solve_reduced,
-        kevaluate.per_row: evaluate._per_row, kevaluate.scores32: evaluate._scores32,
-        kevaluate.transpose32: evaluate._transpose32, kevaluate.max32: evaluate._max32,
-        kevaluate.vexp32_sum: evaluate._vexp32_sum,
-        kevaluate.sum32to64: evaluate._sum32to64, kevaluate.tile_width: evaluate._tile_width,
-    }
-    for public, private in pairs.items():
-        assert public is private, public
-    assert ksgd.PREFETCH_DEFAULT == sgd._PREFETCH_DEFAULT
-    assert kevaluate.JIT32 is evaluate.JIT32 and kevaluate.JIT32R is evaluate.JIT32R
-    for mod in (kernels, ksgd, ksampled, kib, kevaluate):
-        assert mod.__doc__ and all(hasattr(mod, n) for n in mod.__all__), mod.__name__
+def _method_modules():
+    """The method modules of the registry (every module some registered method lives in)."""
+    return sorted({importlib.import_module(t.split(":")[0]) for t in METHODS.values()},
+                  key=lambda m: m.__name__)
+
+
+def _kernel_modules():
+    """Every module of the ``scalable_softmax.kernels`` package."""
+    return [importlib.import_module(f"scalable_softmax.kernels.{m.name}")
+            for m in pkgutil.iter_modules(kernels.__path__)]
+
+
+def test_the_method_modules_call_the_kernels_own_objects():
+    """A trainer's kernels are the public objects of ``scalable_softmax.kernels`` (the
+    method module imports them, it defines none), so a benchmark times the library's
+    own code."""
+    assert kernels.prefetch_w is _kernels.prefetch_w
+    assert kernels.prefetch_r is _kernels.prefetch_r
+    kmods = {m.__name__: m for m in _kernel_modules()}
+    for module in _method_modules():
+        family = module.__name__.rsplit(".", 1)[1]
+        kmod = kmods[f"scalable_softmax.kernels.{family}"]  # one kernel module per family
+        used = [n for n, obj in vars(module).items()
+                if isinstance(obj, numba.core.registry.CPUDispatcher)]
+        assert used, module.__name__
+        for n in used:
+            assert getattr(kmod, n) is getattr(module, n), (module.__name__, n)
+    assert evaluate.state_pass32 is kevaluate.state_pass32
+
+
+@pytest.mark.parametrize("kmod", _kernel_modules(), ids=lambda m: m.__name__)
+def test_every_kernel_module_documents_its_public_names(kmod):
+    assert kmod.__doc__ and kmod.__all__ and all(hasattr(kmod, n) for n in kmod.__all__)
+    assert not [n for n in kmod.__all__ if n.startswith("_")]
+    for n in kmod.__all__:
+        obj = getattr(kmod, n)
+        if isinstance(obj, numba.core.registry.CPUDispatcher):
+            assert obj.py_func.__module__ == kmod.__name__, n   # defined here
+            assert obj.py_func.__doc__ or n in kmod.__doc__, n
 
 
 def test_trainer_accessors_see_what_the_kernels_see():
@@ -116,13 +128,10 @@ def test_the_private_name_check_finds_them(tmp_path):
                                   "4: sgd._PREFETCH_DEFAULT", "5: make().tr._data"]
 
 
-@pytest.mark.parametrize("module", [sgd, implicit, implicit_batch, sampled, full])
+@pytest.mark.parametrize("module", _method_modules(), ids=lambda m: m.__name__)
 def test_every_method_module_names_its_numpy_step_reference_step(module):
     assert callable(module.reference_step) and "reference_step" in module.__all__
     assert module.reference_step.__doc__
     old = {"_reference_step", "softmax_sgd_reference_step", "implicit_step_reference",
            "implicit_batch_step_reference"}
     assert not old & set(dir(module))
-    # every registered method lives in one of these modules
-    assert {t.split(":")[0] for t in METHODS.values()} == {
-        m.__name__ for m in (sgd, implicit, implicit_batch, sampled, full)}

@@ -125,17 +125,75 @@ def test_import_graph_has_no_circle():
     assert not circles, f"import circles: {circles}"
 
 
-#: the public kernel surface: it gives the kernels' own objects public names (its
-#: modules re-export them, each documented there), the one place allowed to
-PUBLIC_SURFACE = "scalable_softmax.kernels"
+#: the package's private modules other modules may import, each for one reason:
+#: ``_kernels`` holds the numba flags and the LLVM intrinsics every kernel module
+#: builds on (``llvm.prefetch``; code generation, not an interface), ``_atomic`` the one
+#: write-then-rename helper, ``_version`` the version string. Their names are public
+#: inside them; the modules are private to keep them off the API page.
+PRIVATE_MODULES = {"scalable_softmax._kernels", "scalable_softmax._atomic",
+                   "scalable_softmax._version"}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _module_aliases(name: str, path: Path, modules) -> dict[str, str]:
+    """Local name -> package module, for every import of a package module by ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in modules:
+                    out[a.asname or a.name] = a.name
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "scalable_softmax"):
+            for a in node.names:
+                if f"{node.module}.{a.name}" in modules:
+                    out[a.asname or a.name] = f"{node.module}.{a.name}"
+    return out
+
+
+def _private_reaches(name: str, path: Path, modules) -> list[str]:
+    """Private attributes ``m._x`` that ``path`` reads of another package module ``m``
+    (``import scalable_softmax.a.b as m`` / ``from scalable_softmax.a import b as m``;
+    dotted ``scalable_softmax.a._x`` too)."""
+    aliases = _module_aliases(name, path, modules)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            target = ast.unparse(node.value)
+            mod = aliases.get(target, target if target in modules else None)
+            if mod is not None and mod != name:
+                found.append(f"{node.lineno}: {target}.{node.attr}")
+    return found
 
 
 def test_no_private_name_imported_across_modules():
     modules = _modules()
     bad = [(m, t, n) for m, p in modules.items() for t, n in _imports(m, p, modules)
-           if n.startswith("_") and not n.startswith("__")
-           and not (m == PUBLIC_SURFACE or m.startswith(PUBLIC_SURFACE + "."))]
+           if _is_private(n)
+           or (t != m and t not in PRIVATE_MODULES
+               and any(_is_private(part) for part in t.split(".")))]
+    bad += [(m, r) for m, p in modules.items() for r in _private_reaches(m, p, modules)]
     assert not bad, f"private names imported from another module: {bad}"
+
+
+def _numba_kernels(path: Path) -> list[str]:
+    """Functions of ``path`` (at any depth) a numba decorator compiles."""
+    return [node.name for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and _is_compiled(node)]
+
+
+def test_no_numba_kernel_in_the_method_modules():
+    """The numba code lives in ``scalable_softmax.kernels``; a method module holds its
+    trainers and their plain NumPy references."""
+    bad = {p.name: _numba_kernels(p) for p in sorted((PKG / "methods").glob("*.py"))}
+    bad = {k: v for k, v in bad.items() if v}
+    assert not bad, f"numba kernels defined in methods/ (move them to kernels/): {bad}"
+    assert _numba_kernels(PKG / "kernels" / "sgd.py")   # the scan sees kernels
 
 
 def test_at_most_16_entries_flat_in_the_package():
@@ -167,6 +225,25 @@ def test_graph_helper_sees_a_circle_and_a_private_import(tmp_path, monkeypatch):
         test_no_private_name_imported_across_modules()
     assert json.dumps(sorted(_modules())) == json.dumps(
         ["scalable_softmax", "scalable_softmax.a", "scalable_softmax.b"])
+    # the other ways in: a private attribute of a module, a private module
+    (pkg / "a.py").write_text("from scalable_softmax import b as bee\nx = bee._hidden\n")
+    with pytest.raises(AssertionError, match=r"bee\._hidden"):
+        test_no_private_name_imported_across_modules()
+    (pkg / "_c.py").write_text("y = 1\n")
+    (pkg / "a.py").write_text("from scalable_softmax._c import y\n")
+    with pytest.raises(AssertionError, match="_c"):
+        test_no_private_name_imported_across_modules()
+
+
+def test_the_kernel_scan_sees_a_kernel_in_a_method_module(tmp_path, monkeypatch):
+    (tmp_path / "methods").mkdir()
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "sgd.py").write_text("@numba.njit\ndef k(x):\n    return x\n")
+    (tmp_path / "methods" / "m.py").write_text(
+        "import numba\n\n\n@numba.njit(cache=True)\ndef step(x):\n    return x\n")
+    monkeypatch.setattr(sys.modules[__name__], "PKG", tmp_path)
+    with pytest.raises(AssertionError, match=r"m\.py.*step"):
+        test_no_numba_kernel_in_the_method_modules()
 
 
 # ---------------------------------------------------------------------------

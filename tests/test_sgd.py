@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from scalable_softmax import objectives as ob
+from scalable_softmax.kernels import sgd as ksgd
 from scalable_softmax.methods import sgd
 from scalable_softmax.methods.sgd import (KIND_RAMAN_UMAX, KIND_RAMAN_VANILLA, KIND_UMAX,
                                           KIND_VANILLA, RamanTrainer, UmaxTrainer,
@@ -46,9 +47,9 @@ def _set_params(t, W, u):
 def _reference_run(t, kind, order, seed, X, y, W0, u0, lr):
     """Apply the NumPy reference step along the classes the kernel draws."""
     if t.n_sampled == 1:
-        ks = sgd._draw_classes_m1(seed, order, t._y, t.K)[:, None]
+        ks = ksgd.draw_classes_m1(seed, order, t._y, t.K)[:, None]
     else:
-        ks = sgd._draw_classes_multi(seed, order, t._y, t.K, t.n_sampled)
+        ks = ksgd.draw_classes_multi(seed, order, t._y, t.K, t.n_sampled)
     u_lo, u_hi = t._u_bounds()
     B_W = t.B_W if t._project() else np.inf
     W, u = W0.copy(), u0.copy()
@@ -104,7 +105,7 @@ def test_single_step_matches_reference(kind):
     assert bad == -1
     assert _close(t.weights(), Wr, 1e-13) and _close(t.u, ur, 1e-13)
     changed = np.flatnonzero(np.any(t.weights() != W0, axis=1))
-    k = sgd._draw_classes_m1(5, order, t._y, K)[0]
+    k = ksgd.draw_classes_m1(5, order, t._y, K)[0]
     assert set(changed) <= {k, y[4]} and k != y[4]
 
 
@@ -236,9 +237,9 @@ def _one_step(kind, X, y, K, W0, u0, i, lr, mu, m=1, seed=11, delta0=1.0):
     _set_params(t, W0, u0)
     order = np.array([i])
     if m == 1:
-        ks = sgd._draw_classes_m1(seed, order, t._y, K)[0:1]
+        ks = ksgd.draw_classes_m1(seed, order, t._y, K)[0:1]
     else:
-        ks = sgd._draw_classes_multi(seed, order, t._y, K, m)[0]
+        ks = ksgd.draw_classes_multi(seed, order, t._y, K, m)[0]
     t.run_epoch(order, lr, seed)
     return t, ks
 
@@ -393,14 +394,14 @@ def test_class_draws_uniform_and_exclude_label():
     K = 7
     y = np.repeat(np.arange(K), 1)
     order = np.random.default_rng(0).permutation(np.repeat(np.arange(K), 20000))
-    ks = sgd._draw_classes_m1(123, order, y, K)
+    ks = ksgd.draw_classes_m1(123, order, y, K)
     assert np.all(ks != y[order]) and ks.min() >= 0 and ks.max() < K
     for c in range(K):
         counts = np.bincount(ks[order == c], minlength=K)
         assert counts[c] == 0
         p = np.delete(counts, c) / 20000
         assert np.all(np.abs(p - 1 / (K - 1)) < 0.015)
-    multi = sgd._draw_classes_multi(5, order[:5000], y, K, 4)
+    multi = ksgd.draw_classes_multi(5, order[:5000], y, K, 4)
     for t_ in range(5000):
         row = multi[t_]
         assert len(set(row)) == 4 and y[order[t_]] not in row

@@ -6,6 +6,7 @@ import pytest
 import scipy.sparse as sp
 
 from scalable_softmax.fit import fit
+from scalable_softmax.kernels import sgd as ksgd
 from scalable_softmax.methods import sgd
 from scalable_softmax.methods.sgd import KIND_UMAX, KIND_VANILLA, UmaxTrainer, VanillaTrainer
 
@@ -45,7 +46,7 @@ def test_others_mode_draws_unchanged():
     y = np.random.default_rng(1).integers(0, 7, 500)
     order = np.arange(500)
     a = sgd.draw_classes(3, order, y, 7, 3)
-    b = sgd._draw_classes_multi(3, order, y, 7, 3)
+    b = ksgd.draw_classes_multi(3, order, y, 7, 3)
     assert all(np.array_equal(u, v) for u, v in zip(a, b))
 
 

@@ -51,7 +51,7 @@ the tile holding the maximum and few elsewhere.
 
 Memory: the ``D x tile`` buffer, ``O(threads x tile)`` scratch, and 21 numbers of
 state per selected row; never ``N x K``. The exponentials are computed by a
-vectorisable kernel (:func:`_vexp`, Cody-Waite reduction and a degree-13
+vectorisable kernel (:func:`~scalable_softmax.kernels.evaluate.vexp`, Cody-Waite reduction and a degree-13
 polynomial, about 1 ulp): a scalar ``math.exp`` per score cost about 40% of the
 sparse products in our measurements.
 
@@ -61,17 +61,17 @@ Precision
 agrees with :mod:`scalable_softmax.objectives` to about 1e-12). ``precision="float32"``
 (2-3x faster; the default, see ``DEFAULT_PRECISION``) scores in float32 and
 keeps the running state in float64
-(:func:`_state_pass32`):
+(:func:`~scalable_softmax.kernels.evaluate.state_pass32`):
 
 * the tile of ``W^T`` is stored as float32 (``D x tile``, 10 MB at ``D = 10,000``:
   it stays in the last-level cache while every selected row is scored against it),
   ``X``'s values as float32;
 * a row's scores are float32 fused multiply-adds, one per non-zero, added in the
-  order of the non-zeros into a contiguous ``tile``-vector (:func:`_scores32`;
+  order of the non-zeros into a contiguous ``tile``-vector (:func:`~scalable_softmax.kernels.evaluate.scores32`;
   16-float vector registers on AVX-512);
 * the tile's maximum is an integer maximum of the float32 bit patterns (vectorised,
-  :func:`_max32`), the exponentials ``exp(s_k - m)`` are float32 (Cody-Waite and a
-  degree-7 polynomial, about 1 ulp, :func:`_vexp32_sum`; 3.5x cheaper than float64
+  :func:`~scalable_softmax.kernels.evaluate.max32`), the exponentials ``exp(s_k - m)`` are float32 (Cody-Waite and a
+  degree-7 polynomial, about 1 ulp, :func:`~scalable_softmax.kernels.evaluate.vexp32_sum`; 3.5x cheaper than float64
   ones in our measurements) and are summed into float64; the power sums ``S_n`` are
   float64 products of the float32 exponentials; the rescaling and the final
   log-sum-exp are float64 as above.
@@ -95,16 +95,14 @@ rate, and a loop with the float32 kernel's memory accesses alone).
 """
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 import scipy.sparse as sp
-from numba import prange
 
-from scalable_softmax._kernels import JIT, PJIT
+from scalable_softmax.kernels.evaluate import all_finite, finish, state_pass, state_pass32
 from scalable_softmax.validation import as_csr, as_labels, check_label_range
 
 __all__ = ["Evaluation", "evaluate", "NonFiniteScoreError"]
@@ -126,14 +124,6 @@ DEFAULT_PRECISION = "float32"
 DEFAULT_BLOCK_ROWS = 32
 #: the transposed tile is kept at or below this many bytes (shrinks the tile when D is large)
 _TILE_BYTES = 24 * 2**20
-#: highest power n of the running sums S_n (the series for the defective metric)
-_NPOW = 18
-
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01  # fdlibm split of log(2): hi has 32 significant bits
-_LN2_LO = 1.90821492927058770002e-10
-_SHIFT = 6755399441055744.0  # 1.5 * 2**52: adding it rounds to an integer in the low bits
-_EXP_MIN = -708.0  # exp(-708) ~ 3e-308 is still a normal number
 
 
 class NonFiniteScoreError(FloatingPointError):
@@ -207,560 +197,6 @@ class Evaluation:
 
 
 # ---------------------------------------------------------------------------
-# kernels
-# ---------------------------------------------------------------------------
-
-@numba.njit(**JIT)
-def _vexp(x, shift, out, tmpf, tmpi, n):
-    """``out[t] = exp(x[t] - shift)`` for ``t < n`` and ``x[t] <= shift`` (finite), to
-    about 1 ulp.
-
-    Written as three element-wise loops without branches or calls so that LLVM
-    vectorises them. ``exp(z)`` for ``z = x - shift < -708`` is returned as 0 instead
-    of a denormal (at most 3e-308; such terms are always added to a sum that is at
-    least 1).
-    ``tmpi`` must be ``tmpf.view(np.int64)``.
-    """
-    for t in range(n):
-        xx = x[t] - shift
-        xx = xx if xx > _EXP_MIN else _EXP_MIN
-        kf = xx * _LOG2E + _SHIFT
-        tmpf[t] = kf
-        k = kf - _SHIFT  # round(x / log 2), exactly
-        r = (xx - k * _LN2_HI) - k * _LN2_LO  # |r| <= log(2)/2
-        # Taylor polynomial of degree 13 (truncation < 4e-18 relative), Horner
-        p = 1.0 / 6227020800.0
-        p = p * r + 1.0 / 479001600.0
-        p = p * r + 1.0 / 39916800.0
-        p = p * r + 1.0 / 3628800.0
-        p = p * r + 1.0 / 362880.0
-        p = p * r + 1.0 / 40320.0
-        p = p * r + 1.0 / 5040.0
-        p = p * r + 1.0 / 720.0
-        p = p * r + 1.0 / 120.0
-        p = p * r + 1.0 / 24.0
-        p = p * r + 1.0 / 6.0
-        p = p * r + 0.5
-        p = p * r + 1.0
-        p = p * r + 1.0
-        out[t] = p
-    for t in range(n):
-        # the low bits of kf hold k (two's complement): 2**k = (k + 1023) << 52
-        tmpi[t] = (tmpi[t] + 1023) << 52
-    for t in range(n):
-        v = out[t] * tmpf[t]
-        out[t] = v if x[t] - shift >= _EXP_MIN else 0.0
-
-
-@numba.njit(**JIT)
-def _lanesum(x, n):
-    """``sum(x[:n])`` with eight interleaved partial sums (vectorisable)."""
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    n8 = n - n % 8
-    for c in range(0, n8, 8):
-        s0 += x[c]
-        s1 += x[c + 1]
-        s2 += x[c + 2]
-        s3 += x[c + 3]
-        s4 += x[c + 4]
-        s5 += x[c + 5]
-        s6 += x[c + 6]
-        s7 += x[c + 7]
-    for t in range(n8, n):
-        s0 += x[t]
-    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-
-
-@numba.njit(**JIT)
-def _lanemax(x, n):
-    """``max(x[:n])`` (``n >= 1``, no NaN) with eight interleaved partial maxima."""
-    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = x[0]
-    n8 = n - n % 8
-    for c in range(0, n8, 8):
-        m0 = x[c] if x[c] > m0 else m0
-        m1 = x[c + 1] if x[c + 1] > m1 else m1
-        m2 = x[c + 2] if x[c + 2] > m2 else m2
-        m3 = x[c + 3] if x[c + 3] > m3 else m3
-        m4 = x[c + 4] if x[c + 4] > m4 else m4
-        m5 = x[c + 5] if x[c + 5] > m5 else m5
-        m6 = x[c + 6] if x[c + 6] > m6 else m6
-        m7 = x[c + 7] if x[c + 7] > m7 else m7
-    for t in range(n8, n):
-        m0 = x[t] if x[t] > m0 else m0
-    m0 = m1 if m1 > m0 else m0
-    m2 = m3 if m3 > m2 else m2
-    m4 = m5 if m5 > m4 else m4
-    m6 = m7 if m7 > m6 else m6
-    m0 = m2 if m2 > m0 else m0
-    m4 = m6 if m6 > m4 else m4
-    return m4 if m4 > m0 else m0
-
-
-@numba.njit(**JIT)
-def _mul_lanesum(pw, e, n):
-    """``pw[:n] *= e[:n]`` and return ``sum(pw[:n])`` (eight partial sums)."""
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    n8 = n - n % 8
-    for c in range(0, n8, 8):
-        q0 = pw[c] * e[c]
-        q1 = pw[c + 1] * e[c + 1]
-        q2 = pw[c + 2] * e[c + 2]
-        q3 = pw[c + 3] * e[c + 3]
-        q4 = pw[c + 4] * e[c + 4]
-        q5 = pw[c + 5] * e[c + 5]
-        q6 = pw[c + 6] * e[c + 6]
-        q7 = pw[c + 7] * e[c + 7]
-        pw[c] = q0
-        pw[c + 1] = q1
-        pw[c + 2] = q2
-        pw[c + 3] = q3
-        pw[c + 4] = q4
-        pw[c + 5] = q5
-        pw[c + 6] = q6
-        pw[c + 7] = q7
-        s0 += q0
-        s1 += q1
-        s2 += q2
-        s3 += q3
-        s4 += q4
-        s5 += q5
-        s6 += q6
-        s7 += q7
-    for t in range(n8, n):
-        q = pw[t] * e[t]
-        pw[t] = q
-        s0 += q
-    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-
-
-@numba.njit(**PJIT)
-def _all_finite(a):
-    """True if every entry of the C-contiguous float array ``a`` is finite (no copy)."""
-    flat = a.reshape(-1)
-    n = flat.size
-    nb = (n + 65535) // 65536
-    bad = 0
-    for b in prange(nb):
-        cnt = 0
-        for t in range(b * 65536, min(n, (b + 1) * 65536)):
-            v = flat[t]
-            if not (v - v == 0.0):  # NaN or +-inf
-                cnt += 1
-        bad += cnt
-    return bad == 0
-
-
-@numba.njit(**PJIT)
-def _state_pass(indptr, indices, data, rows, y, W, tile, block_rows):
-    """Online per-row state over all ``K`` classes, tile by tile (module docstring).
-
-    Returns ``(mx, am, sy, s1p, spw)`` for each selected row: the maximum score, the
-    first index attaining it, the label's score, ``S' = sum_{k != argmax}
-    exp(s_k - mx)`` and ``spw[:, n-2] = S_n = sum_k exp(n (s_k - mx))`` for
-    ``n = 2.._NPOW`` (up to the skipped negligible terms).
-    """
-    nr = rows.size
-    K, D = W.shape
-    npw = _NPOW - 1
-    mx = np.full(nr, -np.inf)
-    am = np.zeros(nr, dtype=np.int64)
-    sy = np.zeros(nr)
-    s1p = np.zeros(nr)
-    spw = np.zeros((nr, npw))
-    buf = np.empty(D * min(tile, K))
-    nb = (nr + block_rows - 1) // block_rows
-    ndb = (D + 255) // 256
-    for k0 in range(0, K, tile):
-        kc = min(tile, K - k0)
-        T = buf[: D * kc].reshape((D, kc))
-        for db in prange(ndb):  # T = W[k0:k0+kc].T
-            for j in range(db * 256, min(D, (db + 1) * 256)):
-                for t in range(kc):
-                    T[j, t] = W[k0 + t, j]
-        for b in prange(nb):
-            acc = np.empty(kc)
-            e = np.empty(kc)
-            pw = np.empty(kc)
-            tf = np.empty(kc)
-            ti = tf.view(np.int64)
-            for ii in range(b * block_rows, min(nr, (b + 1) * block_rows)):
-                i = rows[ii]
-                # scores of row i against the tile: contiguous updates, eight (then
-                # four, then one) non-zeros at a time, summed as a tree (fewer loads
-                # and stores of acc, shorter dependency chains)
-                for t in range(kc):
-                    acc[t] = 0.0
-                p = indptr[i]
-                p1 = indptr[i + 1]
-                while p + 7 < p1:
-                    j0 = indices[p]
-                    j1 = indices[p + 1]
-                    j2 = indices[p + 2]
-                    j3 = indices[p + 3]
-                    j4 = indices[p + 4]
-                    j5 = indices[p + 5]
-                    j6 = indices[p + 6]
-                    j7 = indices[p + 7]
-                    v0 = data[p]
-                    v1 = data[p + 1]
-                    v2 = data[p + 2]
-                    v3 = data[p + 3]
-                    v4 = data[p + 4]
-                    v5 = data[p + 5]
-                    v6 = data[p + 6]
-                    v7 = data[p + 7]
-                    for t in range(kc):
-                        acc[t] += (((v0 * T[j0, t] + v1 * T[j1, t])
-                                    + (v2 * T[j2, t] + v3 * T[j3, t]))
-                                   + ((v4 * T[j4, t] + v5 * T[j5, t])
-                                      + (v6 * T[j6, t] + v7 * T[j7, t])))
-                    p += 8
-                if p + 3 < p1:
-                    j0 = indices[p]
-                    j1 = indices[p + 1]
-                    j2 = indices[p + 2]
-                    j3 = indices[p + 3]
-                    v0 = data[p]
-                    v1 = data[p + 1]
-                    v2 = data[p + 2]
-                    v3 = data[p + 3]
-                    for t in range(kc):
-                        acc[t] += (v0 * T[j0, t] + v1 * T[j1, t]) + (v2 * T[j2, t] + v3 * T[j3, t])
-                    p += 4
-                while p < p1:
-                    j = indices[p]
-                    v = data[p]
-                    for t in range(kc):
-                        acc[t] += v * T[j, t]
-                    p += 1
-                yy = y[i] - k0
-                if yy >= 0 and yy < kc:
-                    sy[ii] = acc[yy]
-                tm = _lanemax(acc, kc)
-                m = mx[ii]
-                skip = -1
-                if tm > m:  # new maximum: rescale the running sums
-                    if m == -np.inf:
-                        s1p[ii] = 0.0
-                    else:
-                        r = math.exp(m - tm)
-                        s1p[ii] = s1p[ii] * r + r  # the old maximum becomes an ordinary term
-                        rn = r
-                        for n in range(npw):
-                            rn *= r
-                            spw[ii, n] *= rn
-                    m = tm
-                    mx[ii] = tm
-                    for t in range(kc):
-                        if acc[t] == tm:
-                            skip = t
-                            break
-                    am[ii] = k0 + skip
-                _vexp(acc, m, e, tf, ti, kc)
-                if skip >= 0:
-                    e[skip] = 0.0  # the argmax is counted apart (exactly 1)
-                s1p[ii] += _lanesum(e, kc)
-                # power sums S_n, n = 2.._NPOW, until the tile's share of
-                # S_n / S_1^n / n! is certainly below 1e-20 (module docstring)
-                emax = 1.0 if skip >= 0 else math.exp(tm - m)
-                one = 1.0 if skip >= 0 else 0.0
-                for t in range(kc):
-                    pw[t] = e[t]
-                ratio = emax / (1.0 + s1p[ii])
-                q = kc * ratio
-                for n in range(npw):
-                    q *= ratio / (n + 2)
-                    if q < 1e-20:
-                        break
-                    spw[ii, n] += _mul_lanesum(pw, e, kc) + one
-    return mx, am, sy, s1p, spw
-
-
-# ---------------------------------------------------------------------------
-# float32 scoring path (float64 state)
-# ---------------------------------------------------------------------------
-
-#: flags of the float32 kernels: as JIT/PJIT, plus LLVM's ``contract`` (a product and
-#: the sum it feeds may become one fused multiply-add, rounded once; no reassociation)
-JIT32 = dict(JIT, fastmath={"contract"})
-PJIT32 = dict(PJIT, fastmath={"contract"})
-#: flags of the float32 path's sums: may also reassociate (so that LLVM vectorises them)
-JIT32R = dict(JIT, fastmath={"contract", "reassoc"})
-
-_F0 = np.float32(0.0)
-_F1 = np.float32(1.0)
-_LOG2E32 = np.float32(1.4426950408889634)
-_LN2_HI32 = np.float32(0.693359375)  # 0x3f318000: 11 significant bits, k * hi is exact
-_LN2_LO32 = np.float32(-2.12194440e-4)
-_SHIFT32 = np.float32(12582912.0)  # 1.5 * 2**23
-_EXP_MIN32 = np.float32(-87.0)  # exp(-87) ~ 1.6e-38 is still a normal float32
-_C2 = np.float32(1.0 / 2.0)
-_C3 = np.float32(1.0 / 6.0)
-_C4 = np.float32(1.0 / 24.0)
-_C5 = np.float32(1.0 / 120.0)
-_C6 = np.float32(1.0 / 720.0)
-_C7 = np.float32(1.0 / 5040.0)
-_I127 = np.int32(127)
-_I23 = np.int32(23)
-_I31 = np.int32(31)
-_I7F = np.int32(0x7FFFFFFF)
-
-
-@numba.njit(**JIT32)
-def _vexp32_sum(x, shift, out, tmpf, tmpi, n):
-    """``out[t] = exp(x[t] - shift)`` in float32 for ``t < n``, ``x[t] <= shift``
-    (``x`` and ``shift`` float32), to about 1 ulp of float32; returns ``sum(out[:n])``
-    accumulated in float64 (:func:`_sum32to64`). Vectorised (16 lanes with AVX-512).
-
-    Cody-Waite reduction, degree-7 Taylor polynomial (truncation < 5e-9 relative on
-    ``|r| <= log(2)/2``). Arguments below -87 give 0 (``exp(-87) ~ 1.6e-38``, always
-    added to a sum of at least 1). ``tmpi`` must be ``tmpf.view(np.int32)``.
-    """
-    for t in range(n):
-        xx = x[t] - shift
-        xx = xx if xx > _EXP_MIN32 else _EXP_MIN32
-        kf = xx * _LOG2E32 + _SHIFT32
-        tmpf[t] = kf
-        k = kf - _SHIFT32
-        r = (xx - k * _LN2_HI32) - k * _LN2_LO32
-        p = _C7
-        p = p * r + _C6
-        p = p * r + _C5
-        p = p * r + _C4
-        p = p * r + _C3
-        p = p * r + _C2
-        p = p * r + _F1
-        p = p * r + _F1
-        out[t] = p
-    for t in range(n):
-        tmpi[t] = (tmpi[t] + _I127) << _I23  # 2**k
-    for t in range(n):
-        v = out[t] * tmpf[t]
-        out[t] = v if x[t] - shift >= _EXP_MIN32 else _F0
-    return _sum32to64(out, n)
-
-
-@numba.njit(**JIT32R)
-def _sum32to64(x, n):
-    """``sum(x[:n])`` of a float32 array, in float64 (vectorised: the order of the
-    additions is LLVM's, fixed at compile time)."""
-    s = 0.0
-    for t in range(n):
-        s += np.float64(x[t])
-    return s
-
-
-@numba.njit(**JIT32)
-def _max32(xi, n, tmpi, tmpf):
-    """``max(x[:n])`` of the float32 array ``x`` (``n >= 1``, no NaN) given as
-    ``xi = x.view(np.int32)``; ``tmpi = tmpf.view(np.int32)`` is scratch.
-
-    Vectorised as a maximum of integers: ``i ^ ((i >> 31) & 0x7fffffff)`` orders
-    the bit patterns of float32 numbers as the numbers (-0.0 below +0.0); LLVM does
-    not vectorise a float maximum without fast-math flags that numba cannot give it.
-    """
-    m = -2147483648
-    for t in range(n):
-        i = xi[t]
-        k = i ^ ((i >> _I31) & _I7F)
-        m = max(m, k)
-    tmpi[0] = np.int32(m ^ ((m >> 31) & 0x7fffffff))
-    return tmpf[0]
-
-
-@numba.njit(**JIT32)
-def _scores32(indptr, indices, data, i, T, acc, kc):
-    """``acc[:kc] = x_i . T[:, :kc]`` in float32: eight (then four, then one)
-    non-zeros per pass over the contiguous ``acc``, each a fused multiply-add in the
-    order of the non-zeros (a sequential dot product, one rounding per term)."""
-    p = indptr[i]
-    p1 = indptr[i + 1]
-    for t in range(kc):
-        acc[t] = _F0
-    while p + 7 < p1:
-        j0 = indices[p]
-        j1 = indices[p + 1]
-        j2 = indices[p + 2]
-        j3 = indices[p + 3]
-        j4 = indices[p + 4]
-        j5 = indices[p + 5]
-        j6 = indices[p + 6]
-        j7 = indices[p + 7]
-        v0 = data[p]
-        v1 = data[p + 1]
-        v2 = data[p + 2]
-        v3 = data[p + 3]
-        v4 = data[p + 4]
-        v5 = data[p + 5]
-        v6 = data[p + 6]
-        v7 = data[p + 7]
-        for t in range(kc):
-            a = acc[t] + v0 * T[j0, t]
-            a = a + v1 * T[j1, t]
-            a = a + v2 * T[j2, t]
-            a = a + v3 * T[j3, t]
-            a = a + v4 * T[j4, t]
-            a = a + v5 * T[j5, t]
-            a = a + v6 * T[j6, t]
-            acc[t] = a + v7 * T[j7, t]
-        p += 8
-    if p + 3 < p1:
-        j0 = indices[p]
-        j1 = indices[p + 1]
-        j2 = indices[p + 2]
-        j3 = indices[p + 3]
-        v0 = data[p]
-        v1 = data[p + 1]
-        v2 = data[p + 2]
-        v3 = data[p + 3]
-        for t in range(kc):
-            a = acc[t] + v0 * T[j0, t]
-            a = a + v1 * T[j1, t]
-            a = a + v2 * T[j2, t]
-            acc[t] = a + v3 * T[j3, t]
-        p += 4
-    while p < p1:
-        j = indices[p]
-        v = data[p]
-        for t in range(kc):
-            acc[t] += v * T[j, t]
-        p += 1
-
-
-@numba.njit(**JIT32R)
-def _widen_mul_lanesum(pw, e, n):
-    """``pw[:n] = float64(e[:n])**2`` and return ``sum(pw[:n])``: the first power sum
-    from the float32 exponentials, in float64 (vectorised)."""
-    s = 0.0
-    for t in range(n):
-        q = np.float64(e[t])
-        q = q * q
-        pw[t] = q
-        s += q
-    return s
-
-
-@numba.njit(**JIT32R)
-def _mul_lanesum_wide(pw, e, n):
-    """``pw[:n] *= float64(e[:n])`` and return ``sum(pw[:n])`` (float64, vectorised)."""
-    s = 0.0
-    for t in range(n):
-        q = pw[t] * np.float64(e[t])
-        pw[t] = q
-        s += q
-    return s
-
-
-@numba.njit(**PJIT32)
-def _transpose32(W, k0, kc, T):
-    """``T[:, :kc] = float32(W[k0:k0+kc].T)`` in parallel over blocks of features."""
-    D = W.shape[1]
-    ndb = (D + 255) // 256
-    for db in prange(ndb):
-        for j in range(db * 256, min(D, (db + 1) * 256)):
-            for t in range(kc):
-                T[j, t] = np.float32(W[k0 + t, j])
-
-
-@numba.njit(**PJIT32)
-def _state_pass32(indptr, indices, data, rows, y, W, tile, block_rows):
-    """:func:`_state_pass` with float32 scores: the tile of ``W^T`` and ``data`` in
-    float32, each score a float32 sum of fused multiply-adds, the exponentials in
-    float32; the running state (maximum, sums, power sums) in float64."""
-    nr = rows.size
-    K, D = W.shape
-    npw = _NPOW - 1
-    mx = np.full(nr, -np.inf)
-    am = np.zeros(nr, dtype=np.int64)
-    sy = np.zeros(nr)
-    s1p = np.zeros(nr)
-    spw = np.zeros((nr, npw))
-    tw = min(tile, K)
-    buf = np.empty(D * tw, dtype=np.float32)
-    nb = (nr + block_rows - 1) // block_rows
-    for k0 in range(0, K, tile):
-        kc = min(tile, K - k0)
-        T = buf[: D * kc].reshape((D, kc))
-        _transpose32(W, k0, kc, T)
-        for b in prange(nb):
-            acc = np.empty(kc, dtype=np.float32)
-            acci = acc.view(np.int32)
-            e = np.empty(kc, dtype=np.float32)
-            tf = np.empty(kc, dtype=np.float32)
-            ti = tf.view(np.int32)
-            pw = np.empty(kc)
-            for ii in range(b * block_rows, min(nr, (b + 1) * block_rows)):
-                i = rows[ii]
-                _scores32(indptr, indices, data, i, T, acc, kc)
-                yy = y[i] - k0
-                if yy >= 0 and yy < kc:
-                    sy[ii] = np.float64(acc[yy])
-                tm32 = _max32(acci, kc, ti, tf)
-                tm = np.float64(tm32)
-                m = mx[ii]
-                skip = -1
-                if tm > m:  # new maximum: rescale the running sums
-                    if m == -np.inf:
-                        s1p[ii] = 0.0
-                    else:
-                        r = math.exp(m - tm)
-                        s1p[ii] = s1p[ii] * r + r
-                        rn = r
-                        for n in range(npw):
-                            rn *= r
-                            spw[ii, n] *= rn
-                    m = tm
-                    mx[ii] = tm
-                    for t in range(kc):
-                        if acc[t] == tm32:
-                            skip = t
-                            break
-                    am[ii] = k0 + skip
-                    acc[skip] = -np.inf  # the argmax is counted apart (exactly 1)
-                s = _vexp32_sum(acc, np.float32(m), e, tf, ti, kc)
-                if skip >= 0:
-                    acc[skip] = tm32
-                s1p[ii] += s
-                emax = 1.0 if skip >= 0 else math.exp(tm - m)
-                one = 1.0 if skip >= 0 else 0.0
-                ratio = emax / (1.0 + s1p[ii])
-                q = kc * ratio * ratio / 2.0
-                if q < 1e-20:
-                    continue
-                spw[ii, 0] += _widen_mul_lanesum(pw, e, kc) + one
-                for n in range(1, npw):
-                    q *= ratio / (n + 2)
-                    if q < 1e-20:
-                        break
-                    spw[ii, n] += _mul_lanesum_wide(pw, e, kc) + one
-    return mx, am, sy, s1p, spw
-
-
-@numba.njit(**PJIT)
-def _finish(mx, am, sy, s1p, spw, y_sel, K):
-    """Per-row loss, error indicator and defective metric from the online state."""
-    nr = mx.size
-    npw = spw.shape[1]
-    nll = np.empty(nr)
-    err = np.empty(nr)
-    dfc = np.empty(nr)
-    for ii in prange(nr):
-        li = (mx[ii] - sy[ii]) + math.log1p(s1p[ii])
-        nll[ii] = li
-        err[ii] = 1.0 if am[ii] != y_sel[ii] else 0.0
-        s1 = 1.0 + s1p[ii]
-        tail = 0.0
-        fact = 1.0
-        for n in range(2, npw + 2):
-            fact *= n
-        for n in range(npw + 1, 1, -1):  # smallest terms first
-            tail += spw[ii, n - 2] / s1**n / fact
-            fact /= n
-        dfc[ii] = -math.exp(-li) + math.log((K + 1.0) + tail)
-    return nll, err, dfc
-
-
-# ---------------------------------------------------------------------------
 # validation
 # ---------------------------------------------------------------------------
 
@@ -791,7 +227,7 @@ def _check_inputs(X, y, W, keep_float32=False):
         raise ValueError(f"W must have at least K = 2 rows (classes); got shape {W.shape}")
     W = np.ascontiguousarray(W, dtype=np.float32 if keep_float32 and W.dtype == np.float32
                              else np.float64)
-    if not _all_finite(W):
+    if not all_finite(W):
         raise ValueError("W contains NaN or infinite values (a diverged run?); "
                          "evaluate only finite weights")
     y = as_labels(y, N, "y")
@@ -828,7 +264,7 @@ def _select_rows(N, rows, subsample, seed):
     return np.arange(N, dtype=np.int64)
 
 
-def _tile_width(K, D, tile=None, itemsize=8):
+def tile_width(K, D, tile=None, itemsize=8):
     if tile is None:
         tile = min(DEFAULT_TILE, max(16, _TILE_BYTES // (itemsize * max(D, 1))))
     return int(min(K, tile))
@@ -838,8 +274,8 @@ def _tile_width(K, D, tile=None, itemsize=8):
 # public API
 # ---------------------------------------------------------------------------
 
-def _per_row(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None,
-             threads=None, tile=None, precision=None):
+def per_row(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None,
+            threads=None, tile=None, precision=None):
     """Validated inputs -> per-row ``(nll, err, dfc, rows)`` for the selected rows."""
     if precision is None:
         precision = DEFAULT_PRECISION
@@ -859,25 +295,25 @@ def _per_row(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None,
     if threads is not None and (not _is_int(threads) or not 1 <= threads <= nmax):
         raise ValueError(f"threads must be an integer in 1..{nmax} "
                          f"(numba's NUMBA_NUM_THREADS); got {threads!r}")
-    tw = _tile_width(K, D, tile, 8 if precision == "float64" else 4)
+    tw = tile_width(K, D, tile, 8 if precision == "float64" else 4)
     old = numba.get_num_threads()
     if threads is not None:
         numba.set_num_threads(int(threads))
     try:
         if precision == "float64":
-            state = _state_pass(X.indptr, X.indices, X.data, sel, y, W, tw, int(block_rows))
+            state = state_pass(X.indptr, X.indices, X.data, sel, y, W, tw, int(block_rows))
         else:
             with np.errstate(over="ignore"):  # beyond float32's range: see below
                 data32 = X.data.astype(np.float32)
-            state = _state_pass32(X.indptr, X.indices, data32, sel, y, W, tw, int(block_rows))
+            state = state_pass32(X.indptr, X.indices, data32, sel, y, W, tw, int(block_rows))
             if not (np.isfinite(state[0]).all() and np.isfinite(state[3]).all()):
                 # a score overflowed float32 (|s| > 3.4e38, or X or W holds entries
                 # beyond float32's range): redo the whole evaluation in float64
-                tw = _tile_width(K, D, tile, 8)
-                state = _state_pass(X.indptr, X.indices, X.data, sel, y,
-                                    np.ascontiguousarray(W, dtype=np.float64), tw,
-                                    int(block_rows))
-        nll, err, dfc = _finish(*state, y[sel], K)
+                tw = tile_width(K, D, tile, 8)
+                state = state_pass(X.indptr, X.indices, X.data, sel, y,
+                                   np.ascontiguousarray(W, dtype=np.float64), tw,
+                                   int(block_rows))
+        nll, err, dfc = finish(*state, y[sel], K)
         _raise_nonfinite(X, y, W, sel, nll, dfc)
     finally:
         if threads is not None:
@@ -998,13 +434,13 @@ def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
     True
     """
     X, W = _model_inputs(X, W, intercept)
-    nll, err, dfc, sel = _per_row(X, y, W, rows=rows, subsample=subsample, seed=seed,
-                                  block_rows=block_rows, threads=threads,
-                                  precision=precision)
+    nll, err, dfc, sel = per_row(X, y, W, rows=rows, subsample=subsample, seed=seed,
+                                 block_rows=block_rows, threads=threads,
+                                 precision=precision)
     n = sel.size
     with np.errstate(over="ignore"):
         total = np.sum(nll)
-    # every row's loss is finite (else _per_row raised); huge ones may overflow the sum
+    # every row's loss is finite (else per_row raised); huge ones may overflow the sum
     log_loss = total / n if np.isfinite(total) else np.sum(nll / n)
     return Evaluation(log_loss=float(log_loss), error=float(np.sum(err) / n),
                       defective=float(np.sum(dfc) / n), n_rows=int(n))

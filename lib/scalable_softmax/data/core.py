@@ -119,6 +119,12 @@ class Dataset:
         ])
 
 
+def dataset_options(name: str) -> dict:
+    """The extra keyword options data set ``name`` (a canonical name of ``DATASETS``)
+    accepts, with their defaults (the dictionary itself, not a copy: do not modify it)."""
+    return _OPTIONS[name]
+
+
 def _canon_name(name: str) -> str:
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")

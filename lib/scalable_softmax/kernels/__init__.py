@@ -1,24 +1,30 @@
-"""The library's numba building blocks, public for benchmarks and for code that times or
-replays what a kernel does.
+"""The library's numba code, one module per method family, under public names.
 
-Every name here is the very object the library's kernels call (a re-export, not a copy),
-so a loop built from them makes the kernels' accesses and arithmetic and a benchmark
-times the library's own code. The names are kept from version to version; the arguments
-follow the kernels (each is documented where it is defined) and may change with them.
-Training, evaluation and the reference steps are not here: use
-:func:`scalable_softmax.fit.fit`, :func:`scalable_softmax.evaluate.evaluate` and the
-``reference_step`` of each method module (:mod:`scalable_softmax.methods`).
+Every method module of :mod:`scalable_softmax.methods` holds its trainers and the plain
+NumPy ``reference_step`` they are tested against; the numba kernels they call live here,
+so a benchmark times (and a test replays) the library's own objects. The names are kept
+from version to version; the arguments follow the kernels (each is documented where it
+is defined) and may change with them. Training, evaluation and the reference steps are
+not here: use :func:`scalable_softmax.fit.fit`, :func:`scalable_softmax.evaluate.evaluate`
+and the ``reference_step`` of each method module.
 
 The submodules:
 
+:mod:`scalable_softmax.kernels.common`
+    the splitmix64 random stream and the sparse-row helpers several families share.
 :mod:`scalable_softmax.kernels.sgd`
-    the class draws and prefetch mode of the explicit-SGD kernels.
-:mod:`scalable_softmax.kernels.sampled`
-    the cache hints and fused dot products of the sampled-softmax kernels.
+    explicit SGD (``"vanilla"``, ``"umax"``, ``"raman"``).
+:mod:`scalable_softmax.kernels.implicit`
+    implicit SGD (``"implicit"``).
 :mod:`scalable_softmax.kernels.implicit_batch`
-    the pieces of one Newton iteration of implicit-batch's reduced problem.
+    implicit-batch (``"implicit-batch"``): one Newton solve of the reduced problem.
+:mod:`scalable_softmax.kernels.sampled`
+    the sampled softmax methods (``"ove"``, ``"nce"``, ``"is"``).
+:mod:`scalable_softmax.kernels.full`
+    full-softmax SGD (``"softmax-sgd"``) and the full-batch objectives (``"exact"``,
+    ``"bouchard"``, ``"ove-exact"``).
 :mod:`scalable_softmax.kernels.evaluate`
-    the float32 scoring kernels of :func:`scalable_softmax.evaluate.evaluate`.
+    the scoring kernels of :func:`scalable_softmax.evaluate.evaluate`.
 :mod:`scalable_softmax.kernels.softmax_sgd`
     the epoch of ``softmax-sgd`` on feature-major weights and its pieces (the module
     itself, not a re-export).
@@ -44,14 +50,13 @@ __all__ = ["prefetch_r", "prefetch_w", "softplus", "logaddexp", "sigmoid", "csr_
 
 
 def csr_arrays(trainer):
-    """The CSR arrays and labels a trainer's kernels read.
+    """The CSR arrays and labels a trainer's kernels read
+    (:meth:`scalable_softmax.methods.base.Trainer.csr_arrays`).
 
     Parameters
     ----------
     trainer : scalable_softmax.methods.base.Trainer
-        A stochastic trainer (``"vanilla"``, ``"umax"``, ``"raman"``, ``"implicit"``,
-        ``"implicit-batch"``, ``"ove"``, ``"nce"``, ``"is"``, ``"softmax-sgd"``) or an
-        L-BFGS one.
+        A trainer of any registered method.
 
     Returns
     -------
@@ -59,37 +64,35 @@ def csr_arrays(trainer):
         The trainer's own contiguous arrays (not copies): ``indptr`` int64, ``indices``
         int32 or int64 as the method stores them, ``data`` float64, ``y`` int64.
     """
-    return trainer._indptr, trainer._indices, trainer._data, trainer._y
+    return trainer.csr_arrays()
 
 
 def prefetch_mode(trainer) -> int:
     """The kernel mode (0 plain, 1 to 3 pipelined; see
-    :func:`scalable_softmax.methods.sgd._epoch_m1`) an explicit-SGD trainer runs."""
-    return trainer._pf_mode
+    :func:`scalable_softmax.kernels.sgd.epoch_m1`) an explicit-SGD trainer runs."""
+    return trainer.prefetch_mode
 
 
 def set_prefetch_mode(trainer, mode: int) -> None:
     """Make an explicit-SGD trainer run kernel mode ``mode`` (0 to 3) from its next epoch;
     every mode gives bit-identical results, only the memory hints differ."""
-    if mode not in (0, 1, 2, 3):
-        raise ValueError(f"mode must be 0, 1, 2 or 3; got {mode!r}")
-    trainer._pf_mode = int(mode)
+    trainer.prefetch_mode = mode
 
 
 def dense_rows(trainer) -> bool:
     """True when an explicit-SGD trainer runs its dense-row path (every row of ``X``
     stores all ``D`` columns)."""
-    return trainer._dense
+    return trainer.dense_rows
 
 
 def objective(trainer, x):
     """The value and gradient an L-BFGS trainer (``"exact"``, ``"bouchard"``,
     ``"ove-exact"``) minimises, at the flat parameter vector ``x``: what each of its
-    iterations evaluates.
+    iterations evaluates (:meth:`scalable_softmax.methods.full.ExactTrainer.objective_at`).
 
     Returns
     -------
     value : float
     gradient : ndarray, the shape of ``x``
     """
-    return trainer._fun(x)
+    return trainer.objective_at(x)

@@ -161,6 +161,13 @@ class Trainer:
             )
         return {**defaults, **self.options}
 
+    def csr_arrays(self):
+        """The CSR arrays and labels this trainer's kernels read: ``indptr`` (int64),
+        ``indices`` (int32 or int64 as the method stores them), ``data`` (float64), ``y``
+        (int64); the trainer's own contiguous arrays, not copies. Every trainer whose
+        kernels read ``X`` row by row keeps them (all the registered methods)."""
+        return self._indptr, self._indices, self._data, self._y
+
     def warmup(self) -> None:
         """Compile (or load from numba's cache) every kernel :meth:`run_epoch` will use,
         so that ``fit`` does not count compilation as training time. Called once after

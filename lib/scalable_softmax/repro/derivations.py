@@ -1415,9 +1415,9 @@ def check_prop4_evaluations(bracket_df: pd.DataFrame, eps=1e-8, tol=1e-10):
     (:func:`bisection_evaluations`), compared with the printed bound
     ``log2(1/eps) + log2(|delta~ - u~| + 2 eta ||x||^2 + log(K-1))`` (rounded up) and
     with the corrected ``log(2(K-1))`` version; also the library's safeguarded
-    Halley solver's evaluations (:func:`methods.implicit.solve_reduced`, relative
+    Halley solver's evaluations (:func:`kernels.implicit.solve_reduced`, relative
     accuracy ``tol``) against the printed bound."""
-    from scalable_softmax.methods.implicit import solve_reduced
+    from scalable_softmax.kernels.implicit import solve_reduced
     df = bracket_df.copy()
     n_bis = bisection_evaluations(df.width.values, eps)
     paper = np.log2(1 / eps) + np.log2(df.paper_width_bound.values)

@@ -257,7 +257,7 @@ def data_fingerprint(dataset: str) -> dict:
 
     if dataset in SURROGATE_DATASETS:
         return {"generator": f"surrogate:{surrogate.PROFILE_SIZE}:{data_cache.CODE_VERSION}",
-                "options": core._OPTIONS[dataset]}
+                "options": core.dataset_options(dataset)}
     data_dir = paths.raw_dir()
     files = registry.locate(dataset, data_dir=data_dir, verify=False)
     return {"files": {role: _file_sha(p, data_dir) for role, p in sorted(files.items())}}

@@ -9,9 +9,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT
+from scalable_softmax._kernels import JIT, prefetch_r
 
-__all__ = ["rand_below", "seed_state", "dot", "axpy_check", "touched_zeros"]
+__all__ = ["rand_below", "seed_state", "dot", "axpy_check", "prefetch_csr_row",
+           "touched_zeros", "IJIT"]
+
+#: flags of the small helpers inlined (numba IR) into every kernel that calls them
+IJIT = dict(JIT, inline="always")
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -51,7 +55,8 @@ def seed_state(seed):
 def dot(indices, data, p0, p1, row):
     """``sum_p data[p] * row[indices[p]]`` with four partial sums (shorter
     dependency chains; every kernel uses this one summation order: exact softmax SGD
-    calls this function, the sampled kernels of :mod:`.sampled` :func:`_dot1`, :func:`_dot2`, :func:`_dot3`)."""
+    calls this function, the sampled kernels of :mod:`.sampled` ``dot1``, ``dot2`` and
+    ``dot3``)."""
     a0 = 0.0
     a1 = 0.0
     a2 = 0.0
@@ -80,6 +85,24 @@ def axpy_check(indices, data, p0, p1, row, a):
         if not abs(v) < np.inf:
             bad = 1
     return bad
+
+
+@numba.njit(**IJIT)
+def prefetch_csr_row(indptr, indices, data, j, with_indices):
+    """Hint the lines of row ``j`` of a CSR matrix for reading: its values (one hint per
+    8 entries and the last one) and, when ``with_indices``, its column indices (one per
+    16 and the last). The software pipelines of the SGD and implicit kernels hint the
+    row a few steps ahead this way; hints never change a result."""
+    b0 = indptr[j]
+    b1 = indptr[j + 1]
+    if b1 > b0:
+        for p in range(b0, b1, 8):
+            prefetch_r(data, p)
+        prefetch_r(data, b1 - 1)
+        if with_indices:
+            for p in range(b0, b1, 16):
+                prefetch_r(indices, p)
+            prefetch_r(indices, b1 - 1)
 
 
 def touched_zeros(K, D):
