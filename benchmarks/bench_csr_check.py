@@ -19,6 +19,7 @@ import argparse
 import time
 
 import numpy as np
+
 from _common import machine_info, machine_line, publish
 
 

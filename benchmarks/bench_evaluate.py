@@ -49,15 +49,11 @@ from pathlib import Path
 
 import numba
 import numpy as np
-import scipy
 import scipy.sparse as sp
-
-import _common
-
 from numba import prange
 
-from scalable_softmax.evaluate import evaluate
-from scalable_softmax.evaluate import per_row, tile_width
+import _common
+from scalable_softmax.evaluate import evaluate, per_row, tile_width
 from scalable_softmax.kernels.evaluate import transpose32
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -287,7 +283,9 @@ def simd_evidence():
     maxima, conversions) in the assembly of the float32 kernels and of the FMA-peak
     loop, from fresh uncached compilations (numba shows no assembly for cached code)."""
     import re
+
     from numba import types as nt
+
     from scalable_softmax.kernels import evaluate as evm
     f32a, i32a = nt.float32[::1], nt.int32[::1]
     cases = [(evm.scores32, evm.JIT32, (i32a, i32a, f32a, nt.int64, nt.float32[:, ::1], f32a,

@@ -37,7 +37,6 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, machine_info, write_atomic  # noqa: E402
-
 from scalable_softmax import kernels  # noqa: E402
 from scalable_softmax.methods.full import ExactTrainer  # noqa: E402
 

@@ -83,9 +83,10 @@ def compile_times(methods):
 
 
 def rate_table(methods, rates):
+    import scipy.sparse as sp
     from sklearn.datasets import load_digits
     from sklearn.preprocessing import StandardScaler, normalize
-    import scipy.sparse as sp
+
     from scalable_softmax.fit import fit
 
     X, y = load_digits(return_X_y=True)

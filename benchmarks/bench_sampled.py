@@ -55,8 +55,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import logsumexp
 
-from scalable_softmax import objectives as ob
 from scalable_softmax import kernels
+from scalable_softmax import objectives as ob
 from scalable_softmax.kernels import prefetch_r as _prefetch_r
 from scalable_softmax.kernels import prefetch_w as _prefetch_w
 from scalable_softmax.kernels import sampled as ksampled

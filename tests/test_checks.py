@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
+from scalable_softmax import objectives as ob
+from scalable_softmax._atomic import file_mode
 from scalable_softmax.repro import derivations as C
 from scalable_softmax.repro import outputs as O
-from scalable_softmax._atomic import file_mode
-from scalable_softmax import objectives as ob
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 import scipy.sparse as sp
+
 from scalable_softmax import validation
 from scalable_softmax.methods import METHODS
 

@@ -18,8 +18,7 @@ import pytest
 from scalable_softmax import paths
 from scalable_softmax.data import registry as R
 from scalable_softmax.data import tokenize
-from scalable_softmax.data.newsgroups import (PAPER_SHAPE, ove_newsgroups,
-                                              strip_header)
+from scalable_softmax.data.newsgroups import PAPER_SHAPE, ove_newsgroups, strip_header
 
 POSTS = {
     # (split, newsgroup, file): text; headers hold words that never occur in a body

@@ -1,17 +1,21 @@
 """The paper's preprocessing, load_dataset end to end on small files, and the cache."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax.data import (ChecksumError, DataFormatError, MissingDataError,
-                                   apply_conventions, load_dataset, normalize_rows,
-                                   select_features)
+from scalable_softmax.data import (
+    ChecksumError,
+    DataFormatError,
+    MissingDataError,
+    apply_conventions,
+    core,
+    load_dataset,
+    normalize_rows,
+    select_features,
+)
 from scalable_softmax.data import cache as dcache
-from scalable_softmax.data import core
 from scalable_softmax.data.readers import LabelledData
 
 

@@ -13,9 +13,19 @@ import tarfile
 import numpy as np
 import pytest
 
-from scalable_softmax.data import (DataFormatError, bag_of_words, read_20newsgroups,
-                                   read_arff, read_idx, read_libsvm, read_mnist,
-                                   read_mulan, read_mulan_labels, read_xmlrepo, tokenize)
+from scalable_softmax.data import (
+    DataFormatError,
+    bag_of_words,
+    read_20newsgroups,
+    read_arff,
+    read_idx,
+    read_libsvm,
+    read_mnist,
+    read_mulan,
+    read_mulan_labels,
+    read_xmlrepo,
+    tokenize,
+)
 
 
 def write(path, text, *, gz=False):

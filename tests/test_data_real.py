@@ -11,8 +11,13 @@ import numpy as np
 import pytest
 
 from scalable_softmax import paths
-from scalable_softmax.data import (MissingDataError, load_dataset, read_20newsgroups,
-                                   read_mnist, read_mulan)
+from scalable_softmax.data import (
+    MissingDataError,
+    load_dataset,
+    read_20newsgroups,
+    read_mnist,
+    read_mulan,
+)
 from scalable_softmax.data import registry as R
 
 pytestmark = pytest.mark.realdata

@@ -187,9 +187,8 @@ def test_verification_cache_is_keyed_by_size_and_mtime(tmp_path):
 def test_table_write_is_atomic(tmp_path):
     import pandas as pd
 
-    from scalable_softmax.data.__main__ import _write_table
-
     from scalable_softmax.data import PAPER_TABLE1
+    from scalable_softmax.data.__main__ import _write_table
 
     df = PAPER_TABLE1.copy()
     for c in ("K", "D", "N"):

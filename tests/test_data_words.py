@@ -17,7 +17,7 @@ from scalable_softmax import paths
 from scalable_softmax.data import load_dataset, tokenize
 from scalable_softmax.data import registry as R
 from scalable_softmax.data.newsgroups import strip_header
-from test_data_newsgroups import POSTS, bodies, make_corpus
+from test_data_newsgroups import bodies, make_corpus
 
 
 def load(tmp_path, split="train", **kw):

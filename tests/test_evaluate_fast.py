@@ -20,8 +20,8 @@ import scipy.sparse as sp
 
 import scalable_softmax.kernels.evaluate as kev
 import scalable_softmax.objectives as ob
-from scalable_softmax.evaluate import per_row as _per_row_any
 from scalable_softmax.evaluate import evaluate as evaluate_any
+from scalable_softmax.evaluate import per_row as _per_row_any
 
 evm = importlib.import_module("scalable_softmax.evaluate")  # the module, not the function
 
@@ -332,6 +332,7 @@ def test_float32_kernels_use_wide_fma():
     zmm) when the CPU has them (a fresh, uncached compilation: numba shows no
     assembly for cached code)."""
     import re
+
     from numba import types as nt
     g = numba.njit(**dict(kev.JIT32, cache=False))(kev.scores32.py_func)
     f32a, i32a = nt.float32[::1], nt.int32[::1]

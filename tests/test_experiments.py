@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalable_softmax.repro import runs as ex
 from scalable_softmax.fit import fit
+from scalable_softmax.repro import runs as ex
 
 
 def _spec(**kw):

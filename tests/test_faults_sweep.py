@@ -15,9 +15,8 @@ import nbformat
 import pytest
 
 import faultlib as fl
-from scalable_softmax.repro import runs as ex
 from scalable_softmax import paths
-
+from scalable_softmax.repro import runs as ex
 
 SWEEP = textwrap.dedent("""
     import json

@@ -13,8 +13,14 @@ from scipy.special import expit, logsumexp
 from scalable_softmax import objectives as ob
 from scalable_softmax.methods import get_trainer_class
 from scalable_softmax.methods.full import (
-    BouchardTrainer, ExactTrainer, SoftmaxSGDTrainer, bouchard_alpha, exact_solution,
-    full_objective, full_objective_reference, reference_step,
+    BouchardTrainer,
+    ExactTrainer,
+    SoftmaxSGDTrainer,
+    bouchard_alpha,
+    exact_solution,
+    full_objective,
+    full_objective_reference,
+    reference_step,
 )
 
 

@@ -12,12 +12,16 @@ import pytest
 import scipy.optimize as so
 import scipy.sparse as sp
 
-from scalable_softmax.kernels import implicit_batch as kib
 from scalable_softmax import objectives as ob
+from scalable_softmax.kernels import implicit_batch as kib
 from scalable_softmax.methods import get_trainer_class
 from scalable_softmax.methods import implicit_batch as ib
-from scalable_softmax.methods.implicit_batch import (ImplicitBatchTrainer, batch_objective,
-                                                     reference_step, touch_beta)
+from scalable_softmax.methods.implicit_batch import (
+    ImplicitBatchTrainer,
+    batch_objective,
+    reference_step,
+    touch_beta,
+)
 
 
 # ------------------------------------------------------------------------------------

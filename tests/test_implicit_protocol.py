@@ -10,9 +10,14 @@ import pytest
 import scipy.sparse as sp
 
 from scalable_softmax.fit import fit
-from scalable_softmax.methods.implicit import (ImplicitTrainer, class_touch_weights,
-                                               draw_classes, implicit_epoch_reference,
-                                               pass_seeds, solve_reduced_reference)
+from scalable_softmax.methods.implicit import (
+    ImplicitTrainer,
+    class_touch_weights,
+    draw_classes,
+    implicit_epoch_reference,
+    pass_seeds,
+    solve_reduced_reference,
+)
 
 REL = 1e-10
 LR = 0.7

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from scipy.special import lambertw as scipy_lambertw
 
-from scalable_softmax.lambertw import (lambertw0, lambertw0_array, lambertw_exp,
-                                       lambertw_exp_array)
+from scalable_softmax.lambertw import lambertw0, lambertw0_array, lambertw_exp, lambertw_exp_array
 
 RTOL = 1e-15          # the module's claim: ~1 ulp; checked with margin below 1e-15
 rng = np.random.default_rng(20180101)

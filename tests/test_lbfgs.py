@@ -9,8 +9,12 @@ import pytest
 import scipy.optimize
 import scipy.sparse as sp
 
-from scalable_softmax.methods.full import (BouchardTrainer, ExactTrainer, OVEExactTrainer,
-                                           full_objective)
+from scalable_softmax.methods.full import (
+    BouchardTrainer,
+    ExactTrainer,
+    OVEExactTrainer,
+    full_objective,
+)
 from scalable_softmax.methods.lbfgs import bfgs_inverse_reference, lbfgs, two_loop
 
 

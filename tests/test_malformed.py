@@ -25,6 +25,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from scalable_softmax import validation
 from scalable_softmax.data import cache
 from scalable_softmax.data.errors import DataFormatError

@@ -109,6 +109,7 @@ def test_a_changed_word_fails_and_a_record_passes(project):
 
 def _sanitized(text: str) -> str:
     import re
+
     from nbval.plugin import get_sanitize_patterns
     for regex, replace in get_sanitize_patterns(SANITIZE.read_text()):
         text = re.sub(regex, replace, text)

@@ -18,7 +18,6 @@ from scipy.special import expit
 
 import scalable_softmax.objectives as ob
 
-
 # ---------------------------------------------------------------------------
 # fixtures and helpers
 # ---------------------------------------------------------------------------

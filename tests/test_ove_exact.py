@@ -12,7 +12,9 @@ from scalable_softmax import objectives as ob
 from scalable_softmax.fit import fit
 from scalable_softmax.methods import get_trainer_class
 from scalable_softmax.methods.full import (
-    OVEExactTrainer, full_objective, full_objective_reference,
+    OVEExactTrainer,
+    full_objective,
+    full_objective_reference,
 )
 
 

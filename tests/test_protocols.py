@@ -6,10 +6,10 @@ import pytest
 import scipy.sparse as sp
 
 from scalable_softmax import protocols
-from scalable_softmax.repro import paper as authors
-from scalable_softmax.repro import runs as ex
 from scalable_softmax.fit import fit
 from scalable_softmax.protocols import PROTOCOL_METHODS, fit_kwargs
+from scalable_softmax.repro import paper as authors
+from scalable_softmax.repro import runs as ex
 
 
 def test_authors_code_is_math_section_11():

@@ -42,9 +42,10 @@ def test_provenance_names_the_blas_kernel_cpu_and_library_versions(build, monkey
     import numba
     import numpy
     import scipy
+    from threadpoolctl import threadpool_info
+
     from scalable_softmax.repro import blaskernel
     from scalable_softmax.repro.timing import cpu_model
-    from threadpoolctl import threadpool_info
 
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")   # named as set (not applied here)
     text = runner.write_provenance("full", out=build / "PROVENANCE.md").read_text()

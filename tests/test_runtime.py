@@ -11,7 +11,6 @@ import scipy.sparse as sp
 
 from scalable_softmax.repro import timing as rt
 
-
 # ---------------------------------------------------------------------------
 # synthetic_sparse
 # ---------------------------------------------------------------------------

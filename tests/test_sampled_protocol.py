@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from scalable_softmax.methods.sampled import (
-    KIND_IS, KIND_NCE, KIND_OVE, ISTrainer, NCETrainer, OVETrainer, epoch_draws,
+    KIND_IS,
+    KIND_NCE,
+    KIND_OVE,
+    ISTrainer,
+    NCETrainer,
+    OVETrainer,
+    epoch_draws,
     reference_step,
 )
-
 from test_sampled import _problem as _base_problem  # tests/ is on sys.path (rootdir)
 
 TRAINERS = {"ove": OVETrainer, "nce": NCETrainer, "is": ISTrainer}

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalable_softmax.repro import reporting as rp
 from scalable_softmax.repro import main_study as study
+from scalable_softmax.repro import reporting as rp
 
 
 def _runs():

@@ -16,10 +16,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from scalable_softmax import paths, progress  # noqa: E402
-from scalable_softmax.repro import style  # noqa: E402
-from scalable_softmax.repro.instability import REPLAY_METHODS  # noqa: E402
 from scalable_softmax.methods import METHODS  # noqa: E402
 from scalable_softmax.protocols import PROTOCOL_METHODS  # noqa: E402
+from scalable_softmax.repro import style  # noqa: E402
+from scalable_softmax.repro.instability import REPLAY_METHODS  # noqa: E402
+
 
 def _notebooks():
     out = []
@@ -113,8 +114,8 @@ def test_bar_axes_start_at_zero_and_log_bars_are_refused():
 
 
 def test_show_displays_a_figure_made_without_pyplot(monkeypatch):
-    from matplotlib.figure import Figure
     import IPython.display
+    from matplotlib.figure import Figure
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))

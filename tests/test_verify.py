@@ -7,6 +7,7 @@ import pytest
 from scalable_softmax import paths
 from scalable_softmax.repro import verify
 
+
 @pytest.fixture(scope="module")
 def tolerances():
     return verify.Tolerances.load()

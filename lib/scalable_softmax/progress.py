@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 __all__ = ["tqdm", "compile_kernels", "in_kernel", "shows_progress", "ENV"]
 

@@ -13,14 +13,31 @@ PREFIX]`` prints the paper's Table 1 beside ours. See ``data/README.md``.
 from __future__ import annotations
 
 from .cache import CODE_VERSION
-from .core import (DATASETS, PAPER_TABLE1, REAL_DATASETS, SURROGATE_DATASETS, Dataset,
-                   format_table1_markdown, load_dataset, paper_table1)
+from .core import (
+                   DATASETS,
+                   PAPER_TABLE1,
+                   REAL_DATASETS,
+                   SURROGATE_DATASETS,
+                   Dataset,
+                   format_table1_markdown,
+                   load_dataset,
+                   paper_table1,
+)
 from .errors import ChecksumError, DataFormatError, MissingDataError
-from .preprocess import (DROP_REASONS, apply_conventions, normalize_rows,
-                         select_features)
-from .readers import (LabelledData, bag_of_words, read_20newsgroups, read_arff,
-                      read_idx, read_libsvm, read_mnist, read_mulan, read_mulan_labels,
-                      read_xmlrepo, tokenize)
+from .preprocess import DROP_REASONS, apply_conventions, normalize_rows, select_features
+from .readers import (
+                   LabelledData,
+                   bag_of_words,
+                   read_20newsgroups,
+                   read_arff,
+                   read_idx,
+                   read_libsvm,
+                   read_mnist,
+                   read_mulan,
+                   read_mulan_labels,
+                   read_xmlrepo,
+                   tokenize,
+)
 from .registry import FILES, USER_FILES, fetch, locate, sha256_file, verify_file
 from .surrogate import SURROGATES
 

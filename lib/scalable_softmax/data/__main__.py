@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
+from . import registry
 from .core import DATASETS, format_table1_markdown, load_dataset, paper_table1
 from .errors import ChecksumError, DataFormatError, MissingDataError
-from . import registry
 from .registry import atomic_write_bytes, fetch, verify_file
 
 

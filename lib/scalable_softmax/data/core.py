@@ -14,8 +14,16 @@ from . import cache as _cache
 from . import registry, surrogate, words
 from .errors import MissingDataError
 from .preprocess import DROP_REASONS, TrainState, apply_conventions
-from .readers import (LabelledData, bag_of_words, open_text, read_20newsgroups,
-                      read_libsvm, read_mnist, read_mulan, read_xmlrepo)
+from .readers import (
+    LabelledData,
+    bag_of_words,
+    open_text,
+    read_20newsgroups,
+    read_libsvm,
+    read_mnist,
+    read_mulan,
+    read_xmlrepo,
+)
 
 __all__ = ["Dataset", "load_dataset", "DATASETS", "REAL_DATASETS", "SURROGATE_DATASETS",
            "PAPER_TABLE1", "paper_table1", "format_table1_markdown"]

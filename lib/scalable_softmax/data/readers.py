@@ -30,10 +30,10 @@ import re
 import tarfile
 import zlib
 from collections import Counter
-from itertools import chain, repeat
-from xml.parsers import expat
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from pathlib import Path
+from xml.parsers import expat
 
 import numpy as np
 import scipy.sparse as sp

@@ -54,7 +54,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import brentq
 
-from .._kernels import JIT, PJIT
+from .._kernels import PJIT
 from .readers import LabelledData
 
 __all__ = ["SURROGATES", "SurrogateSpec", "PlantedModel", "make_model", "generate_split",

@@ -38,8 +38,7 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT
-from scalable_softmax._kernels import prefetch_w
+from scalable_softmax._kernels import JIT, prefetch_w
 from scalable_softmax.lambertw import lambertw_exp
 
 __all__ = ["EIG_RTOL", "chol_factor", "chol_solve", "chunk_labels", "descends",

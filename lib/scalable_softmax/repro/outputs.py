@@ -26,17 +26,16 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from scalable_softmax import paths
-import math
-
 import numpy as np
 import pandas as pd
 
+from scalable_softmax import paths
 from scalable_softmax._atomic import atomic_open, atomic_path
 
 __all__ = ["ENV", "Stage", "StagedPath", "staged_path", "recover", "stage_root", "format_number",
