@@ -31,7 +31,7 @@ __all__ = ["surrogate_labeller", "panel_title_labeller", "study_settings",
            "seed_used", "seed_verdict", "seed_range", "claim_columns", "judge_claims",
            "check_table3", "series_figure", "recorded_curves_figure", "initial_rates_md",
            "tuned_rates", "lowest_method", "tuned_summary_lines", "read_table3_columns",
-           "tuned_table3_long"]
+           "tuned_table3_long", "mean_abs_log_ratio", "what_we_found_lines"]
 
 
 # ---------------------------------------------------------------------------
@@ -903,3 +903,129 @@ def tuned_summary_lines(win: dict, used, datasets, methods, label) -> list[str]:
     for k, w in win.items():
         lines.append(f"Implicit lowest ({k}): {int((w == 'implicit').sum())} of {len(datasets)}")
     return lines
+
+
+# ---------------------------------------------------------------------------
+# the numbers of notebook 06's "What we found", from this run's tables
+# ---------------------------------------------------------------------------
+
+def _ratios(t: pd.DataFrame, d, methods, digits=2) -> str:
+    return " / ".join(f"{t.loc[d, m]:.{digits}f}" for m in methods)
+
+
+def mean_abs_log_ratio(ours: pd.DataFrame, published: pd.DataFrame, datasets,
+                       methods) -> float:
+    """The mean over ``datasets`` x ``methods`` (cells finite in both) of
+    ``|log(ours / published)|``: how far a version of Table 3 lies from the published one."""
+    a = ours.reindex(index=list(datasets), columns=list(methods)).to_numpy(dtype=float)
+    b = published.reindex(index=list(datasets), columns=list(methods)).to_numpy(dtype=float)
+    r = np.abs(np.log(a / b))
+    return float(np.nanmean(r)) if np.isfinite(r).any() else np.nan
+
+
+def what_we_found_lines(tables: dict, claims: pd.DataFrame, versions: dict, match,
+                        protocol, one_pass_protocol, paper_text_protocol, methods,
+                        real, bib=None, test_cmp=None, test_map=None) -> list[str]:
+    """The numbers notebook 06's "What we found" rests on, as sentences built from this
+    run's tables: ``tables`` (:func:`table3_versions`), ``claims`` (:func:`judge_claims`),
+    ``versions`` (:func:`run_protocols`), ``match`` (:func:`recorded_comparison`), and
+    when they were made ``bib`` (:func:`bibtex_implicit_variants`), ``test_cmp``
+    (:func:`recorded_test_comparison`) and ``test_map`` (:func:`bibtex_test_maps`).
+    ``real`` names the real data sets compared with the published table. A part whose
+    table or data set is missing from the run is left out."""
+    lines = []
+    counts = ", ".join(f"{len(r)} runs under `{n}` ({r.seed.nunique()} seeds)"
+                       for n, (r, _) in versions.items())
+    lines.append(f"Runs: {counts}.")
+    pub = tables["published"]
+    ours = tables.get(f"{protocol}, as published")
+    shown = [m for m in methods if m != "implicit"]
+    if ours is not None and shown:
+        for d in [d for d in real if d in ours.index]:
+            diff = (ours.loc[d, shown] - pub.loc[d, shown]).abs()
+            lines.append(f"Table 3 as published, {d} ({' / '.join(shown)}): ours "
+                         f"{_ratios(ours, d, shown)} against the published "
+                         f"{_ratios(pub, d, shown)} (largest difference "
+                         f"{diff.max():.2f}, at {diff.idxmax()}).")
+        mal = {n: mean_abs_log_ratio(tables[f"{n}, as published"], pub, real, shown)
+               for n in (protocol, paper_text_protocol)
+               if f"{n}, as published" in tables}
+        lines.append("Mean |log ratio| to the published table over "
+                     f"{', '.join(real)}: " + ", ".join(f"{v:.2f} under `{n}`"
+                                                        for n, v in mal.items()) + ".")
+        rec = tables.get("recorded")
+        if rec is not None and "bibtex" in ours.index:
+            ms = [m for m in ("ove", "umax") if m in shown]
+            lines.append("Bibtex ratios, ours against the authors' recorded ones: " + ", ".join(
+                f"{m} {ours.loc['bibtex', m]:.1f} against {rec.loc['bibtex', m]:.1f}"
+                for m in ms) + " (ours / recorded - 1 from "
+                f"{(ours.loc['bibtex', shown] / rec.loc['bibtex', shown] - 1).min():.0%} to "
+                f"{(ours.loc['bibtex', shown] / rec.loc['bibtex', shown] - 1).max():.0%}).")
+    if match is not None and len(match):
+        close = match.rel_diff.abs() <= 0.015
+        lines.append(f"Ours against the recorded runs: {int(close.sum())} of {len(match)} "
+                     "comparable values within 1.5%; the defective metric (OVE, NCE, IS) "
+                     f"within {match[match.metric == 'defective'].rel_diff.abs().max():.1%}.")
+        exact = match[match.metric != "defective"]
+        for d, g in exact.groupby("dataset", sort=False):
+            lines.append(f"  {d} ({' / '.join(g.method)}): ours "
+                         f"{' / '.join(f'{v:.3f}' for v in g.ours_mean)} against "
+                         f"{' / '.join(f'{v:.3f}' for v in g.recorded)}; diverged seeds "
+                         f"{' / '.join(str(v) for v in g.diverged_seeds)}.")
+        if ours is not None and "delicious" in ours.index and "vanilla" in ours.columns:
+            lines.append("Delicious vanilla SGD in Table 3 (at the stable rate): ratio "
+                         f"{ours.loc['delicious', 'vanilla']:.2f} against the published "
+                         f"{pub.loc['delicious', 'vanilla']:.2f}.")
+    if bib is not None and len(bib):
+        rows = "; ".join(f"{v} {r['mean']:.3f} ({r['min']:.3f}-{r['max']:.3f})"
+                         for v, r in bib.set_index("variant").iterrows())
+        lines.append(f"Bibtex Implicit SGD's train log-loss (recorded "
+                     f"{bib.recorded.iloc[0]:.3f}): {rows}.")
+    if test_cmp is not None and len(test_cmp):
+        for d, g in test_cmp.groupby("dataset", sort=False):
+            lines.append(f"Test after the last epoch, {d} ({' / '.join(g.method)}): error "
+                         f"{' / '.join(f'{v:.3f}' for v in g.test_error_ours)} against the "
+                         f"recorded {' / '.join(f'{v:.3f}' for v in g.test_error_recorded)}, "
+                         f"log-loss {' / '.join(f'{v:.2f}' for v in g.test_log_loss_ours)} "
+                         f"against {' / '.join(f'{v:.2f}' for v in g.test_log_loss_recorded)}; "
+                         f"train error {' / '.join(f'{v:.3f}' for v in g.train_error_ours)}.")
+    if test_map is not None and len(test_map):
+        for e, g in test_map.groupby("epoch"):
+            lines.append(
+                f"Bibtex test at epoch {e} ({' / '.join(g.method)}): error with the test "
+                f"split's own map {' / '.join(f'{v:.3f}' for v in g.test_error_own_map)}, "
+                f"recorded {' / '.join(f'{v:.3f}' for v in g.test_error_recorded)}, right map "
+                f"{' / '.join(f'{v:.3f}' for v in g.test_error_right_map)}; log-loss own map "
+                f"{' / '.join(f'{v:.2f}' for v in g.test_log_loss_own_map)}, recorded "
+                f"{' / '.join(f'{v:.2f}' for v in g.test_log_loss_recorded)}.")
+    one = tables.get(f"{one_pass_protocol}, as published")
+    if ours is not None and one is not None and shown:
+        lines.append(f"Averages as published ({' / '.join(shown)}): "
+                     f"{_ratios(ours, 'Average', shown)} under `{protocol}`, "
+                     f"{_ratios(one, 'Average', shown)} under `{one_pass_protocol}`.")
+        if "bibtex" in one.index:
+            ms = [m for m in ("ove", "umax") if m in shown]
+            lines.append("Bibtex under the two: " + ", ".join(
+                f"{m} {ours.loc['bibtex', m]:.1f} to {one.loc['bibtex', m]:.1f}" for m in ms)
+                + ".")
+    ex_ = tables.get(f"{protocol}, exact")
+    biased = [m for m in BIASED if m in methods]
+    if ex_ is not None and biased:
+        for d in [d for d in ("bibtex", "delicious") if d in ex_.index]:
+            lines.append(f"Exact log-loss of {' / '.join(biased)} on {d} under `{protocol}`: "
+                         f"{' / '.join(f'{ex_.loc[d, m]:,.0f}' for m in biased)} times "
+                         "Implicit SGD's.")
+    pt_ex = tables.get(f"{paper_text_protocol}, exact")
+    if pt_ex is not None and biased:
+        lines.append(f"Exact averages under `{paper_text_protocol}`: " + ", ".join(
+            f"{m} {pt_ex.loc['Average', m]:.2f}" for m in biased) + " times Implicit SGD's.")
+    if pt_ex is not None and "umax" in methods and "mnist" in pt_ex.index:
+        lines.append(f"U-max on MNIST under `{paper_text_protocol}`: "
+                     f"{pt_ex.loc['mnist', 'umax']:.1f} times Implicit SGD's.")
+    for _, row in claims.iterrows():
+        parts = [f"`{n}` {row[n]} ({row[f'verdict_{n}']}; {row[f'seeds_{n}']}, over the "
+                 f"seeds {row[f'range_over_seeds_{n}']})" for n in versions
+                 if n in row.index]
+        lines.append(f"Claim \"{row.claim}\": " + "; ".join(parts) + ".")
+    return lines
+
