@@ -30,6 +30,8 @@ ALLOWED = {"0.01", "0.001", "0.015", "0.06", "0.05", "0.10"}
 #: run's: the paper's printed values (which its tables hold beside ours), the authors'
 #: recorded ones and the thresholds the prose states; each with the reason
 PAPER_VALUES = {
+    "02-dataset-run": {
+        "0.98": "the paper's Table 3 AmazonCat U-max ratio, quoted as the paper's"},
     "06-paper-tables": {
         **dict.fromkeys(["0.98", "7.62", "7.64", "8.17", "4.29", "2.71"],
                         "the paper's Table 3 (its claims, quoted as the paper's; the "
@@ -44,7 +46,6 @@ PAPER_VALUES = {
 #: sentences as notebook 10's "What we found" was; the test holds every other notebook,
 #: and fails when one of these becomes clean, so that it is struck off
 PENDING = {"01-instability-demo",
-           "02-dataset-run",
            "03-learning-rate-tuning",
            "04-learning-rate-sensitivity",
            "05-formulation-comparison",

@@ -22,7 +22,7 @@ from scalable_softmax.repro import reporting as rp
 __all__ = ["resolve_datasets", "run_paper_methods", "choose_used", "SAMPLED_METHODS",
            "SUMMARY_COLUMNS", "RUNS_MD_COLUMNS", "CURVES_MD_COLUMNS", "TIME_PARTS",
            "dataset_label", "monitoring", "summary_preamble", "named_histories",
-           "plot_figure1", "best_report", "time_table", "check_dataset_run"]
+           "plot_figure1", "best_report", "found_lines", "time_table", "check_dataset_run"]
 
 #: the biased baselines (minibatch n = 100, m = 5 sampled classes)
 SAMPLED_METHODS = ("ove", "nce", "is")
@@ -307,6 +307,74 @@ def best_report(summary: pd.DataFrame, shapes: pd.DataFrame, methods) -> str:
               div[["dataset", "method", "lr", "diverged_seeds"]].to_string(index=False)
               if len(div) else "none"]
     return "\n".join(lines)
+
+
+def found_lines(summary: pd.DataFrame, shapes: pd.DataFrame, methods) -> list[str]:
+    """The numbers notebook 02's "What we found" rests on, as sentences built from this
+    run's ``summary`` (:func:`choose_used`, with every rate run): per data set the lowest
+    and the next lowest final train log-loss at the ``used`` rates, the configurations
+    with a diverged seed, the biased baselines' exact log-loss, errors and defective
+    metric, the double-sum methods' test log-loss, the seeds' spread and the seconds per
+    epoch. The data sets are ``shapes``' (:func:`resolve_datasets`)."""
+    from scalable_softmax.repro import style
+
+    used = summary[summary.used]
+    lines = []
+    lowest = {}
+    for d in shapes.dataset:
+        u = used[used.dataset == d].set_index("method").train_log_loss_mean.dropna()
+        if not len(u):
+            continue
+        order = u.sort_values()
+        lowest[d] = order.index[0]
+        line = (f"{dataset_label(shapes, d)}: lowest {style.label(order.index[0])} "
+                f"{order.iloc[0]:.3g}")
+        if len(order) > 1:
+            line += f", next {style.label(order.index[1])} {order.iloc[1]:.3g}"
+        if order.index[0] != "implicit" and "implicit" in u.index:
+            line += (f"; Implicit SGD {u['implicit']:.3g} (ratio to it "
+                     f"{order.iloc[0] / u['implicit']:.2f})")
+        lines.append(line + ".")
+    lines.append(f"Implicit SGD lowest on {sum(m == 'implicit' for m in lowest.values())} of "
+                 f"{len(lowest)} data sets.")
+    div = summary[summary.diverged_seeds > 0]
+    lines.append("Diverged seeds: " + ("; ".join(
+        f"{dataset_label(shapes, d)} {style.label(m)} at {lr:g}: {k} of {n}"
+        for d, m, lr, k, n in zip(div.dataset, div.method, div.lr, div.diverged_seeds,
+                                  div.seeds)) or "none") + ".")
+    biased = [m for m in methods if m in SAMPLED_METHODS]
+    double = [m for m in methods if m not in SAMPLED_METHODS]
+    for d in shapes.dataset:
+        u = used[used.dataset == d].set_index("method")
+        b = [m for m in biased if m in u.index]
+        if b:
+            names = " / ".join(style.label(m) for m in b)
+            lines.append(
+                f"{dataset_label(shapes, d)}, {names}: exact train log-loss "
+                + " / ".join(f"{u.train_log_loss_mean[m]:,.4g}" for m in b)
+                + ", train error " + " / ".join(f"{u.train_error_mean[m]:.3g}" for m in b)
+                + ", defective metric " + " / ".join(f"{u.train_defective_mean[m]:.3g}"
+                                                     for m in b)
+                + (f" (log K = {np.log(shapes.K[d]):.2f})" if "K" in shapes else "")
+                + ", train log-loss std over seeds "
+                + " / ".join(f"{u.train_log_loss_std[m]:,.3g}" for m in b) + ".")
+        dm = [m for m in double if m in u.index]
+        if dm:
+            names = " / ".join(style.label(m) for m in dm)
+            lines.append(f"{dataset_label(shapes, d)}, {names}: test log-loss "
+                         + " / ".join(f"{u.test_log_loss_mean[m]:.3g}" for m in dm)
+                         + ", train error " + " / ".join(f"{u.train_error_mean[m]:.3g}"
+                                                         for m in dm) + ".")
+    dm_used = used[used.method.isin(double)]
+    if len(dm_used):
+        lines.append("Largest standard deviation over the seeds of the double-sum methods' "
+                     f"final train log-loss: {dm_used.train_log_loss_std.max():.3g}.")
+    if "seconds_per_epoch_mean" in used:
+        spe = used.groupby("method").seconds_per_epoch_mean.agg(["min", "max"])
+        lines.append("Seconds per epoch (at the used rates): " + ", ".join(
+            f"{style.label(m)} {spe.loc[m, 'min']:.2g} to {spe.loc[m, 'max']:.2g}"
+            for m in methods if m in spe.index) + ".")
+    return lines
 
 
 def time_table(runs: pd.DataFrame, methods, workers: int, run_seconds: float):
