@@ -19,7 +19,7 @@ from scalable_softmax.fit import DivergenceWarning, fit
 from scalable_softmax.progress import tqdm
 
 __all__ = ["FORMULATIONS", "SUMMARY_RATES", "dataset_label", "run_formulations",
-           "ratio_table", "preamble", "plot_formulations", "check_formulations"]
+           "ratio_table", "preamble", "plot_formulations", "check_formulations", "found_lines"]
 
 #: the two formulations as ``fit`` arguments: the paper's (F-5) and Raman's (F-8), both
 #: optimised by U-max (Raman's with the correct gradient of docs/math.md section 6)
@@ -198,3 +198,40 @@ def check_formulations(runs: pd.DataFrame, table: pd.DataFrame, data: dict,
                                 rel_tol=1e-12)
         else:
             assert np.isnan(mean_row.ratio_raman_over_proposed.iloc[0])
+
+
+def found_lines(table: pd.DataFrame, data: dict) -> list[str]:
+    """The numbers notebook 05's "What we found" rests on, as sentences built from this
+    run's ``table`` (:func:`ratio_table`) over the data sets of ``data``: per data set the
+    mean and geometric mean ratio ``raman / proposed``, the rates where each formulation
+    is better with the range of the ratios there, the proposed formulation's log-loss
+    beside ``log K`` at those rates, and the two best log-losses."""
+    lines = []
+    for name, ds in data.items():
+        lab = dataset_label(name, ds)
+        part = table[table.dataset == lab].set_index("rate")
+        per_rate = part.drop(index=[r for r in SUMMARY_RATES if r in part.index])
+        finite = per_rate[per_rate.status == "both finite"]
+        mean = part.ratio_raman_over_proposed.get(SUMMARY_RATES[0], np.nan)
+        geo = part.ratio_raman_over_proposed.get(SUMMARY_RATES[2], np.nan)
+        diverged = int((per_rate.status != "both finite").sum())
+        lines.append(f"{lab}: mean ratio raman / proposed over the rates {mean:.2f} "
+                     f"(geometric mean {geo:.2f}; {len(finite)} of {len(per_rate)} rates both "
+                     f"finite, {diverged} with a diverged run).")
+        for better, sel in (("proposed", finite.ratio_raman_over_proposed > 1),
+                            ("raman", finite.ratio_raman_over_proposed <= 1)):
+            part_ = finite[sel]
+            if not len(part_):
+                lines.append(f"  {better} better at no rate.")
+                continue
+            r = part_.ratio_raman_over_proposed
+            lines.append(f"  {better} better at {', '.join(part_.index)} (ratios "
+                         f"{r.min():.2f} to {r.max():.2f}); the proposed log-loss there "
+                         f"{part_.proposed_log_loss.min():.3g} to "
+                         f"{part_.proposed_log_loss.max():.3g}, log K = {np.log(ds.K):.2f}.")
+        if SUMMARY_RATES[1] in part.index:
+            b = part.loc[SUMMARY_RATES[1]]
+            lines.append(f"  at each formulation's best rate ({b.status}): proposed "
+                         f"{b.proposed_log_loss:.3g}, raman {b.raman_log_loss:.3g} (ratio "
+                         f"{b.ratio_raman_over_proposed:.2f}).")
+    return lines
