@@ -53,7 +53,6 @@ PENDING = {"01-instability-demo",
            "04-learning-rate-sensitivity",
            "07-runtime-and-scaling",
            "08-ove-nonparametric",
-           "09-ove-toy-2d",
            "11-tuned-rates",
            "12-peers",
            "13-real-large-k"}

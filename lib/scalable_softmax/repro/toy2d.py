@@ -149,3 +149,31 @@ def summary_table(problem: Toy2D, fits: dict, pred: dict, pred_train: dict) -> p
                          train_pred_disagreement=float(np.mean(pred_train[name]
                                                                != pred_train["softmax"]))))
     return pd.DataFrame(rows)
+
+
+def found_lines(table: pd.DataFrame, fits: dict) -> list[str]:
+    """The numbers notebook 09's "What we found" rests on, as sentences built from this
+    run's ``table`` (:func:`summary_table`) and ``fits`` (per method the optimiser's
+    result ``res``): iterations and gradients, the bounds at the optimum against the exact
+    NLL, the distance and norm ratio to softmax's weights, and where the predicted classes
+    differ from softmax's."""
+    t = table.set_index("method")
+    lines = ["Iterations: " + ", ".join(
+        f"{m} {int(t.iterations[m])} (max |gradient| {np.abs(f['res'].jac).max():.1e})"
+        for m, f in fits.items() if m in t.index) + "."]
+    gaps = {m: t.bound_at_optimum[m] - t.train_nll[m] for m in t.index if m != "softmax"}
+    lines.append("At the optimum: " + "; ".join(
+        f"{m} bound {t.bound_at_optimum[m]:.3f} against the exact NLL of its W "
+        f"{t.train_nll[m]:.4f} (gap {g:.3f})" for m, g in gaps.items()) + ".")
+    if {"OVE", "Bouchard"} <= set(gaps):
+        lines.append(f"Bouchard's gap / OVE's: {gaps['Bouchard'] / gaps['OVE']:.1f}.")
+    lines.append("||W - W_soft||_1 / ||W_soft||_1: " + ", ".join(
+        f"{m} {t.param_distance[m]:.3f}" for m in gaps) + "; L1 norm / softmax's: "
+        + ", ".join(f"{m} {t.norm_ratio[m]:.2f}" for m in gaps) + ".")
+    lines.append("Predicted class differs from softmax's: " + ", ".join(
+        f"{m} on {t.region_disagreement[m]:.2%} of the plotted box and "
+        f"{t.train_pred_disagreement[m]:.1%} of the training points" for m in gaps) + ".")
+    lines.append("Training fit (exact NLL / error / penalised NLL): " + ", ".join(
+        f"{m} {t.train_nll[m]:.4f} / {t.train_error[m]:.1%} / {t.penalised_nll[m]:.4f}"
+        for m in t.index) + ".")
+    return lines
