@@ -30,7 +30,8 @@ from scalable_softmax.protocols import LIBRARY_DEFAULTS
 
 __all__ = ["replay", "REPLAY_METHODS", "log10_bound", "NOTEBOOK_REPLAYS", "overflow_runs",
            "u_init_runs", "largest_stable_rates", "replay_runs", "gradient_table",
-           "plot_divergence", "plot_histograms", "plot_raman", "summary"]
+           "plot_divergence", "plot_histograms", "plot_raman", "summary",
+           "overflow_found_lines", "u_init_found_lines", "replay_found_lines"]
 
 #: methods :func:`replay` knows
 REPLAY_METHODS = ("vanilla", "umax", "raman-vanilla", "raman-umax")
@@ -389,3 +390,60 @@ def summary(table, runs, lrs):
     lines.append(f"U-max replay: {len(um)} steps, max log10(|g| / bound) = "
                  f"{(um.log10_grad - um.log10_bound).max():.3f}, resets {int(um.reset.sum())}")
     return "\n".join(lines)
+
+
+def overflow_found_lines(table: pd.DataFrame, K: int) -> list[str]:
+    """The numbers of notebook 01's section 1 finding, from this run's ``table``
+    (:func:`overflow_runs`): per method where it overflowed (after how many steps) and
+    its final train log-loss at the rates where it stayed finite, beside ``log K``."""
+    lines = [f"log K = {math.log(K):.2f}."]
+    for m, g in table.groupby("method", sort=False):
+        div = g[g.diverged]
+        fin = g[~g.diverged]
+        lines.append(f"{m}: overflowed at " + (", ".join(
+            f"{lr:g} (epoch {int(e)}, after {int(s)} steps)"
+            for lr, e, s in zip(div.lr, div.diverged_epoch, div.steps_before_overflow))
+            or "no rate") + "; final train log-loss " + (", ".join(
+                f"{v:.3g} at {lr:g}" for lr, v in zip(fin.lr, fin.final_train_log_loss))
+                or "-") + ".")
+    return lines
+
+
+def u_init_found_lines(init_table: pd.DataFrame) -> list[str]:
+    """The numbers of notebook 01's section 1b finding, from this run's ``init_table``
+    (:func:`u_init_runs`): per initial ``u`` the final log-loss where vanilla SGD stayed
+    finite and where (after how many steps) it overflowed."""
+    lines = []
+    for u, g in init_table.groupby("u_init", sort=False):
+        div, fin = g[g.diverged], g[~g.diverged]
+        lines.append(f"u = {u}: finite at " + (", ".join(
+            f"{lr:g} (log-loss {v:.3g})" for lr, v in zip(fin.lr, fin.final_train_log_loss))
+            or "no rate") + "; overflowed at " + (", ".join(
+                f"{lr:g} (epoch {int(e)}, step {int(s)})"
+                for lr, e, s in zip(div.lr, div.diverged_epoch, div.diverged_step))
+                or "no rate") + ".")
+    return lines
+
+
+def replay_found_lines(grads: pd.DataFrame, runs: dict, methods=None) -> list[str]:
+    """The numbers of notebook 01's sections 2 and 3 findings, from this run's replay:
+    ``grads`` (:func:`gradient_table`) and ``runs`` (:func:`replay_runs`): where each
+    replay overflowed, its median and largest ``log10 |gradient|``, the steps above the
+    bound ``(K-1) e^delta0 ||x_i||`` and the largest ratio to it; only the replays of
+    ``methods`` when given."""
+    lines = []
+    if methods is not None:
+        grads = grads[grads.method.isin(methods)]
+    bound = max((float(h.log10_bound.max()) for h in runs.values()), default=np.nan)
+    lines.append(f"The bound (K-1) e^delta0 ||x_i||: at most 10^{bound:.2f}.")
+    for r in grads.itertuples():
+        h = runs.get((r.method, r.lr))
+        ratio = (float((h.log10_grad - h.log10_bound).max()) if h is not None
+                 else np.nan)
+        over = (f"overflowed at step {int(r.overflow_step)} of epoch {int(r.overflow_epoch)}"
+                if r.overflowed else "finite")
+        lines.append(f"{r.method} at lr {r.lr:g}: {over} ({r.steps} steps); log10 |gradient| "
+                     f"median {r.log10_grad_median:.3g}, largest {r.log10_grad_max:.4g}; "
+                     f"{r.steps_above_bound} steps above the bound (largest log10 ratio to "
+                     f"it {ratio:.3g}).")
+    return lines
