@@ -51,7 +51,6 @@ PAPER_VALUES = {
 PENDING = {"03-learning-rate-tuning",
            "04-learning-rate-sensitivity",
            "07-runtime-and-scaling",
-           "08-ove-nonparametric",
            "11-tuned-rates",
            "12-peers",
            "13-real-large-k"}

@@ -31,7 +31,7 @@ from scalable_softmax import objectives
 from scalable_softmax._kernels import JIT
 
 __all__ = ["ove_sgd", "sample_values", "ove_objective", "bouchard_objective", "BoundFits",
-           "fit_bounds", "bouchard_k2", "results_table", "plot_fig1a", "plot_fig2"]
+           "fit_bounds", "bouchard_k2", "results_table", "plot_fig1a", "plot_fig2", "found_lines"]
 
 
 @numba.njit(**JIT)
@@ -326,3 +326,37 @@ def plot_fig2(p_mle, p_sgd, steps, err_mle, mle_err_true, sgd_err_true, title: s
     handles += c.get_legend_handles_labels()[0]
     style.legend_below(fig, handles, ncol=3)
     return fig
+
+
+def found_lines(table: pd.DataFrame) -> list[str]:
+    """The numbers notebook 08's "What we found" rests on, as sentences built from this
+    run's ``table`` (:func:`results_table`): Bouchard's optimum against the MLE at the
+    largest and smallest probabilities of Figure 1(a), the L1 errors to the generating
+    ``p_true``, and Figure 2's final errors of the doubly stochastic estimate."""
+    lines = []
+    a = table[(table.part == "fig1a") & table.row.str.startswith("value")]
+    if len(a):
+        order = a.sort_values("exact_mle", ascending=False, kind="stable")
+        def show(r):
+            return f"{r.exact_mle:.3f} -> {r.bouchard:.4f}"
+
+        lines.append("Figure 1(a), MLE -> Bouchard's optimum: the two largest "
+                     + ", ".join(show(r) for r in order.head(2).itertuples())
+                     + "; the two smallest " + ", ".join(show(r) for r in
+                                                       order.tail(2).itertuples())
+                     + f"; Bouchard above the MLE at {int((a.bouchard > a.exact_mle).sum())} "
+                     f"of {len(a)} values.")
+    l1 = table[(table.part == "fig1a") & (table.row == "L1 vs true p")]
+    if len(l1):
+        r = l1.iloc[0]
+        lines.append(f"L1 distance to p_true: MLE {r.exact_mle:.3f}, OVE optimum {r.ove:.3f}, "
+                     f"Bouchard {r.bouchard:.3f}.")
+    opt = table[(table.part == "fig2") & table.row.str.startswith("L1 vs exact MLE")]
+    true = table[(table.part == "fig2") & (table.row == "L1 vs true p")]
+    if len(opt) and len(true):
+        e_opt, e_mle, e_sgd = opt.ove.iloc[0], true.exact_mle.iloc[0], true.ove.iloc[0]
+        lines.append(f"Figure 2: ||p_SGD - p_MLE||_1 at the end {e_opt:.4f}, "
+                     f"{e_opt / e_mle:.2f} of the MLE's sampling error ||p_MLE - p_true||_1 = "
+                     f"{e_mle:.4f}; the SGD estimate's error to p_true {e_sgd:.4f} "
+                     f"({e_sgd / e_mle - 1:+.1%} against the MLE's).")
+    return lines
