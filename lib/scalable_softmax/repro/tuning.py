@@ -33,6 +33,7 @@ __all__ = ["AGREEMENT_ORDER", "SAMPLED", "CHOSEN_MD_COLUMNS", "GRID_MD_COLUMNS",
            "agreement_counts", "agreement_report", "tuning_preamble", "table2_wide",
            "choose_by_score", "authors_code_comparison", "plot_tuning", "check_choice",
            "sensitivity_variants", "sensitivity_specs", "sensitivity_frames",
+           "sensitivity_found_lines",
            "sensitivity_table", "sensitivity_preamble", "best_method_table",
            "best_method_summary", "plot_sensitivity_curves", "plot_final_vs_rate",
            "check_sensitivity"]
@@ -643,3 +644,56 @@ def check_sensitivity(table, best, results, keys, methods, epochs) -> None:
         if len(part):
             assert row.best_method == part.loc[part.train_log_loss.idxmin(), "method"]
             assert row.best_log_loss == part.train_log_loss.min()
+
+
+def sensitivity_found_lines(table: pd.DataFrame, best: pd.DataFrame) -> list[str]:
+    """The numbers notebook 04's "What we found" rests on, as sentences built from this
+    run's tables: ``table`` (:func:`sensitivity_table`, every method at every rate) and
+    ``best`` (:func:`best_method_table`): per data set how often Implicit SGD is best and
+    who wins elsewhere, its range at the large rates, the lowest test log-loss, U-max
+    against ``log K``, vanilla SGD's diverged rates, NCE (1,1) against NCE, the defective
+    metric's range against the exact log-loss, and the seconds per epoch."""
+    lines = [f"Runs: {len(table)}; diverged: {int(table.diverged.sum())}."]
+    for d, t in table.groupby("dataset", sort=False):
+        b = best[best.dataset == d]
+        log_k = float(t.log_K.iloc[0])
+        fin = t[~t.diverged]
+        pv = fin.pivot_table(index="lr", columns="method", values="train_log_loss")
+        others = b[b.best_method != "implicit"]
+        lines.append(f"{d} (log K = {log_k:.2f}): Implicit SGD best at "
+                     f"{int((b.best_method == 'implicit').sum())} of {len(b)} rates; elsewhere "
+                     + (", ".join(f"{r.best_method} at {fmt_rate(r.lr)} ({r.best_log_loss:.3g} "
+                                  f"against Implicit's {r.implicit:.3g})"
+                                  for r in others.itertuples()) or "none") + ".")
+        if "implicit" in pv:
+            big = pv.implicit[pv.index >= 1]
+            lines.append(f"  Implicit SGD from rate 1 up: {big.min():.2g} to {big.max():.2g}; "
+                         f"its runs diverged: {int(t[t.method == 'implicit'].diverged.sum())}.")
+        low = fin.loc[fin.test_log_loss.idxmin()]
+        lines.append(f"  lowest test log-loss: {low.method} at {fmt_rate(low.lr)} "
+                     f"({low.test_log_loss:.3g}).")
+        if "umax" in pv:
+            below = pv.umax[pv.umax < log_k]
+            lines.append(f"  U-max below log K up to rate "
+                         f"{fmt_rate(below.index.max()) if len(below) else '-'}; at "
+                         f"{fmt_rate(pv.index.max())} {pv.umax.iloc[-1] / log_k:,.0f} times "
+                         "log K.")
+        van = t[t.method == "vanilla"]
+        if len(van):
+            lines.append("  vanilla SGD diverged at: " + (", ".join(
+                fmt_rate(lr) for lr in van.lr[van.diverged]) or "none") + ".")
+        if {"nce", "nce (1,1)"} <= set(pv):
+            r = pv["nce (1,1)"] / pv["nce"]
+            lines.append("  NCE (1,1) / NCE: " + ", ".join(
+                f"{fmt_rate(lr)} {v:.2f}" for lr, v in r.items()) + ".")
+        sampled = fin[fin.method.isin(("ove", "nce", "is", "nce (1,1)"))]
+        if len(sampled):
+            lines.append(f"  defective metric {sampled.train_defective.min():.2f} to "
+                         f"{sampled.train_defective.max():.2f}; OVE's exact log-loss at "
+                         f"{fmt_rate(pv.index.max())}: "
+                         f"{pv.ove.iloc[-1] if 'ove' in pv else np.nan:,.0f}.")
+        spe = fin.groupby("method", sort=False).seconds_per_epoch.median()
+        lines.append("  seconds per epoch (median over the rates that did not diverge): "
+                     + ", ".join(f"{m} {v:.2g}" for m, v in spe.items()) + ".")
+    return lines
+
