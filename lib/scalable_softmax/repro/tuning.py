@@ -33,7 +33,7 @@ __all__ = ["AGREEMENT_ORDER", "SAMPLED", "CHOSEN_MD_COLUMNS", "GRID_MD_COLUMNS",
            "agreement_counts", "agreement_report", "tuning_preamble", "table2_wide",
            "choose_by_score", "authors_code_comparison", "plot_tuning", "check_choice",
            "sensitivity_variants", "sensitivity_specs", "sensitivity_frames",
-           "sensitivity_found_lines",
+           "sensitivity_found_lines", "tuning_found_lines",
            "sensitivity_table", "sensitivity_preamble", "best_method_table",
            "best_method_summary", "plot_sensitivity_curves", "plot_final_vs_rate",
            "check_sensitivity"]
@@ -697,3 +697,80 @@ def sensitivity_found_lines(table: pd.DataFrame, best: pd.DataFrame) -> list[str
                      + ", ".join(f"{m} {v:.2g}" for m, v in spe.items()) + ".")
     return lines
 
+
+def _num(v) -> str:
+    """``v`` with three significant digits, a large one as a whole number with commas."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
+def tuning_found_lines(chosen: pd.DataFrame, grid: pd.DataFrame,
+                       both: pd.DataFrame | None = None) -> list[str]:
+    """The numbers notebook 03's "What we found" rests on beyond
+    :func:`agreement_report`, as sentences built from this run's tables: ``chosen``
+    (:func:`choose_rates`), ``grid`` (:func:`grid_frame`, every tuning run) and, when
+    the authors' code's conventions were tuned too, ``both``
+    (:func:`authors_code_comparison`)."""
+    lines = [f"Runs: {len(grid)}; diverged: {int(grid.diverged.sum())}."]
+    real = chosen[~chosen.synthetic]
+    lines.append(f"Real data sets ({len(real)} cells): " + ", ".join(
+        f"{int((real.agreement == a).sum())} {a}" for a in AGREEMENT_ORDER
+        if (real.agreement == a).any()) + ".")
+    top = grid.lr[grid.method.isin(("nce", "is"))].max()
+    ni = chosen[chosen.method.isin(("nce", "is"))]
+    if len(ni):
+        lines.append(f"NCE and IS: best rate at the top of the grid ({fmt_rate(top)}) in "
+                     f"{int((ni.best_lr == top).sum())} of {len(ni)} cells; elsewhere "
+                     + (", ".join(f"{r.dataset} {r.method} {fmt_rate(r.best_lr)}"
+                                  for r in ni[ni.best_lr != top].itertuples()) or "none") + ".")
+        small = grid[grid.method.isin(("nce", "is")) & (grid.lr <= 1e-2) & ~grid.diverged]
+        if len(small):
+            share = (small.train_log_loss / np.log(small.K)).min()
+            lines.append(f"NCE and IS at rates up to 1e-2 end at {share:.1%} of log K or more.")
+    imp = grid[(grid.method == "implicit") & ~grid.diverged]
+    if len(imp):
+        parts = []
+        for d, g in imp.groupby("dataset", sort=False):
+            best = g.train_log_loss.min()
+            hi = g[g.lr >= 10].train_log_loss
+            parts.append(f"{d} {hi.max() / best:.3g}" if len(hi) else f"{d} -")
+        lines.append("Implicit SGD, largest final log-loss from 1e1 to 1e3 over its best: "
+                     + ", ".join(parts) + f"; its runs diverged: "
+                     f"{int(grid[grid.method == 'implicit'].diverged.sum())}.")
+        ci = chosen[chosen.method == "implicit"]
+        lines.append("Implicit SGD at the paper's rate, log-loss over our best: " + ", ".join(
+            f"{r.dataset} {r.loss_ratio_paper_over_best:.3g} (paper {fmt_rate(r.paper_lr)}, "
+            f"ours {fmt_rate(r.best_lr)})" for r in ci.itertuples()) + ".")
+    pv = grid[~grid.diverged].pivot_table(index=["dataset", "lr"], columns="method",
+                                          values="train_log_loss", sort=False)
+    if {"umax", "vanilla"} <= set(pv):
+        both_fin = pv[["umax", "vanilla"]].dropna()
+        rel = (both_fin.umax / both_fin.vanilla - 1).abs()
+        diff = rel[rel > 1e-6]
+        lines.append("U-max against vanilla SGD where both finished: equal to 6 digits in "
+                     f"{int((rel <= 1e-6).sum())} of {len(rel)} (data set, rate) pairs; "
+                     "otherwise " + (", ".join(
+                         f"{d} {fmt_rate(lr)} ({both_fin.umax[(d, lr)]:.4f} against "
+                         f"{both_fin.vanilla[(d, lr)]:.4f})" for d, lr in diff.index[:6])
+                         or "none") + ".")
+    um = grid[(grid.method == "umax") & ~grid.diverged]
+    if len(um):
+        lines.append("U-max's final log-loss / log K at the largest rate: " + ", ".join(
+            f"{d} {_num(g.train_log_loss.iloc[-1] / np.log(g.K.iloc[-1]))}"
+            for d, g in um.groupby("dataset", sort=False)) + ".")
+    ove = grid[(grid.method == "ove") & ~grid.diverged]
+    if len(ove):
+        lines.append(f"OVE's final log-loss at {fmt_rate(ove.lr.max())}: " + ", ".join(
+            f"{d} {_num(g.train_log_loss.iloc[-1])}" for d, g in ove.groupby("dataset",
+                                                                            sort=False)) + ".")
+    if both is not None and len(both):
+        equal = both[both.authors_code_agreement == "equal"]
+        lines.append(f"Under the authors' code's conventions: {len(equal)} of {len(both)} "
+                     "published rates found exactly, "
+                     f"{int(both.authors_code_agreement.isin(['equal', 'within 10x']).sum())} "
+                     "within 10x; vanilla SGD equal in "
+                     f"{int((equal.method == 'vanilla').sum())} of "
+                     f"{int((both.method == 'vanilla').sum())}; Implicit SGD (ours / the "
+                     "paper's): " + ", ".join(
+                         f"{r.dataset} {fmt_rate(r.authors_code_lr)} / {fmt_rate(r.paper_lr)}"
+                         for r in both[both.method == "implicit"].itertuples()) + ".")
+    return lines
