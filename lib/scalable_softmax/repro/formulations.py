@@ -200,6 +200,11 @@ def check_formulations(runs: pd.DataFrame, table: pd.DataFrame, data: dict,
             assert np.isnan(mean_row.ratio_raman_over_proposed.iloc[0])
 
 
+def _span(values: pd.Series, fmt: str) -> str:
+    lo, hi = values.min(), values.max()
+    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)} to {fmt.format(hi)}"
+
+
 def found_lines(table: pd.DataFrame, data: dict) -> list[str]:
     """The numbers notebook 05's "What we found" rests on, as sentences built from this
     run's ``table`` (:func:`ratio_table`) over the data sets of ``data``: per data set the
@@ -224,11 +229,10 @@ def found_lines(table: pd.DataFrame, data: dict) -> list[str]:
             if not len(part_):
                 lines.append(f"  {better} better at no rate.")
                 continue
-            r = part_.ratio_raman_over_proposed
-            lines.append(f"  {better} better at {', '.join(part_.index)} (ratios "
-                         f"{r.min():.2f} to {r.max():.2f}); the proposed log-loss there "
-                         f"{part_.proposed_log_loss.min():.3g} to "
-                         f"{part_.proposed_log_loss.max():.3g}, log K = {np.log(ds.K):.2f}.")
+            lines.append(f"  {better} better at {', '.join(part_.index)} (ratio "
+                         f"{_span(part_.ratio_raman_over_proposed, '{:.2f}')}); the proposed "
+                         f"log-loss there {_span(part_.proposed_log_loss, '{:.3g}')}, "
+                         f"log K = {np.log(ds.K):.2f}.")
         if SUMMARY_RATES[1] in part.index:
             b = part.loc[SUMMARY_RATES[1]]
             lines.append(f"  at each formulation's best rate ({b.status}): proposed "
