@@ -31,7 +31,8 @@ __all__ = ["surrogate_labeller", "panel_title_labeller", "study_settings",
            "seed_used", "seed_verdict", "seed_range", "claim_columns", "judge_claims",
            "check_table3", "series_figure", "recorded_curves_figure", "initial_rates_md",
            "tuned_rates", "lowest_method", "tuned_summary_lines", "read_table3_columns",
-           "tuned_table3_long", "mean_abs_log_ratio", "what_we_found_lines"]
+           "tuned_table3_long", "mean_abs_log_ratio", "what_we_found_lines",
+           "tuned_found_lines"]
 
 
 # ---------------------------------------------------------------------------
@@ -1029,3 +1030,62 @@ def what_we_found_lines(tables: dict, claims: pd.DataFrame, versions: dict, matc
         lines.append(f"Claim \"{row.claim}\": " + "; ".join(parts) + ".")
     return lines
 
+
+def tuned_found_lines(runs: pd.DataFrame, used: pd.DataFrame, ratio_of: dict,
+                      published: pd.DataFrame, rates: pd.DataFrame, paper_lr: pd.DataFrame,
+                      datasets, methods, label, real=()) -> list[str]:
+    """The numbers notebook 11's "What we found" rests on, as sentences built from this
+    run's tables: ``runs`` and ``used`` (:func:`main_study.run_paper_methods` and the used
+    rows of :func:`main_study.choose_used`), ``ratio_of`` (``"tuned, as published"``,
+    ``"tuned, exact"``, ``"paper's rates, as published"``, ``"paper's rates, exact"`` ->
+    ratio table), ``published`` (the paper's Table 3), ``rates`` (the tuned rates) and
+    ``paper_lr`` (the paper's Table 2), over ``datasets`` x ``methods``; the rows of
+    Table 3 are shown beside the published ones for the real data sets ``real``."""
+    from scalable_softmax.repro import style
+
+    lines = []
+    div = runs[runs.diverged]
+    by_method = div.groupby("method").size()
+    lines.append(f"Runs: {len(runs)}, {int(runs.from_cache.sum())} read from the cache; "
+                 f"{len(div)} diverged ("
+                 + (", ".join(f"{style.label(m)} {n}" for m, n in by_method.items()) or "none")
+                 + ").")
+    for (d, m, lr), g in div.groupby(["dataset", "method", "lr"], sort=False):
+        n = runs[(runs.dataset == d) & (runs.method == m) & (runs.lr == lr)]
+        lines.append(f"  {label(d)} {style.label(m)} at {lr:g}: {len(g)} of {len(n)} seeds "
+                     "diverged")
+    stepped = used[used.rate != "tuned"]
+    lines.append("Reported at a stepped-down rate: " + (", ".join(
+        f"{label(d)} {style.label(m)} {lr:g} (tuned {rates.loc[d, m]:g})"
+        for d, m, lr in zip(stepped.dataset, stepped.method, stepped.lr)) or "none") + ".")
+    shown = [m for m in methods if m != "implicit"]
+    names = " / ".join(style.label(m) for m in shown)
+    for k, t in {**ratio_of, "published": published}.items():
+        lines.append(f"Averages ({k}; {names}): {_ratios(t, 'Average', shown)}.")
+    for k, t in ratio_of.items():
+        w = lowest_method(t)
+        others = {d: m for d, m in w.items() if m != "implicit"}
+        lines.append(f"Implicit SGD lowest ({k}): {int((w == 'implicit').sum())} of "
+                     f"{len(w)}; elsewhere " + (", ".join(
+                         f"{label(d)}: {style.label(m)} ({t.loc[d, m]:.2f})"
+                         for d, m in others.items()) or "none") + ".")
+    u = used.set_index(["dataset", "method"])
+    for d in datasets:
+        parts = [f"{style.label(m)} {u.train_log_loss_mean[(d, m)]:.4g} at {u.lr[(d, m)]:g} "
+                 f"(paper's rate {paper_lr.loc[d, m]:g})" for m in methods if (d, m) in u.index]
+        lines.append(f"{label(d)}, exact train log-loss at the rates used: "
+                     + ", ".join(parts) + ".")
+        sampled = [m for m in methods if m in main_study.SAMPLED_METHODS and (d, m) in u.index]
+        if sampled:
+            lines.append(f"  defective metric ({' / '.join(style.label(m) for m in sampled)}): "
+                         + " / ".join(f"{u.train_defective_mean[(d, m)]:.4g}"
+                                      for m in sampled) + ".")
+    pub_t = ratio_of.get("tuned, as published")
+    at_paper = "paper's rates, as published"
+    if pub_t is not None and at_paper in ratio_of:
+        for d in [d for d in real if d in published.index]:
+            lines.append(f"{label(d)} as published ({names}): ours at the tuned rates "
+                         f"{_ratios(pub_t, d, shown)}, at the paper's rates "
+                         f"{_ratios(ratio_of[at_paper], d, shown)}, "
+                         f"published {_ratios(published, d, shown)}.")
+    return lines
