@@ -23,7 +23,7 @@ from scalable_softmax.repro.runs import EXTENSION_DATASETS, results_frame, run_a
 
 __all__ = ["tune", "tuning_table", "row_table", "judge_claims", "ordering",
            "verdicts", "ratio_figure", "PUBLISHED_ORDER", "CLAIMS", "RANGE_TEMPLATES",
-           "POOLED"]
+           "POOLED", "found_lines"]
 
 #: the published Table 3's average ratio per method (the order the paper reports)
 PUBLISHED_ORDER = dict(sorted(authors.PAPER_TABLE3_AVERAGE.items(), key=lambda kv: kv[1]))
@@ -239,3 +239,35 @@ def ratio_figure(table: pd.DataFrame, methods, title: str):
     style.legend_below(fig, axes[0].get_legend_handles_labels()[0], ncol=2)
     fig.suptitle(title)
     return fig
+
+
+def found_lines(row: pd.DataFrame, grid: pd.DataFrame, K: int, methods) -> list[str]:
+    """The numbers notebook 13's "What we found" rests on, as sentences built from this
+    run's tables: ``grid`` (:func:`tuning_table`: the tuning runs and the rate chosen per
+    method) and ``row`` (:func:`row_table`: per protocol and method the rate used, the
+    train and test log-loss and the ratios to Implicit SGD), for a data set of ``K``
+    classes."""
+    from scalable_softmax.repro import style
+
+    lines = []
+    chosen = grid[grid.chosen].set_index("method").lr
+    div = grid[grid.diverged].groupby("method").size()
+    runs_of = grid.groupby("method").size()
+    lines.append("Tuned rates: " + ", ".join(
+        f"{style.label(m)} {chosen[m]:g} ({div.get(m, 0)} of {runs_of[m]} rates diverged)"
+        for m in methods if m in chosen.index) + ".")
+    lines.append(f"log K = {np.log(K):.2f}.")
+    for name, t in row.groupby("protocol", sort=False):
+        t = t.set_index("method")
+        ms = [m for m in methods if m in t.index]
+        stepped = [m for m in ms if t.lr_used[m] != t.tuned_lr[m]]
+        lines.append(f"{name}: " + ", ".join(
+            f"{style.label(m)} train {t.train_log_loss_mean[m]:.3g} / test "
+            f"{t.test_log_loss_mean[m]:.3g} (lr {t.lr_used[m]:g})" for m in ms) + ".")
+        lines.append("  ratios to Implicit SGD as published: " + ", ".join(
+            f"{style.label(m)} {t.ratio_as_published[m]:.2f}" for m in ms)
+            + "; exact: " + ", ".join(f"{style.label(m)} {t.ratio_exact[m]:.3g}" for m in ms)
+            + "; reported below the tuned rate: "
+            + (", ".join(f"{style.label(m)} {t.lr_used[m]:g}" for m in stepped) or "none")
+            + ".")
+    return lines
