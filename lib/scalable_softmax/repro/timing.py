@@ -35,7 +35,7 @@ __all__ = ["synthetic_sparse", "epoch_seconds", "time_fit", "rows_for_target",
            "loglog_slope", "cpu_model", "machine_info", "RUNS_COLUMNS", "SCAN_COLUMNS", "scan_columns",
            "start_rate", "scan_weight_gb", "time_reference", "time_datasets",
            "dataset_table", "machine_note", "scan_k", "check_runs", "check_scan",
-           "check_written", "plot_datasets", "plot_k_scan"]
+           "check_written", "plot_datasets", "plot_k_scan", "found_lines"]
 
 
 def _check_int(name, v, lo):
@@ -607,3 +607,90 @@ def plot_k_scan(scan, slopes, *, reference="softmax-sgd", n_features, nnz_per_ro
                  f"{nnz_per_row} non-zeros per row)")
     style.legend_below(fig, ncol=2)
     return fig
+
+
+def _num(v) -> str:
+    """``v`` with three significant digits, a large one as a whole number with commas."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
+def _span(values, fmt="{:.2g}") -> str:
+    values = pd.Series(values).dropna()
+    if not len(values):
+        return "-"
+    lo, hi = values.min(), values.max()
+    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)} to {fmt.format(hi)}"
+
+
+def found_lines(runs: pd.DataFrame, scan: pd.DataFrame, slopes: dict,
+                reference: str = "softmax-sgd") -> list[str]:
+    """The numbers notebook 07's "What we found" rests on, as sentences built from this
+    run's tables: ``runs`` (:func:`time_datasets`, part 1), ``scan`` (the K scan of
+    :func:`scan_k` with the columns of :func:`scan_columns`) and ``slopes``
+    (:func:`scan_k`'s log-log slopes per method). Seconds move from run to run: these are
+    this run's."""
+    lines = []
+    r = runs[~runs.diverged]
+    spread = (r.seconds_max - r.seconds_min) / r.seconds_per_epoch
+    if len(spread):
+        worst = r.loc[spread.idxmax()]
+        lines.append(f"Timed epochs of a run differ by a median {spread.median():.1%} "
+                     f"(maximum minus minimum over the median; at most {spread.max():.0%}, "
+                     f"{worst.dataset} {worst.method}).")
+    retried = runs[runs.retries > 0]
+    lines.append(f"Runs diverged: {int(runs.diverged.sum())}; retried at a smaller rate: "
+                 + (", ".join(f"{d} {m}" for d, m in zip(retried.dataset, retried.method))
+                    or "none") + ".")
+    us = r.pivot_table(index="dataset", columns="method", values="us_per_datapoint",
+                       sort=False)
+    spe = r.pivot_table(index="dataset", columns="method", values="seconds_per_epoch",
+                        sort=False)
+    double = [m for m in ("vanilla", "umax", "implicit") if m in us]
+    biased = [m for m in ("ove", "nce", "is") if m in us]
+    if double:
+        lines.append(f"{' / '.join(double)}: {_span(us[double].stack())} µs per datapoint; "
+                     "per data set " + "; ".join(
+                         f"{d} {_span(us.loc[d, double])} µs, epochs "
+                         f"{_span(spe.loc[d, double], '{:.2g}')} s" for d in us.index) + ".")
+    if "umax" in us:
+        for m in [m for m in ("implicit", "vanilla", *biased) if m in us]:
+            ratio = us[m] / us["umax"]
+            lines.append(f"{m} / U-max per datapoint: {_span(ratio)} (median "
+                         f"{ratio.median():.2g}; " + ", ".join(
+                             f"{d} {v:.2f}" for d, v in ratio.items()) + ").")
+        if biased:
+            lines.append(f"{' / '.join(biased)}: {_span(us[biased].stack())} µs per "
+                         "datapoint.")
+        if reference in us:
+            ratio = us[reference] / us["umax"]
+            full = r[r.method == reference].set_index("dataset").seconds_per_epoch_full
+            lines.append(f"{reference}: " + ", ".join(
+                f"{d} {_num(us.loc[d, reference])} µs per datapoint ({_num(ratio[d])} times "
+                f"U-max; one epoch {_num(full.get(d, np.nan))} s)" for d in us.index) + ".")
+            if biased:
+                per = us[reference] / us[biased].mean(axis=1)
+                lines.append(f"{reference} against {' / '.join(biased)} per datapoint: "
+                             + ", ".join(f"{d} {_num(v)} times" for d, v in per.items()) + ".")
+    if len(scan):
+        ks = sorted(scan.K.unique())
+        per = scan.pivot_table(index="K", columns="method", values="us_per_datapoint",
+                               sort=False)
+        lines.append("K scan, µs per datapoint: " + "; ".join(
+            f"{m} " + " / ".join(f"{_num(per.loc[k, m])}" for k in ks) for m in per.columns)
+            + f" (K = {' / '.join(f'{k:,}' for k in ks)}).")
+        if len(ks) > 1:
+            lines.append(f"Growth from K = {ks[0]:,} to {ks[-1]:,}: " + ", ".join(
+                f"{m} {_num(per.loc[ks[-1], m] / per.loc[ks[0], m])} times"
+                for m in per.columns) + "; step by step: " + "; ".join(
+                f"{m} " + " / ".join(f"{per.loc[b, m] / per.loc[a, m]:.2g}"
+                                     for a, b in zip(ks, ks[1:])) for m in per.columns) + ".")
+        lines.append("Log-log slopes (all K / the two largest K): " + ", ".join(
+            f"{m} {s['all_K']:.2f} / {s['two_largest_K']:.2f}" for m, s in slopes.items())
+            + ".")
+        if reference in per and "umax" in per:
+            step = scan[(scan.K == ks[-1]) & (scan.method == reference)].seconds_per_step
+            lines.append(f"At K = {ks[-1]:,} {reference} is "
+                         f"{per.loc[ks[-1], reference] / per.loc[ks[-1], 'umax']:,.0f} times "
+                         f"slower than U-max per datapoint; one of its minibatches took "
+                         f"{step.iloc[0]:.3g} s.")
+    return lines
