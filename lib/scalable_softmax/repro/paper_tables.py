@@ -935,7 +935,8 @@ def what_we_found_lines(tables: dict, claims: pd.DataFrame, versions: dict, matc
     ``real`` names the real data sets compared with the published table. A part whose
     table or data set is missing from the run is left out."""
     lines = []
-    counts = ", ".join(f"{len(r)} runs under `{n}` ({r.seed.nunique()} seeds)"
+    counts = ", ".join(f"{len(r)} runs under `{n}` ({r.seed.nunique()} "
+                       f"seed{'s' if r.seed.nunique() != 1 else ''})"
                        for n, (r, _) in versions.items())
     lines.append(f"Runs: {counts}.")
     pub = tables["published"]
@@ -962,7 +963,11 @@ def what_we_found_lines(tables: dict, claims: pd.DataFrame, versions: dict, matc
                 for m in ms) + " (ours / recorded - 1 from "
                 f"{(ours.loc['bibtex', shown] / rec.loc['bibtex', shown] - 1).min():.0%} to "
                 f"{(ours.loc['bibtex', shown] / rec.loc['bibtex', shown] - 1).max():.0%}).")
-    if match is not None and len(match):
+    if match is not None and len(match) and not match.recorded.notna().any():
+        lines.append("Ours against the recorded runs: the authors recorded no value at this "
+                     "run's last epoch.")
+    elif match is not None and len(match):
+        match = match[match.recorded.notna()]
         close = match.rel_diff.abs() <= 0.015
         lines.append(f"Ours against the recorded runs: {int(close.sum())} of {len(match)} "
                      "comparable values within 1.5%; the defective metric (OVE, NCE, IS) "
@@ -980,8 +985,10 @@ def what_we_found_lines(tables: dict, claims: pd.DataFrame, versions: dict, matc
     if bib is not None and len(bib):
         rows = "; ".join(f"{v} {r['mean']:.3f} ({r['min']:.3f}-{r['max']:.3f})"
                          for v, r in bib.set_index("variant").iterrows())
-        lines.append(f"Bibtex Implicit SGD's train log-loss (recorded "
-                     f"{bib.recorded.iloc[0]:.3f}): {rows}.")
+        rec = bib.recorded.iloc[0]
+        lines.append("Bibtex Implicit SGD's train log-loss ("
+                     + (f"recorded {rec:.3f}" if np.isfinite(rec) else "nothing recorded at "
+                        "this epoch") + f"): {rows}.")
     if test_cmp is not None and len(test_cmp):
         for d, g in test_cmp.groupby("dataset", sort=False):
             lines.append(f"Test after the last epoch, {d} ({' / '.join(g.method)}): error "
