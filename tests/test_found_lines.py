@@ -115,3 +115,33 @@ def test_06_mean_abs_log_ratio():
     assert pt.mean_abs_log_ratio(pub * 2, pub, ["a", "b"], ["ove", "umax"]) == \
         pytest.approx(np.log(2))
     assert np.isnan(pt.mean_abs_log_ratio(pub, pub * np.nan, ["a"], ["ove"]))
+
+
+def test_06_lines_on_a_small_study():
+    from scalable_softmax.repro import paper_tables as pt
+    methods = ["ove", "umax", "implicit"]
+    t = pd.DataFrame({"ove": [2.0, 3.0], "umax": [1.5, 1.2], "implicit": [1.0, 1.0]},
+                     index=["bibtex", "delicious"])
+    t.loc["Average"] = t.mean()
+    tables = {"published": t, "recorded": t,
+              **{f"{n}, {k}": t * f for n, f in (("authors-code", 1.1), ("paper-text", 2.0),
+                                                ("authors-code-1pass", 0.5))
+                 for k in ("as published", "exact")}}
+    versions = {n: (pd.DataFrame({"seed": [0, 1]}), []) for n in
+                ("authors-code", "authors-code-1pass", "paper-text")}
+    match = pd.DataFrame({"dataset": ["bibtex"] * 2, "method": ["ove", "umax"],
+                          "metric": ["defective", "exact log-loss"], "recorded": np.nan,
+                          "ours_mean": [4.1, 1.4], "rel_diff": np.nan,
+                          "diverged_seeds": [0, 0]})
+    claims = pd.DataFrame(columns=["claim"])
+    args = (tables, claims, versions, match, "authors-code", "authors-code-1pass",
+            "paper-text", methods, ["bibtex", "delicious"])
+    text = "\n".join(pt.what_we_found_lines(*args))
+    assert "ours 2.20 / 1.65 against the published 2.00 / 1.50" in text
+    assert f"{np.log(1.1):.2f} under `authors-code`" in text
+    assert "the authors recorded no value at this run's last epoch" in text
+    match["recorded"] = [4.0, 1.4]
+    match["rel_diff"] = match.ours_mean / match.recorded - 1
+    text = "\n".join(pt.what_we_found_lines(*args))
+    assert "1 of 2 comparable values within 1.5%" in text
+    assert "ours 1.400 against 1.400" in text

@@ -924,45 +924,11 @@ def mean_abs_log_ratio(ours: pd.DataFrame, published: pd.DataFrame, datasets,
     return float(np.nanmean(r)) if np.isfinite(r).any() else np.nan
 
 
-def what_we_found_lines(tables: dict, claims: pd.DataFrame, versions: dict, match,
-                        protocol, one_pass_protocol, paper_text_protocol, methods,
-                        real, bib=None, test_cmp=None, test_map=None) -> list[str]:
-    """The numbers notebook 06's "What we found" rests on, as sentences built from this
-    run's tables: ``tables`` (:func:`table3_versions`), ``claims`` (:func:`judge_claims`),
-    ``versions`` (:func:`run_protocols`), ``match`` (:func:`recorded_comparison`), and
-    when they were made ``bib`` (:func:`bibtex_implicit_variants`), ``test_cmp``
-    (:func:`recorded_test_comparison`) and ``test_map`` (:func:`bibtex_test_maps`).
-    ``real`` names the real data sets compared with the published table. A part whose
-    table or data set is missing from the run is left out."""
+def _recorded_lines(match, ours, pub, bib, test_cmp, test_map) -> list[str]:
+    """The part of :func:`what_we_found_lines` that sets our runs beside the authors'
+    recorded ones (``match``, ``bib``, ``test_cmp``, ``test_map``; ``ours`` and ``pub``:
+    our Table 3 as published and the published one)."""
     lines = []
-    counts = ", ".join(f"{len(r)} runs under `{n}` ({r.seed.nunique()} "
-                       f"seed{'s' if r.seed.nunique() != 1 else ''})"
-                       for n, (r, _) in versions.items())
-    lines.append(f"Runs: {counts}.")
-    pub = tables["published"]
-    ours = tables.get(f"{protocol}, as published")
-    shown = [m for m in methods if m != "implicit"]
-    if ours is not None and shown:
-        for d in [d for d in real if d in ours.index]:
-            diff = (ours.loc[d, shown] - pub.loc[d, shown]).abs()
-            lines.append(f"Table 3 as published, {d} ({' / '.join(shown)}): ours "
-                         f"{_ratios(ours, d, shown)} against the published "
-                         f"{_ratios(pub, d, shown)} (largest difference "
-                         f"{diff.max():.2f}, at {diff.idxmax()}).")
-        mal = {n: mean_abs_log_ratio(tables[f"{n}, as published"], pub, real, shown)
-               for n in (protocol, paper_text_protocol)
-               if f"{n}, as published" in tables}
-        lines.append("Mean |log ratio| to the published table over "
-                     f"{', '.join(real)}: " + ", ".join(f"{v:.2f} under `{n}`"
-                                                        for n, v in mal.items()) + ".")
-        rec = tables.get("recorded")
-        if rec is not None and "bibtex" in ours.index:
-            ms = [m for m in ("ove", "umax") if m in shown]
-            lines.append("Bibtex ratios, ours against the authors' recorded ones: " + ", ".join(
-                f"{m} {ours.loc['bibtex', m]:.1f} against {rec.loc['bibtex', m]:.1f}"
-                for m in ms) + " (ours / recorded - 1 from "
-                f"{(ours.loc['bibtex', shown] / rec.loc['bibtex', shown] - 1).min():.0%} to "
-                f"{(ours.loc['bibtex', shown] / rec.loc['bibtex', shown] - 1).max():.0%}).")
     if match is not None and len(match) and not match.recorded.notna().any():
         lines.append("Ours against the recorded runs: the authors recorded no value at this "
                      "run's last epoch.")
@@ -1006,6 +972,49 @@ def what_we_found_lines(tables: dict, claims: pd.DataFrame, versions: dict, matc
                 f"{' / '.join(f'{v:.3f}' for v in g.test_error_right_map)}; log-loss own map "
                 f"{' / '.join(f'{v:.2f}' for v in g.test_log_loss_own_map)}, recorded "
                 f"{' / '.join(f'{v:.2f}' for v in g.test_log_loss_recorded)}.")
+    return lines
+
+
+def what_we_found_lines(tables: dict, claims: pd.DataFrame, versions: dict, match,
+                        protocol, one_pass_protocol, paper_text_protocol, methods,
+                        real, bib=None, test_cmp=None, test_map=None) -> list[str]:
+    """The numbers notebook 06's "What we found" rests on, as sentences built from this
+    run's tables: ``tables`` (:func:`table3_versions`), ``claims`` (:func:`judge_claims`),
+    ``versions`` (:func:`run_protocols`), ``match`` (:func:`recorded_comparison`), and
+    when they were made ``bib`` (:func:`bibtex_implicit_variants`), ``test_cmp``
+    (:func:`recorded_test_comparison`) and ``test_map`` (:func:`bibtex_test_maps`).
+    ``real`` names the real data sets compared with the published table. A part whose
+    table or data set is missing from the run is left out."""
+    lines = []
+    counts = ", ".join(f"{len(r)} runs under `{n}` ({r.seed.nunique()} "
+                       f"seed{'s' if r.seed.nunique() != 1 else ''})"
+                       for n, (r, _) in versions.items())
+    lines.append(f"Runs: {counts}.")
+    pub = tables["published"]
+    ours = tables.get(f"{protocol}, as published")
+    shown = [m for m in methods if m != "implicit"]
+    if ours is not None and shown:
+        for d in [d for d in real if d in ours.index]:
+            diff = (ours.loc[d, shown] - pub.loc[d, shown]).abs()
+            lines.append(f"Table 3 as published, {d} ({' / '.join(shown)}): ours "
+                         f"{_ratios(ours, d, shown)} against the published "
+                         f"{_ratios(pub, d, shown)} (largest difference "
+                         f"{diff.max():.2f}, at {diff.idxmax()}).")
+        mal = {n: mean_abs_log_ratio(tables[f"{n}, as published"], pub, real, shown)
+               for n in (protocol, paper_text_protocol)
+               if f"{n}, as published" in tables}
+        lines.append("Mean |log ratio| to the published table over "
+                     f"{', '.join(real)}: " + ", ".join(f"{v:.2f} under `{n}`"
+                                                        for n, v in mal.items()) + ".")
+        rec = tables.get("recorded")
+        if rec is not None and "bibtex" in ours.index:
+            ms = [m for m in ("ove", "umax") if m in shown]
+            lines.append("Bibtex ratios, ours against the authors' recorded ones: " + ", ".join(
+                f"{m} {ours.loc['bibtex', m]:.1f} against {rec.loc['bibtex', m]:.1f}"
+                for m in ms) + " (ours / recorded - 1 from "
+                f"{(ours.loc['bibtex', shown] / rec.loc['bibtex', shown] - 1).min():.0%} to "
+                f"{(ours.loc['bibtex', shown] / rec.loc['bibtex', shown] - 1).max():.0%}).")
+    lines += _recorded_lines(match, ours, pub, bib, test_cmp, test_map)
     one = tables.get(f"{one_pass_protocol}, as published")
     if ours is not None and one is not None and shown:
         lines.append(f"Averages as published ({' / '.join(shown)}): "
