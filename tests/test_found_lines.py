@@ -11,8 +11,15 @@ import pandas as pd
 import pytest
 
 from scalable_softmax import paths
-from scalable_softmax.repro import formulations, instability, nonparametric, real_large_k
-from scalable_softmax.repro import timing, toy2d, tuning
+from scalable_softmax.repro import (
+    formulations,
+    instability,
+    nonparametric,
+    real_large_k,
+    timing,
+    toy2d,
+    tuning,
+)
 
 
 def _table(name: str, **kwargs) -> pd.DataFrame:

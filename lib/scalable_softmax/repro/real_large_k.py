@@ -17,8 +17,14 @@ import pandas as pd
 
 from scalable_softmax.repro import paper as authors
 from scalable_softmax.repro import tuning
-from scalable_softmax.repro.paper_tables import (BIASED, DOUBLE_SUM, claim_columns,
-                                                 ratio_tables, run_seeds, seed_used)
+from scalable_softmax.repro.paper_tables import (
+    BIASED,
+    DOUBLE_SUM,
+    claim_columns,
+    ratio_tables,
+    run_seeds,
+    seed_used,
+)
 from scalable_softmax.repro.runs import EXTENSION_DATASETS, results_frame, run_all
 
 __all__ = ["tune", "tuning_table", "row_table", "judge_claims", "ordering",

@@ -32,7 +32,8 @@ import scipy.sparse as sp
 from scalable_softmax.protocols import LIBRARY_DEFAULTS
 
 __all__ = ["synthetic_sparse", "epoch_seconds", "time_fit", "rows_for_target",
-           "loglog_slope", "cpu_model", "machine_info", "RUNS_COLUMNS", "SCAN_COLUMNS", "scan_columns",
+           "loglog_slope", "cpu_model", "machine_info", "RUNS_COLUMNS", "SCAN_COLUMNS",
+           "scan_columns",
            "start_rate", "scan_weight_gb", "time_reference", "time_datasets",
            "dataset_table", "machine_note", "scan_k", "check_runs", "check_scan",
            "check_written", "plot_datasets", "plot_k_scan", "found_lines"]

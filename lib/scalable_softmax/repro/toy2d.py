@@ -16,9 +16,15 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
-from scalable_softmax.objectives import (bouchard_bound, bouchard_grad, error_rate, log_loss,
-                                         ove_objective, ove_objective_grad,
-                                         ridge_log_likelihood_grad)
+from scalable_softmax.objectives import (
+    bouchard_bound,
+    bouchard_grad,
+    error_rate,
+    log_loss,
+    ove_objective,
+    ove_objective_grad,
+    ridge_log_likelihood_grad,
+)
 
 METHODS = ("softmax", "OVE", "Bouchard")
 

@@ -24,8 +24,13 @@ import pandas as pd
 
 from scalable_softmax.fit import default_eval_epochs
 from scalable_softmax.repro import style
-from scalable_softmax.repro.runs import (PAPER_METHODS, PAPER_TABLE2, RunSpec,
-                                          histories_frame, results_frame)
+from scalable_softmax.repro.runs import (
+    PAPER_METHODS,
+    PAPER_TABLE2,
+    RunSpec,
+    histories_frame,
+    results_frame,
+)
 
 __all__ = ["AGREEMENT_ORDER", "SAMPLED", "CHOSEN_MD_COLUMNS", "GRID_MD_COLUMNS",
            "SENSITIVITY_MD_COLUMNS", "fmt_rate", "agreement", "check_methods", "rate_grid",
@@ -530,7 +535,7 @@ def plot_sensitivity_curves(history, frame, table, d: str, variants, learning_ra
             ax.plot([x], [y], ls="none", marker="x", ms=7, mew=1.5, color=col,
                     clip_on=False)
         if n_diverged == len(learning_rates):
-            ax.text(0.5, 0.5, f"diverged at every rate\n(\u00d7: the first monitored epoch\n"
+            ax.text(0.5, 0.5, "diverged at every rate\n(\u00d7: the first monitored epoch\n"
                               "with a non-finite log-loss)", transform=ax.transAxes,
                     ha="center", va="center", fontsize=8, color="0.25")
         ax.axhline(logK, ls=":", color="0.4", lw=1)
