@@ -20,6 +20,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import minimize, root
 
+from scalable_softmax.fit import fit
 from scalable_softmax.methods import get_trainer_class
 from scalable_softmax.kernels.implicit import prop4_bound, solve_reduced
 from scalable_softmax.methods.implicit import (ImplicitTrainer, class_touch_weights,
@@ -397,9 +398,8 @@ def test_init_params():
     assert np.all(tr.W == 0) and np.all(tr.u == 0)
     tr.init_params("logK")
     assert np.allclose(tr.u, math.log(K))
-    tr = ImplicitTrainer(X, y, K, u_init="logK")
-    tr.init_params()
-    assert np.allclose(tr.u, math.log(K))
+    with pytest.raises(ValueError, match=r"unknown option\(s\) 'u_init'"):
+        ImplicitTrainer(X, y, K, u_init="logK")      # fit's u_init is the one way
 
 
 def test_options_validated():
@@ -413,7 +413,11 @@ def test_options_validated():
     with pytest.raises(ValueError, match="kernel"):
         ImplicitTrainer(X, y, K, kernel="turbo")
     with pytest.raises(ValueError, match="batch_size"):
-        ImplicitTrainer(X, y, K, batch_size=2)
+        fit(X, y, "implicit", 1.0, K=K, batch_size=2, epochs=1, progress=False)
+    with pytest.raises(ValueError, match="n_sampled"):
+        fit(X, y, "implicit", 1.0, K=K, n_sampled=2, epochs=1, progress=False)
+    with pytest.raises(ValueError, match="no parallel kernel"):
+        ImplicitTrainer(X, y, K, threads=2)
     tr = ImplicitTrainer(X, y, K)
     tr.init_params()
     with pytest.raises(ValueError, match="learning rate"):
