@@ -374,9 +374,9 @@ def exact_log_loss(X, y, W):
         return float(np.mean(logsumexp(S, axis=1) - S[np.arange(len(y)), y]))
 
 
-def train(X, y, K, epochs, lr, seed=0, mu=0.0, **opts):
+def train(X, y, K, epochs, lr, seed=0, mu=0.0, u_init="zero", **opts):
     tr = ImplicitTrainer(X, y, K, mu=mu, **opts)
-    tr.init_params()
+    tr.init_params(u_init)
     tr.warmup()
     rng = np.random.default_rng(seed)
     reps = []
