@@ -50,7 +50,7 @@ def get_trainer_class(method: str):
         target = METHODS[method]
     except (KeyError, TypeError):
         raise ValueError(
-            f"unknown method {method!r}: not a method of scalable_softmax; choose one of: "
-            f"{', '.join(sorted(METHODS))}") from None
+            f"unknown method {method!r}; choose one of: {', '.join(sorted(METHODS))}"
+        ) from None
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)
