@@ -105,7 +105,7 @@ from scalable_softmax.kernels import full as kfull
 from scalable_softmax.kernels import softmax_sgd as ksgd
 from scalable_softmax.kernels.common import touched_zeros as _touched_zeros
 from scalable_softmax.kernels.full import KIND_MODES, full_pass, solve_alpha
-from scalable_softmax.methods.base import THREADS_RULE, EpochReport, StochasticTrainer, Trainer
+from scalable_softmax.methods.base import EpochReport, StochasticTrainer, Trainer
 from scalable_softmax.methods.lbfgs import lbfgs
 
 __all__ = [
@@ -202,8 +202,10 @@ class SoftmaxSGDTrainer(StochasticTrainer):
     parallel_kernel = True
     default_batch_size = 100
     default_n_sampled = 1
+    # threads: slices of each step, any number (the kernel runs them on at most numba's
+    # pool; the result does not depend on it)
     options = {**StochasticTrainer.options,
-               "threads": (None, THREADS_RULE),
+               "threads": (None, {"type": "int", "min": 1, "nullable": True}),
                "parallel": (False, {"type": "bool"}),
                "transposed": (True, {"type": "bool"}),
                "layout": (None, {"one_of": ["feature", "class"], "nullable": True})}
