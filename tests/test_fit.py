@@ -12,9 +12,14 @@ import scipy.optimize as so
 import scipy.sparse as sp
 
 from scalable_softmax import objectives as ob
-from scalable_softmax.fit import (DivergenceWarning, FitResult, assemble_history,
-                                  default_eval_epochs, fit, run_epochs)
-from scalable_softmax.methods import METHODS
+from scalable_softmax.fit import (
+    DivergenceWarning,
+    FitResult,
+    assemble_history,
+    default_eval_epochs,
+    fit,
+    run_epochs,
+)
 from scalable_softmax.protocols import FitConfig
 
 

@@ -21,11 +21,15 @@ import scipy.sparse as sp
 from scipy.optimize import minimize, root
 
 from scalable_softmax.fit import fit
-from scalable_softmax.methods import get_trainer_class
 from scalable_softmax.kernels.implicit import prop4_bound, solve_reduced
-from scalable_softmax.methods.implicit import (ImplicitTrainer, class_touch_weights,
-                                               implicit_step, reference_step,
-                                               solve_reduced_reference)
+from scalable_softmax.methods import get_trainer_class
+from scalable_softmax.methods.implicit import (
+    ImplicitTrainer,
+    class_touch_weights,
+    implicit_step,
+    reference_step,
+    solve_reduced_reference,
+)
 
 REL = 1e-8
 TOL = 1e-10   # the kernel's default root accuracy

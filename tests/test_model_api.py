@@ -12,12 +12,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax import __version__
+from scalable_softmax import __version__, paths
 from scalable_softmax import objectives as ob
-from scalable_softmax import paths
 from scalable_softmax.fit import FORMAT_NAME, FitResult, fit
 from scalable_softmax.methods import METHODS, get_trainer_class
-
 
 
 def _lr(method, value):

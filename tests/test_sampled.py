@@ -21,8 +21,14 @@ from scalable_softmax.fit import fit
 from scalable_softmax.methods import get_trainer_class
 from scalable_softmax.methods.full import SoftmaxSGDTrainer, exact_solution, full_objective
 from scalable_softmax.methods.sampled import (
-    KIND_IS, KIND_OVE, ISTrainer, NCETrainer, OVETrainer, epoch_draws,
-    reference_step, touch_weights_shared,
+    KIND_IS,
+    KIND_OVE,
+    ISTrainer,
+    NCETrainer,
+    OVETrainer,
+    epoch_draws,
+    reference_step,
+    touch_weights_shared,
 )
 
 TRAINERS = {"ove": OVETrainer, "nce": NCETrainer, "is": ISTrainer}

@@ -10,9 +10,15 @@ from scalable_softmax import objectives as ob
 from scalable_softmax.fit import fit
 from scalable_softmax.kernels import sgd as ksgd
 from scalable_softmax.methods import sgd
-from scalable_softmax.methods.sgd import (KIND_RAMAN_UMAX, KIND_RAMAN_VANILLA, KIND_UMAX,
-                                          KIND_VANILLA, RamanTrainer, UmaxTrainer,
-                                          VanillaTrainer)
+from scalable_softmax.methods.sgd import (
+    KIND_RAMAN_UMAX,
+    KIND_RAMAN_VANILLA,
+    KIND_UMAX,
+    KIND_VANILLA,
+    RamanTrainer,
+    UmaxTrainer,
+    VanillaTrainer,
+)
 
 KINDS = {
     KIND_VANILLA: (VanillaTrainer, {}),

@@ -49,8 +49,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from scalable_softmax._version import __version__
 from scalable_softmax._atomic import atomic_open
+from scalable_softmax._version import __version__
 from scalable_softmax.protocols import EPOCHS, FitConfig, default_eval_epochs
 from scalable_softmax.validation import as_csr, as_labels, check_label_range
 

@@ -77,7 +77,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax.kernels.implicit import (
-    apply_step, draw_classes_epoch, epoch_fast, epoch_simple, fill, row_sqnorms,
+    apply_step,
+    draw_classes_epoch,
+    epoch_fast,
+    epoch_simple,
+    fill,
+    row_sqnorms,
 )
 from scalable_softmax.methods.base import EpochReport, StochasticTrainer
 from scalable_softmax.objectives import touch_weights

@@ -84,18 +84,30 @@ Implementation
 """
 from __future__ import annotations
 
-
 import numba
 import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax.kernels.sgd import (
-    draw_classes_all, draw_classes_m1, draw_classes_multi, epoch_m1, epoch_m1_hogwild,
-    epoch_multi, fold_all, KIND_RAMAN_UMAX, KIND_RAMAN_VANILLA, KIND_UMAX,
-    KIND_VANILLA, PREFETCH_DEFAULT,
+    KIND_RAMAN_UMAX,
+    KIND_RAMAN_VANILLA,
+    KIND_UMAX,
+    KIND_VANILLA,
+    PREFETCH_DEFAULT,
+    draw_classes_all,
+    draw_classes_m1,
+    draw_classes_multi,
+    epoch_m1,
+    epoch_m1_hogwild,
+    epoch_multi,
+    fold_all,
 )
-from scalable_softmax.methods.base import (THREADS_RULE, EpochReport, StochasticTrainer,
-                                           no_parallel_kernel)
+from scalable_softmax.methods.base import (
+    THREADS_RULE,
+    EpochReport,
+    StochasticTrainer,
+    no_parallel_kernel,
+)
 
 __all__ = ["VanillaTrainer", "UmaxTrainer", "RamanTrainer", "reference_step", "draw_classes",
            "KIND_VANILLA", "KIND_UMAX", "KIND_RAMAN_VANILLA", "KIND_RAMAN_UMAX"]

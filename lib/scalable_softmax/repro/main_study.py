@@ -16,8 +16,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from scalable_softmax.repro import runs as ex
 from scalable_softmax.repro import reporting as rp
+from scalable_softmax.repro import runs as ex
 
 __all__ = ["resolve_datasets", "run_paper_methods", "choose_used", "SAMPLED_METHODS",
            "SUMMARY_COLUMNS", "RUNS_MD_COLUMNS", "CURVES_MD_COLUMNS", "TIME_PARTS",

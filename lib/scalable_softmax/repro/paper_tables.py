@@ -740,6 +740,7 @@ def series_figure(series, order, methods, title_of, suptitle):
     marker)``, panels titled by ``title_of(d)`` (:func:`panel_title_labeller` when the
     paper's numbers are among the series). Returns the figure."""
     import matplotlib.pyplot as plt
+
     from scalable_softmax.repro import style
 
     fig, axes = style.panel_grid(len(order), ncols=2, panel_height=1.9, sharex=True)
@@ -764,6 +765,7 @@ def recorded_curves_figure(hist, recorded_runs, used, comparable, methods, label
     :func:`runs.histories_frame` with paper data-set names) at the used rates: mean over
     seeds (line) and range (band); the authors': their recorded run (dashed)."""
     import matplotlib.pyplot as plt
+
     from scalable_softmax.repro import style
 
     lr_used = used.set_index(["dataset", "method"]).lr

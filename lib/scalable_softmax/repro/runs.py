@@ -98,8 +98,13 @@ __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories
            "check_worker", "library_versions", "machine_cores", "threads_per_task",
            "dask_thread_plan", "worker_setup"]
 
-from scalable_softmax.repro.paper import (PAPER_DATASETS, PAPER_METHODS, PAPER_TABLE2,  # noqa: E402,F401
-                                         PAPER_TABLE3, PAPER_TABLE3_AVERAGE)
+from scalable_softmax.repro.paper import (  # noqa: E402,F401
+    PAPER_DATASETS,
+    PAPER_METHODS,
+    PAPER_TABLE2,
+    PAPER_TABLE3,
+    PAPER_TABLE3_AVERAGE,
+)
 
 #: our real data sets that the study may run beside the paper's seven (no published rates:
 #: their rates are tuned, notebook 13)
@@ -251,9 +256,8 @@ def data_fingerprint(dataset: str) -> dict:
     MissingDataError, ChecksumError
         As :func:`scalable_softmax.data.load_dataset` would.
     """
-    from scalable_softmax.data import SURROGATE_DATASETS, registry
+    from scalable_softmax.data import SURROGATE_DATASETS, core, registry, surrogate
     from scalable_softmax.data import cache as data_cache
-    from scalable_softmax.data import core, surrogate
 
     if dataset in SURROGATE_DATASETS:
         return {"generator": f"surrogate:{surrogate.PROFILE_SIZE}:{data_cache.CODE_VERSION}",
