@@ -12,9 +12,15 @@ import scipy.optimize as so
 import scipy.sparse as sp
 
 from scalable_softmax import objectives as ob
-from scalable_softmax.fit import (DivergenceWarning, FitResult, assemble_history,
-                                  default_eval_epochs, fit, run_epochs)
-from scalable_softmax.methods import METHODS
+from scalable_softmax.fit import (
+    DivergenceWarning,
+    FitResult,
+    assemble_history,
+    default_eval_epochs,
+    fit,
+    run_epochs,
+)
+from scalable_softmax.protocols import FitConfig
 
 
 def _learnable(N=200, D=5, K=4, seed=0, dense=True):
@@ -335,9 +341,10 @@ def test_run_epochs_and_assemble_history_give_fits_history():
     trainer.init_params("zero")
     trainer.warmup()
     sets = {"train": (Xc, y)}
-    rows, extras, diverged_at, reason = run_epochs(
-        trainer, _Monitor(sets, None, 7), n_rows=120, epochs=4, lr=0.2, lr_decay=0.9,
-        order="shuffle", seed=7, eval_epochs=[0, 2, 4])
+    config = FitConfig.make("umax", 0.2, epochs=4, lr_decay=0.9, order="shuffle", seed=7,
+                            eval_epochs=[0, 2, 4], progress=False).resolve()
+    rows, extras, diverged_at, reason = run_epochs(trainer, _Monitor(sets, None, 7),
+                                                   config, 120)
     assert diverged_at is None and reason is None and len(extras) == 4
     h = assemble_history(rows, sets)
     pd.testing.assert_frame_equal(h.drop(columns="seconds"),

@@ -20,11 +20,16 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import minimize, root
 
-from scalable_softmax.methods import get_trainer_class
+from scalable_softmax.fit import fit
 from scalable_softmax.kernels.implicit import prop4_bound, solve_reduced
-from scalable_softmax.methods.implicit import (ImplicitTrainer, class_touch_weights,
-                                               implicit_step, reference_step,
-                                               solve_reduced_reference)
+from scalable_softmax.methods import get_trainer_class
+from scalable_softmax.methods.implicit import (
+    ImplicitTrainer,
+    class_touch_weights,
+    implicit_step,
+    reference_step,
+    solve_reduced_reference,
+)
 
 REL = 1e-8
 TOL = 1e-10   # the kernel's default root accuracy
@@ -373,9 +378,9 @@ def exact_log_loss(X, y, W):
         return float(np.mean(logsumexp(S, axis=1) - S[np.arange(len(y)), y]))
 
 
-def train(X, y, K, epochs, lr, seed=0, mu=0.0, **opts):
+def train(X, y, K, epochs, lr, seed=0, mu=0.0, u_init="zero", **opts):
     tr = ImplicitTrainer(X, y, K, mu=mu, **opts)
-    tr.init_params()
+    tr.init_params(u_init)
     tr.warmup()
     rng = np.random.default_rng(seed)
     reps = []
@@ -397,9 +402,8 @@ def test_init_params():
     assert np.all(tr.W == 0) and np.all(tr.u == 0)
     tr.init_params("logK")
     assert np.allclose(tr.u, math.log(K))
-    tr = ImplicitTrainer(X, y, K, u_init="logK")
-    tr.init_params()
-    assert np.allclose(tr.u, math.log(K))
+    with pytest.raises(ValueError, match=r"unknown option\(s\) 'u_init'"):
+        ImplicitTrainer(X, y, K, u_init="logK")      # fit's u_init is the one way
 
 
 def test_options_validated():
@@ -413,7 +417,11 @@ def test_options_validated():
     with pytest.raises(ValueError, match="kernel"):
         ImplicitTrainer(X, y, K, kernel="turbo")
     with pytest.raises(ValueError, match="batch_size"):
-        ImplicitTrainer(X, y, K, batch_size=2)
+        fit(X, y, "implicit", 1.0, K=K, batch_size=2, epochs=1, progress=False)
+    with pytest.raises(ValueError, match="n_sampled"):
+        fit(X, y, "implicit", 1.0, K=K, n_sampled=2, epochs=1, progress=False)
+    with pytest.raises(ValueError, match="no parallel kernel"):
+        ImplicitTrainer(X, y, K, threads=2)
     tr = ImplicitTrainer(X, y, K)
     tr.init_params()
     with pytest.raises(ValueError, match="learning rate"):

@@ -310,6 +310,36 @@ def test_no_non_compiled_function_over_100_lines():
                       f"well-named helpers): {long}")
 
 
+#: the most parameters a helper of fit.py may take (``fit`` itself is the public API; the
+#: helpers take a validated ``FitConfig`` instead of chains of arguments)
+MAX_FIT_HELPER_PARAMS = 10
+
+
+def _many_parameters(path: Path, limit: int, spare=("fit",)) -> list[tuple[str, int]]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in spare:
+            a = node.args
+            n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+            if n > limit:
+                out.append((node.name, n))
+    return out
+
+
+def test_no_fit_helper_takes_more_than_10_parameters(tmp_path):
+    many = _many_parameters(PKG / "fit.py", MAX_FIT_HELPER_PARAMS)
+    assert not many, f"fit.py helpers with over {MAX_FIT_HELPER_PARAMS} parameters: {many}"
+    bad = tmp_path / "fit.py"
+    bad.write_text("def _prepare(" + ", ".join(f"a{i}" for i in range(11)) + "):\n    pass\n")
+    assert _many_parameters(bad, MAX_FIT_HELPER_PARAMS) == [("_prepare", 11)]
+
+
+def test_no_attribute_probes_on_trainers_in_fit():
+    """What fit calls on a trainer is declared in methods/base.py, not probed."""
+    text = (PKG / "fit.py").read_text()
+    assert "hasattr(trainer" not in text and "getattr(trainer" not in text
+
+
 def test_length_checks_see_a_long_function_and_spare_a_kernel(tmp_path, monkeypatch):
     """The checks above can fail: a long plain function (and a long ``fit``) are
     caught; an equally long numba kernel is not."""

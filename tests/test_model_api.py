@@ -12,12 +12,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax import __version__
+from scalable_softmax import __version__, paths
 from scalable_softmax import objectives as ob
-from scalable_softmax import paths
 from scalable_softmax.fit import FORMAT_NAME, FitResult, fit
 from scalable_softmax.methods import METHODS, get_trainer_class
-
 
 
 def _lr(method, value):
@@ -183,22 +181,23 @@ def test_u_init_exact_is_the_optimum_of_the_initial_weights(method):
 
 def test_every_method_declares_its_facts():
     """fit and the estimator read these class attributes instead of method names."""
-    exact = {m for m in METHODS if get_trainer_class(m).exact_u is not None}
-    assert exact == {"vanilla", "umax", "raman", "implicit", "implicit-batch"}
     for m in METHODS:
         cls = get_trainer_class(m)
         assert cls.name == m
         assert cls.exact_u in (None, "softmax", "raman")
         assert cls.has_u or cls.exact_u is None
         assert not (cls.full_batch and cls.minibatch)
-        assert isinstance(cls.takes_ridge, bool) and isinstance(cls.partial_fit, bool)
-        pool = cls.max_n_sampled(10, {})
-        assert pool is None or pool in (9, 10)
+        assert isinstance(cls.parallel_kernel, bool) and isinstance(cls.minibatch, bool)
+        assert cls.full_batch or "threads" in cls.options, m
+        assert not (cls.full_batch and cls.parallel_kernel), m
+        pool = cls.max_n_sampled(10, cls.resolve_options({}))
+        assert pool is None or 1 <= pool <= 10
+        # every option has a default its rule accepts
+        assert cls.resolve_options({k: d for k, (d, _) in cls.options.items()}) == \
+            cls.resolve_options({}), m
     assert get_trainer_class("raman").exact_u == "raman"
     assert get_trainer_class("implicit-batch").max_n_sampled(3, {}) is None
     assert get_trainer_class("ove").max_n_sampled(10, {"shared_negatives": True}) == 10
-    assert {m for m in METHODS if get_trainer_class(m).full_batch} == \
-        {"exact", "bouchard", "ove-exact"}
 
 
 def test_every_method_names_its_numpy_reference():

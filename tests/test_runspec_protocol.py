@@ -2,6 +2,7 @@
 key, training and the kernel warm-up read the resolved options."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pickle
 
@@ -35,17 +36,19 @@ class _Stop(Exception):
 
 
 def _fit_arguments(spec, monkeypatch):
-    """The arguments ``_train(spec)`` gives ``fit`` (on a tiny stand-in data set)."""
+    """The arguments ``_train(spec)`` gives ``fit`` (its ``FitConfig``'s fields and method
+    options, on a tiny stand-in data set)."""
     rng = np.random.default_rng(0)
     X, y = rng.standard_normal((20, 3)), rng.integers(0, 4, 20)
     monkeypatch.setattr(runs, "load_split", lambda *a, **k: (X, y, 4, True))
     got = {}
 
-    def capture(*args, **kw):
-        got.update(kw, method=args[2], lr=args[3])
+    def capture(config, *args, **kw):
+        got.update({f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                    if f.name != "options"}, **config.options)
         raise _Stop
 
-    monkeypatch.setattr(fit_mod, "fit", capture)
+    monkeypatch.setattr(fit_mod, "fit_config", capture)
     with pytest.raises(_Stop):
         runs._train(spec)
     return got
@@ -71,7 +74,7 @@ def test_options_override_the_protocol_in_training(monkeypatch):
     plain = runs.RunSpec.make("bibtex", "umax", 0.5)
     assert plain.protocol_options == ()
     args = _fit_arguments(plain, monkeypatch)
-    assert "order" not in args and args["u_init"] == "logK"
+    assert args["order"] is None and args["u_init"] == "logK"
 
 
 def test_resolved_options_are_derived_not_part_of_identity():

@@ -17,11 +17,18 @@ import scipy.sparse as sp
 from scipy.special import expit, logsumexp
 
 from scalable_softmax import objectives as ob
+from scalable_softmax.fit import fit
 from scalable_softmax.methods import get_trainer_class
 from scalable_softmax.methods.full import SoftmaxSGDTrainer, exact_solution, full_objective
 from scalable_softmax.methods.sampled import (
-    KIND_IS, KIND_OVE, ISTrainer, NCETrainer, OVETrainer, epoch_draws,
-    reference_step, touch_weights_shared,
+    KIND_IS,
+    KIND_OVE,
+    ISTrainer,
+    NCETrainer,
+    OVETrainer,
+    epoch_draws,
+    reference_step,
+    touch_weights_shared,
 )
 
 TRAINERS = {"ove": OVETrainer, "nce": NCETrainer, "is": ISTrainer}
@@ -286,11 +293,14 @@ def test_options_are_validated():
         ISTrainer(X, y, 7, weighted="no")
     with pytest.raises(ValueError, match="'prefetch'.*integer >= 0"):
         OVETrainer(X, y, 7, prefetch=-1)
+    # the sizes are fit's checks (Trainer.check_sizes)
     with pytest.raises(ValueError, match="n_sampled"):
-        NCETrainer(X, y, 7, n_sampled=7)  # at most K-1 of the other classes
-    NCETrainer(X, y, 7, n_sampled=7, shared_negatives=True)  # shared: from all K
+        fit(X, y, "nce", 0.1, K=7, n_sampled=7, epochs=1, progress=False)  # K-1 others
+    fit(X, y, "nce", 0.1, K=7, n_sampled=7, shared_negatives=True, epochs=1,
+        progress=False)                                   # shared: from all K
     with pytest.raises(ValueError, match="n_sampled"):
-        NCETrainer(X, y, 7, n_sampled=8, shared_negatives=True)
+        fit(X, y, "nce", 0.1, K=7, n_sampled=8, shared_negatives=True, epochs=1,
+            progress=False)
 
 
 # --- the converged point: biased, unlike exact softmax SGD ------------------------

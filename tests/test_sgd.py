@@ -7,11 +7,18 @@ import pytest
 import scipy.sparse as sp
 
 from scalable_softmax import objectives as ob
+from scalable_softmax.fit import fit
 from scalable_softmax.kernels import sgd as ksgd
 from scalable_softmax.methods import sgd
-from scalable_softmax.methods.sgd import (KIND_RAMAN_UMAX, KIND_RAMAN_VANILLA, KIND_UMAX,
-                                          KIND_VANILLA, RamanTrainer, UmaxTrainer,
-                                          VanillaTrainer)
+from scalable_softmax.methods.sgd import (
+    KIND_RAMAN_UMAX,
+    KIND_RAMAN_VANILLA,
+    KIND_UMAX,
+    KIND_VANILLA,
+    RamanTrainer,
+    UmaxTrainer,
+    VanillaTrainer,
+)
 
 KINDS = {
     KIND_VANILLA: (VanillaTrainer, {}),
@@ -440,12 +447,17 @@ def test_trainer_option_errors():
         VanillaTrainer(X, y, K, delta0=1.0)
     with pytest.raises(ValueError, match="variant"):
         RamanTrainer(X, y, K, variant="fast")
+    # the sizes are fit's checks (Trainer.check_sizes), made once before a trainer exists
     with pytest.raises(ValueError, match="n_sampled .* 1..5"):
-        UmaxTrainer(X, y, K, n_sampled=6)
+        fit(X, y, "umax", 0.1, K=K, n_sampled=6, epochs=1, progress=False)
     with pytest.raises(ValueError, match="batch_size must be 1"):
-        UmaxTrainer(X, y, K, batch_size=10)
+        fit(X, y, "umax", 0.1, K=K, batch_size=10, epochs=1, progress=False)
     with pytest.raises(ValueError, match="hogwild=True supports n_sampled=1"):
         UmaxTrainer(X, y, K, n_sampled=2, hogwild=True)
+    with pytest.raises(ValueError, match="no parallel kernel for n_sampled > 1"):
+        UmaxTrainer(X, y, K, n_sampled=2, threads=2)
+    with pytest.raises(ValueError, match="'threads'.* at most NUMBA_NUM_THREADS"):
+        UmaxTrainer(X, y, K, threads=10 ** 6)
 
 
 def test_init_params_writes_memory_and_u_init():

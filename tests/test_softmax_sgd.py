@@ -177,8 +177,8 @@ def test_estimator_partial_fit_runs_on_the_feature_major_trainer():
 
 @pytest.mark.parametrize("opts, msg", [
     (dict(threads=2, parallel=True), "not both"),
-    (dict(threads=0), "positive integer"),
-    (dict(threads=1.5), "positive integer"),
+    (dict(threads=0), "'threads' must be None or an integer >= 1"),
+    (dict(threads=1.5), "'threads' must be None or an integer >= 1"),
     (dict(layout="rows"), "'feature' or 'class'"),
     (dict(layout="feature", transposed=False), "layout='class'"),
 ])

@@ -23,8 +23,10 @@ rate is per datapoint, section 2.3); ``protocol`` applies one of the named proto
 """
 from __future__ import annotations
 
+import dataclasses
 import numbers
 
+import numba
 import numpy as np
 
 try:
@@ -37,9 +39,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "scalable_softmax.SoftmaxSGDClassifier needs scikit-learn: install the project "
         "with its 'sklearn' extra (pip install -e '.[sklearn]')") from exc
 
-from scalable_softmax.fit import FitResult, fit
-from scalable_softmax.methods import METHODS, get_trainer_class
-from scalable_softmax.protocols import CONVENTIONS, resolve
+from scalable_softmax.fit import FitResult, fit_config
+from scalable_softmax.protocols import EPOCHS, FitConfig
 
 __all__ = ["SoftmaxSGDClassifier"]
 
@@ -65,14 +66,13 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     method : str, default ``"implicit"``
-        A key of :data:`scalable_softmax.methods.METHODS`: ``"implicit"`` (Implicit
-        SGD, stable at any learning rate), ``"umax"``, ``"vanilla"``, ``"raman"``,
-        ``"implicit-batch"``, ``"ove"``, ``"nce"``, ``"is"``, ``"softmax-sgd"``,
-        ``"exact"``, ``"bouchard"``, ``"ove-exact"``.
+        A key of :data:`scalable_softmax.methods.METHODS` (the API page's method
+        table lists them): ``"implicit"`` (Implicit SGD, stable at any learning rate),
+        ``"umax"``, ...
     lr : float > 0, default 1.0
         Initial learning rate in the per-datapoint units of docs/math.md section 2.3.
         Ignored by the full-batch methods (``exact``, ``bouchard``, ``ove-exact``).
-    epochs : int >= 1, default 50
+    epochs : int >= 1, default :data:`scalable_softmax.protocols.EPOCHS` (50)
         Passes over the data in :meth:`fit`.
     lr_decay : float in (0, 1] or None, default None
         Epoch ``e = 1, 2, ...`` runs at ``lr * lr_decay**(e-1)``. :meth:`partial_fit`
@@ -108,6 +108,11 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         (:func:`scalable_softmax.protocols.resolve`).
     method_options : None or dict
         Extra options of the method (e.g. ``{"delta0": 1.0}`` for ``umax``).
+    n_jobs : None or int
+        Threads of the stochastic methods (their option ``threads``): None or 1 one
+        thread (bit-identical runs), ``-1`` numba's thread count. Methods without a
+        parallel kernel refuse more than one; the full-batch methods use their
+        ``parallel`` option instead (``n_jobs`` other than None and 1 sets it).
     random_state : None, int or numpy RandomState
         Seed of the data order and class sampling (None: a fresh seed each fit).
     verbose : bool, default False
@@ -126,10 +131,10 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         :meth:`partial_fit`).
     """
 
-    def __init__(self, method="implicit", *, lr=1.0, epochs=50, lr_decay=None, mu=0.0,
+    def __init__(self, method="implicit", *, lr=1.0, epochs=EPOCHS, lr_decay=None, mu=0.0,
                  batch_size=None, n_sampled=None, order=None, u_init=None,
                  fit_intercept=False, intercept_scaling=1.0, protocol=None,
-                 method_options=None, random_state=None, verbose=False):
+                 method_options=None, n_jobs=None, random_state=None, verbose=False):
         self.method = method
         self.lr = lr
         self.epochs = epochs
@@ -143,6 +148,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         self.intercept_scaling = intercept_scaling
         self.protocol = protocol
         self.method_options = method_options
+        self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
 
@@ -156,22 +162,37 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         tags.classifier_tags.poor_score = False
         return tags
 
-    def _settings(self):
-        """The keyword arguments of :func:`fit` these parameters stand for (validated
-        here, so that a bad parameter fails at fit time with its name)."""
-        if self.method not in METHODS:
-            raise ValueError(f"method={self.method!r} is not a method of scalable_softmax; "
-                             f"choose one of: {', '.join(sorted(METHODS))}")
+    def _config(self) -> FitConfig:
+        """The :class:`~scalable_softmax.protocols.FitConfig` these parameters stand for,
+        resolved and validated (so that a bad parameter fails at fit time with its
+        name); ``lr``, ``epochs``, ``K`` and the seed are set per call."""
         if self.method_options is not None and not isinstance(self.method_options, dict):
             raise ValueError(f"method_options must be None or a dict; got "
                              f"{self.method_options!r}")
-        conv = resolve(self.protocol, self.method,
-                       dict(lr_decay=self.lr_decay, batch_size=self.batch_size,
-                            n_sampled=self.n_sampled, order=self.order,
-                            u_init=self.u_init, **(self.method_options or {})))
-        kw = {k: conv.pop(k, None) for k in CONVENTIONS}
-        kw["mu"] = self.mu
-        return kw, conv
+        options = dict(self.method_options or {})
+        if self.n_jobs is not None and self.n_jobs != 1:
+            from scalable_softmax.methods import get_trainer_class
+
+            cls = get_trainer_class(self.method)
+            if "threads" in cls.options:
+                n = self.n_jobs
+                ok = isinstance(n, numbers.Integral) and not isinstance(n, bool) \
+                    and (n >= 1 or n == -1)
+                if not ok:
+                    raise ValueError(f"n_jobs must be None, -1 or an integer >= 1; got {n!r}")
+                options.setdefault("threads", int(numba.config.NUMBA_NUM_THREADS)
+                                   if n == -1 else int(n))
+            else:
+                options.setdefault("parallel", True)
+        base = FitConfig(method=self.method, lr=1.0, lr_decay=self.lr_decay, mu=self.mu,
+                         batch_size=self.batch_size, n_sampled=self.n_sampled,
+                         order=self.order, u_init=self.u_init,
+                         fit_intercept=self.fit_intercept,
+                         intercept_scaling=self.intercept_scaling, protocol=self.protocol,
+                         eval_epochs=(), progress=bool(self.verbose), options=options)
+        if base.trainer_class.full_batch:
+            base = dataclasses.replace(base, lr=None)
+        return base.resolve()
 
     def _seed(self):
         rs = self.random_state
@@ -193,36 +214,31 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         self.result_ = res
 
     def _fit_call(self, X, yi, K, lr, epochs, init=None, partial=False):
-        kw, options = self._settings()
-        if partial:
-            # one pass at the call's rate; u of the new rows from the current weights
-            kw.update(lr_decay=1.0, u_init="exact")
+        config = self._config()
         if K < 2:
             raise ValueError("SoftmaxSGDClassifier needs at least 2 classes in y; got 1 "
                              "class")
-        cls = get_trainer_class(self.method)
-        if partial and not cls.partial_fit:
-            raise ValueError(f"method={self.method!r} cannot continue from given weights "
-                             "one pass at a time; use fit")
-        pool = cls.max_n_sampled(K, options)
+        cls = config.trainer_class
+        change = dict(epochs=epochs, K=K, seed=self._seed(), eval_epochs=())
+        if not cls.full_batch:
+            change["lr"] = lr
+        if partial:
+            # one pass at the call's rate; u of the new rows from the current weights
+            change.update(lr_decay=1.0, u_init="exact")
+        pool = cls.max_n_sampled(K, cls.resolve_options(config.options))
         if self.n_sampled is None and pool is not None:
             # a default number of sampled classes (the method's, e.g. 5 for OVE, NCE and
             # IS, or a protocol's) cannot exceed the classes there are to draw: use them
-            m = kw["n_sampled"] or int(cls.default_n_sampled)
+            m = config.n_sampled or int(cls.default_n_sampled)
             if m > pool:
-                kw["n_sampled"] = pool
+                change["n_sampled"] = pool
         W0 = b0 = None
         if init is not None:
             W0, b0 = init
             if not self.fit_intercept:
                 b0 = None
-        if cls.full_batch:
-            lr = None       # L-BFGS has no learning rate (fit() refuses one)
-        return fit(X, yi, self.method, lr, epochs=epochs, seed=self._seed(),
-                   eval_epochs=[], progress=bool(self.verbose), K=K,
-                   fit_intercept=self.fit_intercept,
-                   intercept_scaling=self.intercept_scaling, init_W=W0,
-                   init_intercept=b0, protocol=self.protocol, **kw, **options)
+        return fit_config(dataclasses.replace(config, **change), X, yi, init_W=W0,
+                          init_intercept=b0)
 
     # -- the estimator API ------------------------------------------------------------
 
@@ -272,7 +288,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             init = (self.coef_, self.intercept_)
             t = self.t_
         yi = _labels_to_index(y, classes, "partial_fit")
-        decay = self._settings()[0]["lr_decay"]
+        decay = self._config().lr_decay
         lr = self.lr * decay ** t if self.lr is not None else None
         res = self._fit_call(X, yi, len(classes), lr, 1, init=init, partial=True)
         self._store(res, classes)
@@ -289,19 +305,16 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         return S
 
     def predict_proba(self, X):
-        """Softmax probabilities, shape (n, K), columns in the order of ``classes_``."""
-        S = self._scores(X)
-        S -= S.max(axis=1, keepdims=True)
-        np.exp(S, out=S)
-        S /= S.sum(axis=1, keepdims=True)
-        return S
+        """Softmax probabilities, shape (n, K), columns in the order of ``classes_``
+        (:meth:`scalable_softmax.fit.FitResult.predict_proba` of the model)."""
+        model, X = self._model(X)
+        return model.predict_proba(X)
 
     def predict_log_proba(self, X):
-        """Logarithms of :meth:`predict_proba`, computed stably."""
-        S = self._scores(X)
-        S -= S.max(axis=1, keepdims=True)
-        S -= np.log(np.exp(S).sum(axis=1, keepdims=True))
-        return S
+        """Logarithms of :meth:`predict_proba`, computed stably
+        (:meth:`scalable_softmax.fit.FitResult.predict_log_proba`)."""
+        model, X = self._model(X)
+        return model.predict_log_proba(X)
 
     def predict(self, X):
         """The most probable class label of every row (ties: the first of
@@ -309,10 +322,16 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         S = self._scores(X)
         return self.classes_[np.argmax(S, axis=1)]
 
-    def _scores(self, X):
+    def _model(self, X):
+        """``(model, X)``: the fitted model as a :class:`~scalable_softmax.fit.FitResult`
+        and ``X`` checked against it."""
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
         model = FitResult(W=self.coef_, u=None, history=self.result_.history,
                           diverged_at=None, method=self.method, params={},
                           intercept=self.intercept_)
+        return model, X
+
+    def _scores(self, X):
+        model, X = self._model(X)
         return model.decision_function(X)

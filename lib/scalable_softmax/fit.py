@@ -22,9 +22,11 @@ stops, the last history row gets ``diverged = True`` and ``log_loss = inf``
 and ``FitResult.diverged_reason`` on what, and ``fit`` issues a
 :class:`DivergenceWarning` and returns normally so that a sweep goes on.
 
-The driver's parts: ``_prepare`` (validation, the intercept column, the trainer),
-:func:`run_epochs` (the epoch loop, with the monitoring evaluations of ``_Monitor``)
-and :func:`assemble_history` (the history table).
+The driver's parts: :class:`~scalable_softmax.protocols.FitConfig` (the arguments,
+resolved and validated once), :func:`fit_config` (a run of a configuration, which the
+estimator and the notebooks' runs call too), ``_prepare`` (the data's checks, the
+intercept column, the trainer), :func:`run_epochs` (the epoch loop, with the monitoring
+evaluations of ``_Monitor``) and :func:`assemble_history` (the history table).
 
 Using a trained model: :meth:`FitResult.predict`, :meth:`FitResult.predict_proba` and
 :meth:`FitResult.decision_function` score new data; :meth:`FitResult.save` and
@@ -47,15 +49,13 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from scalable_softmax._version import __version__
 from scalable_softmax._atomic import atomic_open
-from scalable_softmax.methods import get_trainer_class
-from scalable_softmax.protocols import resolve
-from scalable_softmax.validation import (ORDERS, as_csr, as_labels, check,  # noqa: F401
-                                         check_label_range, violation)
+from scalable_softmax._version import __version__
+from scalable_softmax.protocols import EPOCHS, FitConfig, default_eval_epochs
+from scalable_softmax.validation import as_csr, as_labels, check_label_range
 
-__all__ = ["fit", "FitResult", "DivergenceWarning", "ORDERS", "default_eval_epochs",
-           "run_epochs", "assemble_history", "FORMAT_NAME", "FORMAT_VERSION"]
+__all__ = ["fit", "fit_config", "FitResult", "DivergenceWarning", "default_eval_epochs",
+           "FORMAT_NAME", "FORMAT_VERSION"]
 
 #: what :meth:`FitResult.save` writes in its JSON record (checked by :meth:`FitResult.load`)
 FORMAT_NAME = "scalable_softmax.FitResult"
@@ -432,82 +432,45 @@ def _jsonable(v):
     return repr(v)
 
 
-def default_eval_epochs(epochs: int) -> list[int]:
-    """Epoch 0 and 10 evenly spaced epochs ending at ``epochs`` (all of them if fewer):
-    the paper records its metrics at 10 evenly spaced epochs."""
-    return sorted({0, *np.round(np.linspace(0, epochs, 11)).astype(int).tolist()})
-
-
 # ---------------------------------------------------------------------------
 # validation
 # ---------------------------------------------------------------------------
 
-def _validate(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed, order,
-              eval_epochs, eval_sets, eval_rows, progress, u_init, K):
-    cls = get_trainer_class(method)          # ValueError listing the names
-    if cls.full_batch:
-        if lr is not None:
-            raise ValueError(f"lr={lr!r} is not used by {method!r} (full-batch L-BFGS has "
-                             "no learning rate); pass lr=None")
-    else:
-        check("lr", lr)
-    for name, value in (("epochs", epochs), ("lr_decay", lr_decay), ("mu", mu),
-                        ("batch_size", batch_size), ("n_sampled", n_sampled),
-                        ("seed", seed), ("order", order), ("u_init", u_init),
-                        ("progress", progress), ("eval_rows", eval_rows)):
-        check(name, value)                   # validation.PARAMETERS
-
+def _validate_data(config, X, y, eval_sets):
+    """The training data and the evaluation sets, checked: ``(X, y, K, sets)`` with
+    ``X`` canonical float64 CSR, ``y`` int64 and ``K`` the configuration's, else
+    ``max(y) + 1``."""
     X = as_csr(X, "X")
     N, D = X.shape
     y = as_labels(y, N, "y")
+    K = config.K
     if K is None:
         K = int(y.max()) + 1
         if K < 2:
             raise ValueError("all labels in y are 0, so K cannot be inferred; pass K >= 2")
-    else:
-        check("K", K, spec={"like": "K", "nullable": False})
     K = int(K)
     check_label_range(y, K, "y", _LARGER_K)
-
     if eval_sets is None:
-        sets = {"train": (X, y)}
-    else:
-        if not isinstance(eval_sets, dict):
-            raise ValueError("eval_sets must be a dict mapping a name to an (X, y) pair")
-        sets = {}
-        for name, pair in eval_sets.items():
-            if not (isinstance(name, str) and name):
-                raise ValueError(f"eval_sets keys must be non-empty strings; got {name!r}")
-            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
-                raise ValueError(f"eval_sets[{name!r}] must be an (X, y) pair")
-            Xe = as_csr(pair[0], f"eval_sets[{name!r}] X")
-            if Xe.shape[1] != D:
-                raise ValueError(f"eval_sets[{name!r}] X has {Xe.shape[1]} columns but the "
-                                 f"training X has D = {D}")
-            ye = as_labels(pair[1], Xe.shape[0], f"eval_sets[{name!r}] y")
-            check_label_range(ye, K, f"eval_sets[{name!r}] y", _LARGER_K)
-            sets[name] = (Xe, ye)
-
-    if eval_epochs is None:
-        ev = default_eval_epochs(epochs)
-    else:
-        try:
-            ev = list(eval_epochs)
-        except TypeError:
-            raise ValueError(f"eval_epochs must be a list of epochs in 0..{epochs}; got "
-                             f"{eval_epochs!r}") from None
-        bad = [e for e in ev if violation(e, {"type": "int", "min": 0, "max": epochs})
-               is not None]
-        if bad:
-            raise ValueError(f"eval_epochs must hold integers in 0..epochs = 0..{epochs}; "
-                             f"got {bad}")
-        ev = sorted({int(e) for e in ev})
-    return cls, (None if lr is None else float(lr)), X, y, K, sets, ev
+        return X, y, K, {"train": (X, y)}
+    if not isinstance(eval_sets, dict):
+        raise ValueError("eval_sets must be a dict mapping a name to an (X, y) pair")
+    sets = {}
+    for name, pair in eval_sets.items():
+        if not (isinstance(name, str) and name):
+            raise ValueError(f"eval_sets keys must be non-empty strings; got {name!r}")
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise ValueError(f"eval_sets[{name!r}] must be an (X, y) pair")
+        Xe = as_csr(pair[0], f"eval_sets[{name!r}] X")
+        if Xe.shape[1] != D:
+            raise ValueError(f"eval_sets[{name!r}] X has {Xe.shape[1]} columns but the "
+                             f"training X has D = {D}")
+        ye = as_labels(pair[1], Xe.shape[0], f"eval_sets[{name!r}] y")
+        check_label_range(ye, K, f"eval_sets[{name!r}] y", _LARGER_K)
+        sets[name] = (Xe, ye)
+    return X, y, K, sets
 
 
-def _validate_model_options(fit_intercept, intercept_scaling, init_intercept):
-    check("fit_intercept", fit_intercept)
-    check("intercept_scaling", intercept_scaling)
+def _check_init_intercept(fit_intercept, init_intercept):
     if init_intercept is not None and not fit_intercept:
         raise ValueError("init_intercept needs fit_intercept=True (a model without "
                          "intercept has none to start from)")
@@ -558,18 +521,6 @@ def _exact_u(X, y, W, raman=False, chunk=None):
     return out
 
 
-def _warm_start(trainer, W0):
-    """Write the starting weights into a freshly initialised trainer."""
-    if hasattr(trainer, "set_params"):          # explicit SGD: keeps its norm caches
-        trainer.set_params(W0)
-        return
-    # every other trainer holds W itself right after init_params (lazy scales at 1)
-    if trainer.weights() is not trainer.W:
-        raise RuntimeError(f"method {trainer.name!r}: cannot warm-start (its weights "
-                           "are not held in trainer.W after init_params)")
-    trainer.W[...] = W0
-
-
 # ---------------------------------------------------------------------------
 # the driver
 # ---------------------------------------------------------------------------
@@ -590,7 +541,8 @@ def _all_finite(A, chunk_rows=1024):
 
 
 def make_order(rng, N, order):
-    """The datapoint order of one epoch (:data:`ORDERS`), drawn from ``rng``."""
+    """The datapoint order of one epoch (``order``: one of
+    :data:`scalable_softmax.validation.ORDERS`), drawn from ``rng``."""
     if order == "shuffle":
         return rng.permutation(N).astype(np.int64)
     if order == "uniform":
@@ -663,17 +615,19 @@ def _epoch_divergence(rep, trainer):
     return None, None
 
 
-def run_epochs(trainer, monitor, *, n_rows, epochs, lr, lr_decay, order, seed, eval_epochs,
-               progress=False, desc="fit", on_epoch=None):
-    """Train ``trainer`` for up to ``epochs`` epochs and monitor it.
+def run_epochs(trainer, monitor, config, n_rows, on_epoch=None):
+    """Train ``trainer`` for up to ``config.epochs`` epochs and monitor it.
 
-    One ``numpy.random.default_rng(seed)`` draws, epoch after epoch, the data order
-    (``order``) and then the kernel seed; epoch ``e`` runs at ``lr * lr_decay**(e-1)``
-    (NaN when ``lr`` is None). ``monitor`` (a :class:`_Monitor`) evaluates the epochs of
-    ``eval_epochs`` (0 = the initial point); ``W`` is also checked at the last epoch.
+    ``config``: a resolved :class:`~scalable_softmax.protocols.FitConfig`. One
+    ``numpy.random.default_rng(config.seed)`` draws, epoch after epoch, the data order
+    (``config.order``) and then the kernel seed; epoch ``e`` runs at ``lr *
+    lr_decay**(e-1)`` (NaN when ``lr`` is None). ``monitor`` (a :class:`_Monitor`)
+    evaluates the epochs of ``config.eval_epochs`` (0 = the initial point); ``W`` is
+    also checked at the last epoch.
     The loop stops at the first divergence, and after the epoch in which a full-batch
-    trainer has finished (``trainer.finished``: converged or stopped for good), so that
-    no work is done after convergence whatever ``epochs`` is; that epoch is evaluated
+    trainer has finished (:attr:`~scalable_softmax.methods.base.Trainer.finished`:
+    converged or stopped for good), so that no work is done after convergence whatever
+    ``epochs`` is; that epoch is evaluated
     when a later epoch of ``eval_epochs`` was due, and the history ends there.
     ``n_rows``: the datapoints ``N``.
     ``on_epoch``: None or a callable ``on_epoch(e)`` called after each epoch (it may
@@ -686,7 +640,8 @@ def run_epochs(trainer, monitor, *, n_rows, epochs, lr, lr_decay, order, seed, e
     or None, and a sentence saying what was not finite (or None).
     """
     names = list(monitor.sets)
-    ev = set(eval_epochs)
+    ev = set(config.eval_epochs)
+    epochs, lr, lr_decay = config.epochs, config.lr, config.lr_decay
     rows, extras = [], []
     steps, seconds, diverged_at, reason = 0, 0.0, None, None
     row0 = dict(epoch=0, steps=0, seconds=0.0, lr=math.nan, evaluated=False, diverged=False)
@@ -697,10 +652,11 @@ def run_epochs(trainer, monitor, *, n_rows, epochs, lr, lr_decay, order, seed, e
     else:
         row0.update(m0, evaluated=0 in ev)
     rows.append(row0)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(config.seed)
 
     from scalable_softmax.progress import shows_progress, tqdm
-    bar = tqdm(total=epochs, desc=desc, disable=not shows_progress(progress), leave=False,
+    bar = tqdm(total=epochs, desc=f"fit {config.method}",
+               disable=not shows_progress(config.progress), leave=False,
                mininterval=1.0, dynamic_ncols=True)
     try:
         for e in range(1, epochs + 1):
@@ -708,7 +664,7 @@ def run_epochs(trainer, monitor, *, n_rows, epochs, lr, lr_decay, order, seed, e
                 break
             lr_e = math.nan if lr is None else lr * lr_decay ** (e - 1)
             t0 = time.perf_counter()
-            idx = make_order(rng, n_rows, order)
+            idx = make_order(rng, n_rows, config.order)
             kseed = int(rng.integers(0, 2 ** 63 - 1))
             rep = trainer.run_epoch(idx, lr_e, kseed)
             seconds += time.perf_counter() - t0
@@ -718,7 +674,7 @@ def run_epochs(trainer, monitor, *, n_rows, epochs, lr, lr_decay, order, seed, e
                        diverged=False)
             bad_step, why = _epoch_divergence(rep, trainer)
             metrics = None
-            done = bool(getattr(trainer, "finished", False)) and e < epochs
+            done = bool(trainer.finished) and e < epochs
             if bad_step is None and (e in ev or (done and any(x > e for x in ev))):
                 metrics = monitor.evaluate(trainer.weights())
                 if metrics is None:
@@ -780,45 +736,47 @@ def warn_divergence(method, lr, diverged_at, reason, stacklevel=3):
         DivergenceWarning, stacklevel=stacklevel)
 
 
-def _prepare(X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed, order,
-             eval_epochs, eval_sets, eval_rows, progress, u_init, K, fit_intercept,
-             intercept_scaling, init_W, init_intercept, method_options):
-    """Validate every argument, add the intercept column, build and initialise the
-    trainer. Returns ``(trainer, lr, sets, eval_epochs, params)``."""
-    exact_u = isinstance(u_init, str) and u_init == "exact"
-    _validate_model_options(fit_intercept, intercept_scaling, init_intercept)
-    cls, lr, X, y, K, sets, ev = _validate(
-        X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed, order,
-        eval_epochs, eval_sets, eval_rows, progress, "zero" if exact_u else u_init, K)
+def _prepare(config, X, y, eval_sets, init_W, init_intercept):
+    """Check the data against the (resolved) configuration ``config``, add the
+    intercept column, build and initialise the trainer. Returns ``(trainer, config,
+    sets, params)`` (``config`` with ``K`` set)."""
+    _check_init_intercept(config.fit_intercept, init_intercept)
+    X, y, K, sets = _validate_data(config, X, y, eval_sets)
+    config = config.for_classes(K)
     N, D = X.shape
-    W_start = _initial_weights(init_W, init_intercept, K, D, fit_intercept,
-                               float(intercept_scaling))
-    if fit_intercept:
-        X_orig, X = X, _with_intercept_column(X, float(intercept_scaling))
-        sets = {name: (X if Xe is X_orig else
-                       _with_intercept_column(Xe, float(intercept_scaling)), ye)
+    scaling = float(config.intercept_scaling)
+    W_start = _initial_weights(init_W, init_intercept, K, D, config.fit_intercept, scaling)
+    if config.fit_intercept:
+        X_orig, X = X, _with_intercept_column(X, scaling)
+        sets = {name: (X if Xe is X_orig else _with_intercept_column(Xe, scaling), ye)
                 for name, (Xe, ye) in sets.items()}
-    trainer = cls(X, y, K, mu=float(mu), batch_size=batch_size, n_sampled=n_sampled,
-                  **method_options)                       # unknown options raise here
-    params = dict(method=method, lr=lr, epochs=epochs, lr_decay=float(lr_decay),
-                  mu=float(mu), batch_size=batch_size, n_sampled=n_sampled, seed=seed,
-                  order=order, eval_epochs=list(ev), eval_sets=list(sets),
-                  eval_rows=eval_rows, u_init=u_init, K=K, N=N, D=D,
-                  options=dict(method_options))
-    if fit_intercept:
-        params.update(fit_intercept=True, intercept_scaling=float(intercept_scaling))
+    cls = config.trainer_class
+    trainer = cls(X, y, K, mu=float(config.mu), batch_size=config.batch_size,
+                  n_sampled=config.n_sampled, **config.options)
+    params = dict(method=config.method, lr=config.lr, epochs=config.epochs,
+                  lr_decay=float(config.lr_decay), mu=float(config.mu),
+                  batch_size=config.batch_size, n_sampled=config.n_sampled,
+                  seed=config.seed, order=config.order,
+                  eval_epochs=list(config.eval_epochs), eval_sets=list(sets),
+                  eval_rows=config.eval_rows, u_init=config.u_init, K=K, N=N, D=D,
+                  options=dict(config.options))
+    if config.fit_intercept:
+        params.update(fit_intercept=True, intercept_scaling=scaling)
     if W_start is not None:
         params["warm_start"] = True
-    trainer.init_params("zero" if exact_u else u_init)
+    if config.protocol is not None:
+        params["protocol"] = config.protocol
+    exact_u = config.u_init == "exact"
+    trainer.init_params("zero" if exact_u else config.u_init)
     if W_start is not None:
-        _warm_start(trainer, W_start)
+        trainer.set_params(W_start)
     if exact_u and trainer.has_u and cls.exact_u is not None:
         trainer.u[:] = _exact_u(X, y, trainer.weights(), raman=(cls.exact_u == "raman"))
     trainer.warmup()
-    return trainer, lr, sets, ev, params
+    return trainer, config, sets, params
 
 
-def fit(X, y, method, lr, epochs=50, lr_decay=None, mu=0.0, batch_size=None,
+def fit(X, y, method, lr, epochs=EPOCHS, lr_decay=None, mu=0.0, batch_size=None,
         n_sampled=None, seed=0, order=None, eval_epochs=None, eval_sets=None,
         eval_rows=None, progress=None, u_init=None, K=None, fit_intercept=False,
         intercept_scaling=1.0, init_W=None, init_intercept=None, on_epoch=None,
@@ -840,13 +798,13 @@ def fit(X, y, method, lr, epochs=50, lr_decay=None, mu=0.0, batch_size=None,
     y : array of int, shape (N,)
         Labels in ``0..K-1``.
     method : str
-        A key of :data:`scalable_softmax.methods.METHODS` (``"vanilla"``, ``"umax"``,
-        ``"raman"``, ``"implicit"``, ...).
+        A key of :data:`scalable_softmax.methods.METHODS` (the API page's method
+        table lists them with their facts).
     lr : float > 0 or None
         The initial learning rate in the per-datapoint units of docs/math.md section 2
         (the paper's Table 2 values apply as published); None for the full-batch
-        methods (``exact``, ``bouchard``, ``ove-exact``).
-    epochs : int >= 1
+        methods (``Trainer.full_batch``).
+    epochs : int >= 1, default :data:`scalable_softmax.protocols.EPOCHS`
         For the full-batch methods a cap: they stop after the epoch in which L-BFGS
         converged (or stopped for good), the history ends with that epoch (evaluated
         when a later epoch was to be) and ``params["stopped_at_epoch"]`` says which it
@@ -901,8 +859,11 @@ def fit(X, y, method, lr, epochs=50, lr_decay=None, mu=0.0, batch_size=None,
         Start from these weights (K, D) and intercepts (K,) instead of 0 (a warm start,
         e.g. ``previous.W``).
     **method_options
-        Passed to the trainer (e.g. ``delta0`` for ``umax``); unknown options raise
-        ``ValueError``.
+        Passed to the trainer (e.g. ``delta0`` for ``umax``), checked against the
+        method's option schema (``Trainer.options``); unknown options and bad values
+        raise ``ValueError``. Every stochastic method takes ``threads`` (int >= 1,
+        default 1: one thread, bit-identical runs); methods without a parallel kernel
+        refuse ``threads > 1`` (``Trainer.parallel_kernel``).
 
     Returns
     -------
@@ -924,38 +885,43 @@ def fit(X, y, method, lr, epochs=50, lr_decay=None, mu=0.0, batch_size=None,
     >>> list(res.history.columns[:4])
     ['epoch', 'steps', 'seconds', 'lr']
     """
+    config = FitConfig(method=method, lr=lr, epochs=epochs, lr_decay=lr_decay, mu=mu,
+                       batch_size=batch_size, n_sampled=n_sampled, seed=seed, order=order,
+                       u_init=u_init, K=K, eval_epochs=eval_epochs, eval_rows=eval_rows,
+                       progress=progress, fit_intercept=fit_intercept,
+                       intercept_scaling=intercept_scaling, protocol=protocol,
+                       options=method_options)
+    return fit_config(config, X, y, eval_sets=eval_sets, init_W=init_W,
+                      init_intercept=init_intercept, on_epoch=on_epoch)
+
+
+def fit_config(config, X, y, *, eval_sets=None, init_W=None, init_intercept=None,
+               on_epoch=None):
+    """:func:`fit` of a :class:`~scalable_softmax.protocols.FitConfig` (the estimator
+    and the notebooks' runs build one): ``config`` is resolved and validated
+    (:meth:`~scalable_softmax.protocols.FitConfig.resolve`), then the data; the other
+    arguments are :func:`fit`'s. Returns the :class:`FitResult`."""
     t_call = time.perf_counter()
-    conv = resolve(protocol, method, dict(lr_decay=lr_decay, order=order, u_init=u_init,
-                                          batch_size=batch_size, n_sampled=n_sampled,
-                                          **method_options))
-    lr_decay, order, u_init = conv.pop("lr_decay"), conv.pop("order"), conv.pop("u_init")
-    batch_size, n_sampled = conv.pop("batch_size", None), conv.pop("n_sampled", None)
-    method_options = conv
-    trainer, lr, sets, ev, params = _prepare(
-        X, y, method, lr, epochs, lr_decay, mu, batch_size, n_sampled, seed, order,
-        eval_epochs, eval_sets, eval_rows, progress, u_init, K, fit_intercept,
-        intercept_scaling, init_W, init_intercept, method_options)
-    if protocol is not None:
-        params["protocol"] = protocol
+    config = config.resolve()
+    trainer, config, sets, params = _prepare(config, X, y, eval_sets, init_W,
+                                             init_intercept)
     setup = time.perf_counter() - t_call
-    monitor = _Monitor(sets, eval_rows, seed)
-    rows, extras, diverged_at, reason = run_epochs(
-        trainer, monitor, n_rows=params["N"], epochs=epochs, lr=lr, lr_decay=lr_decay,
-        order=order, seed=seed, eval_epochs=ev, progress=progress, desc=f"fit {method}",
-        on_epoch=on_epoch)
+    monitor = _Monitor(sets, config.eval_rows, config.seed)
+    rows, extras, diverged_at, reason = run_epochs(trainer, monitor, config, params["N"],
+                                                   on_epoch=on_epoch)
     if diverged_at is not None:
-        warn_divergence(method, lr, diverged_at, reason)
-    if len(rows) - 1 < epochs and diverged_at is None:
+        warn_divergence(config.method, config.lr, diverged_at, reason, stacklevel=4)
+    if len(rows) - 1 < config.epochs and diverged_at is None:
         params["stopped_at_epoch"] = len(rows) - 1
     W_final, intercept = trainer.weights(), None
-    if fit_intercept:
+    if config.fit_intercept:
         D = params["D"]
-        intercept = W_final[:, D] * float(intercept_scaling)
+        intercept = W_final[:, D] * float(config.intercept_scaling)
         W_final = np.ascontiguousarray(W_final[:, :D])
     history = assemble_history(rows, sets)
     timings = dict(setup=setup, train=float(history.seconds.iloc[-1]), eval=monitor.seconds,
                    total=time.perf_counter() - t_call)
     return FitResult(W=W_final, u=trainer.u if trainer.has_u else None, history=history,
-                     diverged_at=diverged_at, method=method, params=params,
+                     diverged_at=diverged_at, method=config.method, params=params,
                      extra=assemble_extra(extras), intercept=intercept, timings=timings,
                      diverged_reason=reason)

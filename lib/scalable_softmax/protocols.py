@@ -27,11 +27,8 @@ trains exactly as that protocol says. The protocols:
       NCE uses ``c = log(m/K)``); OVE weight ``K/m``. The TensorFlow code shows no rate
       decay, but its recorded curves decide for ``lr * 0.9**e`` as for the other
       methods: the defective metric is a deterministic function of the weights, and
-      with the decay our epoch-50 values land on the recorded ones (MNIST OVE / NCE /
-      IS 1.552 / 1.633 / 1.554 against 1.552 / 1.639 / 1.554 recorded; Delicious
-      5.664 / 5.708 / 5.658 against 5.658 / 5.691 / 5.644), with a constant rate they
-      do not (MNIST 1.564 / 1.848 / 1.563; Delicious 5.695 / 5.707 / 5.688; seed 0,
-      measured while building this module; notebook 06 shows the match for 3 seeds).
+      with the decay our epoch-50 values land on the recorded ones, with a constant
+      rate they do not (notebook 06 shows the comparison, for 3 seeds).
 
 ``"authors-code-1pass"``
     The same, with Implicit SGD at one pass per epoch, so that every method makes the
@@ -48,6 +45,10 @@ trains exactly as that protocol says. The protocols:
 Every protocol covers the paper's six methods (:data:`PROTOCOL_METHODS`); other methods
 raise ``ValueError``.
 
+The defaults (:data:`EPOCHS`, :data:`LIBRARY_DEFAULTS`) and the validated configuration
+of a training run (:class:`FitConfig`: what ``fit``, the estimator and ``RunSpec`` build)
+live here too, each in one place.
+
 Precedence, the same everywhere (:func:`scalable_softmax.fit.fit`, the estimator,
 ``RunSpec``, the notebooks): an argument given explicitly wins; else the protocol's value
 (when a protocol is named and sets it); else the library's default
@@ -57,12 +58,22 @@ implementation of this rule.
 """
 from __future__ import annotations
 
+import dataclasses
+
+from scalable_softmax.validation import check, violation
+
 __all__ = ["PROTOCOLS", "PROTOCOL_METHODS", "fit_kwargs", "describe", "DEFAULT_PROTOCOL",
-           "LIBRARY_DEFAULTS", "STUDY_DEFAULTS", "CONVENTIONS", "resolve"]
+           "EPOCHS", "LR_DECAY", "LIBRARY_DEFAULTS", "STUDY_DEFAULTS", "CONVENTIONS",
+           "resolve", "FitConfig", "default_eval_epochs"]
+
+#: epochs of a run unless told otherwise (``fit``, the estimator, the notebooks' runs)
+EPOCHS = 50
+#: the learning-rate decay per epoch of the paper (and every protocol): ``lr * 0.9**e``
+LR_DECAY = 0.9
 
 #: the conventions of :func:`scalable_softmax.fit.fit` without a protocol (a ``None``
 #: argument of ``fit`` means: the protocol's value, else this one)
-LIBRARY_DEFAULTS = {"lr_decay": 0.9, "order": "shuffle", "u_init": "zero"}
+LIBRARY_DEFAULTS = {"lr_decay": LR_DECAY, "order": "shuffle", "u_init": "zero"}
 
 #: the arguments of ``fit`` for which ``None`` means "not given" (the protocol's value,
 #: else the default); any other explicit argument (a method option) wins as given
@@ -79,8 +90,8 @@ PROTOCOL_METHODS = ("ove", "nce", "is", "vanilla", "umax", "implicit")
 
 _SAMPLED = ("ove", "nce", "is")
 
-_AUTHORS_COMMON = dict(order="file", u_init="zero", lr_decay=0.9)
-_AUTHORS_TF = dict(order="file", lr_decay=0.9, batch_size=100, n_sampled=5,
+_AUTHORS_COMMON = dict(order="file", u_init="zero", lr_decay=LR_DECAY)
+_AUTHORS_TF = dict(order="file", lr_decay=LR_DECAY, batch_size=100, n_sampled=5,
                    shared_negatives=True, remove_accidental_hits=False, reduction="sum")
 
 _AUTHORS = {
@@ -92,7 +103,7 @@ _AUTHORS = {
     "is": dict(_AUTHORS_TF, weighted=False),
 }
 
-_PAPER_COMMON = dict(order="shuffle", u_init="logK", lr_decay=0.9)
+_PAPER_COMMON = dict(order="shuffle", u_init="logK", lr_decay=LR_DECAY)
 
 _PAPER = {
     "vanilla": dict(_PAPER_COMMON, n_sampled=1),
@@ -181,3 +192,126 @@ def describe(protocol: str) -> str:
     """A one-line description of ``protocol`` (for tables and figure captions)."""
     _check_protocol(protocol)
     return _DESCRIPTIONS[protocol]
+
+
+# ---------------------------------------------------------------------------
+# the validated configuration of a run
+# ---------------------------------------------------------------------------
+
+def default_eval_epochs(epochs: int) -> list[int]:
+    """Epoch 0 and 10 evenly spaced epochs ending at ``epochs`` (all of them if fewer):
+    the paper records its metrics at 10 evenly spaced epochs."""
+    import numpy as np
+
+    return sorted({0, *np.round(np.linspace(0, epochs, 11)).astype(int).tolist()})
+
+
+@dataclasses.dataclass(frozen=True)
+class FitConfig:
+    """Everything :func:`scalable_softmax.fit.fit` needs besides the data, validated
+    once (:meth:`resolve`) and then passed down; the estimator and ``RunSpec`` build
+    the same object. The fields are ``fit``'s arguments of the same names (see its
+    docstring); ``options`` holds the method options given (a protocol's included once
+    resolved). A field left None takes, by :meth:`resolve`, the protocol's value, else
+    the default of :data:`LIBRARY_DEFAULTS` (``batch_size`` and ``n_sampled`` stay None:
+    the method's own default).
+    """
+
+    method: str
+    lr: float | None
+    epochs: int = EPOCHS
+    lr_decay: float | None = None
+    mu: float = 0.0
+    batch_size: int | None = None
+    n_sampled: int | None = None
+    seed: int = 0
+    order: str | None = None
+    u_init: str | None = None
+    K: int | None = None
+    eval_epochs: tuple | None = None
+    eval_rows: int | None = None
+    progress: bool | None = None
+    fit_intercept: bool = False
+    intercept_scaling: float = 1.0
+    protocol: str | None = None
+    options: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def make(cls, method: str, lr, **kw) -> "FitConfig":
+        """A configuration from ``fit``-style keyword arguments: the names of fields set
+        them, every other name is a method option."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        options = {**kw.pop("options", {}), **{k: kw.pop(k) for k in list(kw)
+                                              if k not in names}}
+        if kw.get("eval_epochs") is not None:
+            kw["eval_epochs"] = tuple(kw["eval_epochs"])
+        return cls(method=method, lr=lr, options=options, **kw)
+
+    @property
+    def trainer_class(self):
+        """The trainer class of :attr:`method`."""
+        from scalable_softmax.methods import get_trainer_class
+
+        return get_trainer_class(self.method)
+
+    def resolve(self) -> "FitConfig":
+        """The configuration with the protocol applied (:func:`resolve`) and every value
+        checked, method options included (against the method's schema); no data is
+        needed, so it runs before any work.
+
+        Raises
+        ------
+        ValueError
+            For an unknown method or protocol, or any invalid value (the message names
+            the argument).
+        """
+        cls = self.trainer_class                # ValueError listing the names
+        conv = resolve(self.protocol, self.method,
+                       dict(lr_decay=self.lr_decay, order=self.order, u_init=self.u_init,
+                            batch_size=self.batch_size, n_sampled=self.n_sampled,
+                            **self.options))
+        fields = {k: conv.pop(k, None) for k in CONVENTIONS}
+        if cls.full_batch:
+            if self.lr is not None:
+                raise ValueError(f"lr={self.lr!r} is not used by {self.method!r} (full-batch "
+                                 "L-BFGS has no learning rate); pass lr=None")
+        else:
+            check("lr", self.lr)
+        values = dict(fields, epochs=self.epochs, mu=self.mu, seed=self.seed,
+                      progress=self.progress, eval_rows=self.eval_rows,
+                      fit_intercept=self.fit_intercept,
+                      intercept_scaling=self.intercept_scaling)
+        for name, value in values.items():
+            check(name, value)                  # validation.PARAMETERS
+        if self.K is not None:
+            check("K", self.K, spec={"like": "K", "nullable": False})
+        cls.resolve_options(conv)               # unknown options and bad values raise
+        return dataclasses.replace(
+            self, **fields, lr=None if self.lr is None else float(self.lr),
+            eval_epochs=self._eval_epochs(), options=conv)
+
+    def _eval_epochs(self) -> tuple:
+        if self.eval_epochs is None:
+            return tuple(default_eval_epochs(self.epochs))
+        try:
+            ev = list(self.eval_epochs)
+        except TypeError:
+            raise ValueError(f"eval_epochs must be a list of epochs in 0..{self.epochs}; "
+                             f"got {self.eval_epochs!r}") from None
+        bad = [e for e in ev
+               if violation(e, {"type": "int", "min": 0, "max": self.epochs}) is not None]
+        if bad:
+            raise ValueError(f"eval_epochs must hold integers in 0..epochs = "
+                             f"0..{self.epochs}; got {bad}")
+        return tuple(sorted({int(e) for e in ev}))
+
+    def for_classes(self, K: int) -> "FitConfig":
+        """The configuration for ``K`` classes: ``K >= 2``, and the method's sizes
+        (``batch_size``, ``n_sampled``) checked against it
+        (:meth:`~scalable_softmax.methods.base.Trainer.check_sizes`)."""
+        check("K", K, spec={"like": "K", "nullable": False})
+        cls = self.trainer_class
+        cls.check_sizes(int(K), self.batch_size or cls.default_batch_size,
+                        self.n_sampled or cls.default_n_sampled,
+                        cls.resolve_options(self.options))
+        return dataclasses.replace(self, K=int(K))

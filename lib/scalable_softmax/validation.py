@@ -9,9 +9,10 @@ parameter checks (the ``allowed:`` sections of ``params/*.yaml``, whose rules ma
 A rule is a mapping of
 
 * ``type``: ``int`` (an integer, not a bool), ``float`` or ``number`` (a real number,
-  not a bool; an integer is accepted), ``bool``, ``str``, ``list`` or ``mapping``;
-* ``min`` / ``max``: bounds of a number (inclusive); ``above``: a lower bound the
-  number must exceed; ``finite: true``: not NaN or infinite;
+  not a bool; an integer is accepted), ``bool``, ``str``, ``list``, ``mapping`` or
+  ``callable``;
+* ``min`` / ``max``: bounds of a number (inclusive); ``above`` / ``below``: bounds the
+  number must exceed / stay under; ``finite: true``: not NaN or infinite;
 * ``one_of``: the values it may take;
 * ``each``: a rule every item of a list must follow; ``min_length``: the fewest items;
 * ``keys`` / ``values``: rules for the keys and values of a mapping;
@@ -23,6 +24,9 @@ A rule is a mapping of
 class labels (``fit``, ``evaluate``, ``FitResult`` and the estimator's scoring). As in
 scikit-learn's classifiers, float labels with integral values (``2.0``) are accepted and
 converted; other floats are refused.
+
+:func:`check_options` is the one check of a method's options against its schema
+(``{name: (default, rule)}``, declared on each trainer as ``Trainer.options``).
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["PARAMETERS", "ORDERS", "U_INITS", "RULE_KEYS", "rule", "violation",
-           "describe", "check", "as_csr", "check_sparse", "as_labels",
+           "describe", "check", "check_options", "as_csr", "check_sparse", "as_labels",
            "check_label_range", "check_trainer_data"]
 
 #: accepted values of ``order``
@@ -68,7 +72,7 @@ PARAMETERS = {
 }
 
 #: the keys a rule may have
-RULE_KEYS = {"type", "min", "above", "max", "finite", "one_of", "each", "min_length",
+RULE_KEYS = {"type", "min", "above", "below", "max", "finite", "one_of", "each", "min_length",
              "keys", "values", "nullable", "like", "label"}
 
 _TYPES = {
@@ -79,6 +83,7 @@ _TYPES = {
     "str": lambda v: isinstance(v, str),
     "list": lambda v: isinstance(v, (list, tuple)),
     "mapping": lambda v: isinstance(v, dict),
+    "callable": callable,
 }
 
 
@@ -117,8 +122,9 @@ def same(a, b) -> bool:
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
         return set(a) == set(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
+    if isinstance(a, (bool, np.bool_)) or isinstance(b, (bool, np.bool_)):
+        return (isinstance(a, (bool, np.bool_)) and isinstance(b, (bool, np.bool_))
+                and bool(a) == bool(b))
     try:
         return bool(a == b)
     except Exception:
@@ -134,14 +140,15 @@ def violation(value, r: dict):
     kind = r.get("type")
     if kind is not None and not _TYPES[kind](value):
         return (value,)
-    if any(k in r for k in ("min", "max", "above", "finite")):
+    if any(k in r for k in ("min", "max", "above", "below", "finite")):
         if not _TYPES["number"](value):
             return (value,)
         if r.get("finite") and not math.isfinite(value):
             return (value,)
         if math.isnan(value) or ("min" in r and value < r["min"]) \
                 or ("max" in r and value > r["max"]) \
-                or ("above" in r and not value > r["above"]):
+                or ("above" in r and not value > r["above"]) \
+                or ("below" in r and not value < r["below"]):
             return (value,)
     if "one_of" in r and not any(same(value, v) for v in r["one_of"]):
         return (value,)
@@ -172,12 +179,14 @@ def describe(r: dict) -> str:
     if "type" in r:
         word = {"int": "an integer", "float": "a number", "number": "a number",
                 "bool": "True or False", "str": "a string", "list": "a list",
-                "mapping": "a mapping"}[r["type"]]
+                "mapping": "a mapping", "callable": "a callable"}[r["type"]]
         if r.get("finite") and word == "a number":
             word = "a finite number"
         parts.append(word)
     if "above" in r and "max" in r:
         parts.append(f"in ({r['above']}, {r['max']}]")
+    elif "above" in r and "below" in r:
+        parts.append(f"in ({r['above']}, {r['below']})")
     elif "min" in r and "max" in r:
         parts.append(f"from {r['min']} to {r['max']}")
     else:
@@ -187,6 +196,8 @@ def describe(r: dict) -> str:
             parts.append(f"> {r['above']}")
         if "max" in r:
             parts.append(f"<= {r['max']}")
+        if "below" in r:
+            parts.append(f"< {r['below']}")
     if "one_of" in r:
         parts.append("one of " + ", ".join(map(str, r["one_of"])))
     if "min_length" in r:
@@ -212,6 +223,46 @@ def check(name: str, value, where: str = "", spec=None) -> None:
         raise ValueError(f"unknown {where}{label} {value!r}; choose one of: "
                          f"{', '.join(map(str, r['one_of']))}")
     raise ValueError(f"{where}{label} must be {describe(r)}; got {value!r}")
+
+
+def _choices(r: dict) -> str:
+    """``'a', 'b' or 'c'`` (with None first when the rule is nullable)."""
+    values = ([None] if r.get("nullable") else []) + list(r["one_of"])
+    words = [repr(v) for v in values]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def check_options(schema: dict, given: dict, owner: str) -> dict:
+    """The options ``given`` merged over the defaults of ``schema`` (``{name: (default,
+    rule)}``), each given value checked against its rule and normalised (an ``int``
+    rule gives ``int``, ``number``/``float`` ``float``, ``bool`` ``bool``).
+
+    ``owner`` names the options' owner in the messages (e.g. ``"method 'umax'"``).
+
+    Raises
+    ------
+    ValueError
+        ``"unknown option(s) 'x' for <owner>; accepted options: a, b"`` for a name that
+        is not in ``schema``; ``"<owner>: option 'x' must be <what the rule allows>; got
+        <value>"`` for a value that breaks its rule.
+    """
+    unknown = sorted(set(given) - set(schema))
+    if unknown:
+        accepted = ", ".join(sorted(schema)) or "none"
+        raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for {owner}; "
+                         f"accepted options: {accepted}")
+    out = {name: default for name, (default, _) in schema.items()}
+    for name, value in given.items():
+        r = rule(schema[name][1])
+        label = r.get("label", f"option {name!r}")
+        if violation(value, r) is not None:
+            what = _choices(r) if "one_of" in r and "type" not in r else describe(r)
+            raise ValueError(f"{owner}: {label} must be {what}; got {value!r}")
+        kind = r.get("type")
+        if value is not None and kind in ("int", "number", "float", "bool"):
+            value = {"int": int, "number": float, "float": float, "bool": bool}[kind](value)
+        out[name] = value
+    return out
 
 
 # ---------------------------------------------------------------------------

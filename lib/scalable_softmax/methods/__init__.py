@@ -5,22 +5,12 @@ its own module; they are imported lazily so that one module's compile time is pa
 only when it is used.
 
 Every method module also holds the plain NumPy version of its step, the ground truth
-its kernels are tested against, under one name, ``reference_step``:
-
-=================================================  ==========================================
-module                                             ``reference_step`` of
-=================================================  ==========================================
-:mod:`scalable_softmax.methods.sgd`                ``"vanilla"``, ``"umax"``, ``"raman"``
-                                                   (argument ``kind``)
-:mod:`scalable_softmax.methods.implicit`           ``"implicit"`` (one datapoint, one class)
-:mod:`scalable_softmax.methods.implicit_batch`     ``"implicit-batch"``
-:mod:`scalable_softmax.methods.sampled`            ``"ove"``, ``"nce"``, ``"is"`` (argument
-                                                   ``kind``)
-:mod:`scalable_softmax.methods.full`               ``"softmax-sgd"``; the full-batch methods
-                                                   (``"exact"``, ``"bouchard"``,
-                                                   ``"ove-exact"``) are checked against
-                                                   ``full_objective_reference``
-=================================================  ==========================================
+its kernels are tested against, under one name, ``reference_step`` (the full-batch
+methods: ``full_objective_reference``); each trainer names it in its fact ``reference``
+and :meth:`~scalable_softmax.methods.base.Trainer.reference_function` returns it.
+Everything else that lists the methods (the API page's method table, the tests that run
+every method, the figures' styles) reads :data:`METHODS`; CONTRIBUTING.md walks
+through adding one.
 
 Other NumPy references are named after what they compute, ``<quantity>_reference``
 (``full_objective_reference``, ``solve_reduced_reference``,

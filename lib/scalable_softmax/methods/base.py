@@ -10,10 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 
-from scalable_softmax.validation import check_trainer_data
+from scalable_softmax.validation import check_options, check_trainer_data
+
+#: the rule of the ``threads`` option of the stochastic methods
+THREADS_RULE = {"type": "int", "min": 1, "max": int(numba.config.NUMBA_NUM_THREADS),
+                "nullable": True,
+                "label": "option 'threads' (numba threads, at most NUMBA_NUM_THREADS)"}
 
 
 @dataclass
@@ -43,17 +49,29 @@ class Trainer:
     mu : ridge parameter (docs/math.md section 1), ``>= 0``.
     batch_size : datapoints per step ``n``.
     n_sampled : classes sampled per datapoint ``m``.
-    **options : method-specific options (documented on each subclass). Unknown
-        options must raise ``ValueError`` naming them.
+    **options : method-specific options, checked against the schema :attr:`options`
+        (unknown names and bad values raise ``ValueError`` naming them); the resolved
+        options (defaults filled in) are :attr:`opts`.
 
-    Subclasses set ``name`` and the facts below, and implement :meth:`init_params`,
-    :meth:`run_epoch` and :meth:`weights`. Arguments are validated by ``fit`` before a
-    trainer is built.
+    Arguments are validated by ``fit`` before a trainer is built: ``K >= 2``,
+    ``batch_size`` against :attr:`minibatch` and ``n_sampled`` against
+    :meth:`max_n_sampled` (:meth:`check_sizes`); a trainer does not check them again.
+    Subclasses set ``name``, the facts and the option schema below, and implement
+    :meth:`init_params`, :meth:`run_epoch` and :meth:`weights`.
+
+    The contract ``fit`` and the notebooks' runner use (every member declared here, with
+    a default where a method may leave it): :meth:`init_params`, :meth:`set_params` (a
+    warm start), :meth:`warmup`, :meth:`run_epoch`, :meth:`weights`, the attributes
+    ``W``, ``u`` and :attr:`finished`, and the facts below.
 
     Method facts (class attributes: what :func:`~scalable_softmax.fit.fit` and the
     estimator need to know about a method, declared on the method so that neither
     compares method names):
 
+    ``options``
+        the option schema, ``{name: (default, rule)}`` with rules in the vocabulary of
+        :mod:`scalable_softmax.validation`; a subclass extends its base's
+        (``{**Base.options, ...}``, as scikit-learn's ``_parameter_constraints``).
     ``has_u``
         the method keeps the double-sum variables ``u`` (one per datapoint).
     ``exact_u``
@@ -64,17 +82,16 @@ class Trainer:
         (Bouchard's bound) keeps its own start.
     ``full_batch``
         not stochastic steps (full-batch L-BFGS): no learning rate (``lr=None``).
-    ``takes_ridge``
-        the method minimises the ridge-penalised objective for ``mu > 0``.
     ``minibatch``
-        ``batch_size`` may exceed 1 (datapoints per step).
-    ``partial_fit``
-        one call of ``fit(..., epochs=1, init_W=...)`` continues training from given
-        weights, so the estimator's ``partial_fit`` may use it.
+        ``batch_size`` may exceed 1 (datapoints per step); ``fit`` refuses
+        ``batch_size > 1`` otherwise.
     ``default_batch_size``, ``default_n_sampled``
         what ``batch_size=None`` and ``n_sampled=None`` mean.
     :meth:`max_n_sampled`
         the most classes per datapoint the method can draw under given options.
+    ``parallel_kernel``
+        the method has a parallel kernel: its option ``threads > 1`` runs it (the
+        stochastic methods without one refuse ``threads > 1``).
     ``reference``
         the name, in the method's module, of the plain NumPy function its kernels are
         tested against (``"reference_step"``, the one name every method module uses for
@@ -83,22 +100,40 @@ class Trainer:
     """
 
     name: str = "base"
+    #: option name -> (default, rule)
+    options: dict = {}
     has_u: bool = False
     exact_u: str | None = None
     default_batch_size: int = 1
     default_n_sampled: int = 1
     #: True for methods that are not stochastic steps (e.g. full-batch L-BFGS)
     full_batch: bool = False
-    takes_ridge: bool = True
     minibatch: bool = False
-    partial_fit: bool = True
+    parallel_kernel: bool = False
     reference: str = "reference_step"
+    #: True once the method has nothing left to do (a converged full-batch method):
+    #: ``fit`` then stops its epoch loop
+    finished: bool = False
 
     @classmethod
     def reference_function(cls):
         """The plain NumPy reference of the method (``reference`` in its module)."""
         import sys
         return getattr(sys.modules[cls.__module__], cls.reference)
+
+    @classmethod
+    def resolve_options(cls, given: dict) -> dict:
+        """``given`` merged over the defaults of :attr:`options`, every value checked
+        against its rule (:func:`scalable_softmax.validation.check_options`: the one
+        check of method options; no data needed, so ``fit`` calls it before any work).
+
+        Raises
+        ------
+        ValueError
+            For an unknown option (the message lists the accepted ones) or a value
+            that breaks its rule.
+        """
+        return check_options(cls.options, dict(given), f"method {cls.name!r}")
 
     @classmethod
     def max_n_sampled(cls, K: int, options: dict) -> int | None:
@@ -111,6 +146,29 @@ class Trainer:
             return int(K)
         return int(K) - 1
 
+    @classmethod
+    def check_sizes(cls, K: int, batch_size: int, n_sampled: int, options: dict) -> None:
+        """Raise ``ValueError`` unless ``batch_size`` (datapoints per step) suits
+        :attr:`minibatch` and ``n_sampled`` (classes per datapoint) is at most
+        :meth:`max_n_sampled` for ``K`` classes and the resolved ``options``.
+        ``fit`` calls it once, before the trainer is built."""
+        if not cls.minibatch and batch_size != 1:
+            from scalable_softmax.methods import METHODS, get_trainer_class
+
+            others = [m for m in METHODS if get_trainer_class(m).minibatch]
+            raise ValueError(
+                f"method {cls.name!r} takes one datapoint per step: batch_size must be 1 "
+                f"(or None); got {batch_size}. Use {', '.join(map(repr, others))} for "
+                "minibatches")
+        mmax = cls.max_n_sampled(K, options)
+        if mmax is not None and not 1 <= n_sampled <= mmax:
+            how = ", ".join(f"{k}={options[k]!r}" for k in ("sample_from",
+                                                           "shared_negatives")
+                            if k in options)
+            raise ValueError(f"n_sampled (classes per step) must be in 1..{mmax} for "
+                             f"method {cls.name!r} with K = {K}"
+                             + (f" and {how}" if how else "") + f"; got {n_sampled}")
+
     def __init__(self, X: sp.csr_matrix, y: np.ndarray, K: int, *, mu: float = 0.0,
                  batch_size: int | None = None, n_sampled: int | None = None, **options):
         check_trainer_data(X, y, K)      # no kernel indexes outside W or x
@@ -121,7 +179,8 @@ class Trainer:
         self.mu = float(mu)
         self.batch_size = int(batch_size or self.default_batch_size)
         self.n_sampled = int(n_sampled or self.default_n_sampled)
-        self.options = options
+        #: the resolved options (the schema's defaults, overridden by those given)
+        self.opts = self.resolve_options(options)
         self.W: np.ndarray | None = None
         self.u: np.ndarray | None = None
 
@@ -129,6 +188,16 @@ class Trainer:
         """Allocate and write ``self.W`` (zeros, every page touched) and ``self.u``
         (``"zero"``: 0, ``"logK"``: log K) when the method has ``u``."""
         raise NotImplementedError
+
+    def set_params(self, W: np.ndarray) -> None:
+        """Start from the weights ``W`` (``K x D``, copied; a warm start); call after
+        :meth:`init_params`. Default: write them into ``self.W``, which every method
+        holds right after :meth:`init_params` (lazy scale factors at 1); a method with
+        caches of its weights overrides this."""
+        if self.weights() is not self.W:
+            raise RuntimeError(f"method {self.name!r}: cannot warm-start (its weights "
+                               "are not held in trainer.W after init_params)")
+        self.W[...] = W
 
     def run_epoch(self, order: np.ndarray, lr: float, seed: int) -> EpochReport:
         """Run one epoch over datapoints in ``order`` (int64 indices, length N: a
@@ -140,26 +209,6 @@ class Trainer:
     def weights(self) -> np.ndarray:
         """The current ``K x D`` weights, with any lazy scale factors folded in."""
         return self.W
-
-    # -- optional helpers (subclasses may use or override them) ---------------------
-
-    def check_options(self, defaults: dict) -> dict:
-        """Merge ``self.options`` over ``defaults`` and return the result.
-
-        Raises
-        ------
-        ValueError
-            If an option is not a key of ``defaults`` (the message names the unknown
-            options and lists the accepted ones).
-        """
-        unknown = sorted(set(self.options) - set(defaults))
-        if unknown:
-            accepted = ", ".join(sorted(defaults)) or "none"
-            raise ValueError(
-                f"unknown option(s) {', '.join(map(repr, unknown))} for method "
-                f"{self.name!r}; accepted options: {accepted}"
-            )
-        return {**defaults, **self.options}
 
     def csr_arrays(self):
         """The CSR arrays and labels this trainer's kernels read: ``indptr`` (int64),
@@ -173,3 +222,36 @@ class Trainer:
         so that ``fit`` does not count compilation as training time. Called once after
         :meth:`init_params`; must not change the parameters. Default: nothing."""
         return None
+
+
+class StochasticTrainer(Trainer):
+    """Base class of the stochastic methods (steps at a learning rate): they all take
+    the option ``threads`` (int >= 1, default 1: the serial kernel, bit-identical to
+    the runs before the option existed). ``threads > 1`` runs the method's parallel
+    kernel where it has one (:attr:`Trainer.parallel_kernel`); the others refuse it. A
+    method with an older switch for its parallel kernel (``hogwild``, ``parallel``)
+    declares ``threads`` with the default None: the switch's meaning, else 1."""
+
+    options = {"threads": (1, THREADS_RULE)}
+
+    def __init__(self, X, y, K, **kw):
+        super().__init__(X, y, K, **kw)
+        if not self.parallel_kernel and (self.opts["threads"] or 1) > 1:
+            raise ValueError(no_parallel_kernel(self.name, self.opts["threads"]))
+
+    def n_threads(self, alias: int | None = None) -> int:
+        """The threads to run on: the option ``threads`` when given, else ``alias``
+        (what a method's older switch, ``hogwild`` or ``parallel``, means), else 1."""
+        t = self.opts["threads"]
+        return int(t if t is not None else (alias or 1))
+
+
+def no_parallel_kernel(method: str, threads: int, why: str = "") -> str:
+    """The message for ``threads > 1`` where ``method`` has no parallel kernel (yet):
+    which methods have one today."""
+    from scalable_softmax.methods import METHODS, get_trainer_class
+
+    have = [m for m in METHODS if get_trainer_class(m).parallel_kernel]
+    return (f"method {method!r} has no parallel kernel{why}, so threads={threads} cannot "
+            f"be honoured (it would run serially); use threads=1. Methods with a "
+            f"parallel kernel today: {', '.join(have)} (see each method's notes)")

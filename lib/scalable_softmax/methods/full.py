@@ -105,7 +105,7 @@ from scalable_softmax.kernels import full as kfull
 from scalable_softmax.kernels import softmax_sgd as ksgd
 from scalable_softmax.kernels.common import touched_zeros as _touched_zeros
 from scalable_softmax.kernels.full import KIND_MODES, full_pass, solve_alpha
-from scalable_softmax.methods.base import EpochReport, Trainer
+from scalable_softmax.methods.base import EpochReport, StochasticTrainer, Trainer
 from scalable_softmax.methods.lbfgs import lbfgs
 
 __all__ = [
@@ -122,59 +122,10 @@ def _csr_arrays(X):
             np.ascontiguousarray(X.data, dtype=np.float64))
 
 
-def _parse_options(name, options, spec):
-    """``spec``: option -> (default, validator(value) -> value or raise ValueError)."""
-    unknown = sorted(set(options) - set(spec))
-    if unknown:
-        raise ValueError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for method {name!r}; "
-            f"its options are: {', '.join(sorted(spec)) or '(none)'}")
-    out = {}
-    for key, (default, check) in spec.items():
-        out[key] = check(key, options[key]) if key in options else default
-    return out
-
-
-def _bool(key, v):
-    if not isinstance(v, (bool, np.bool_)):
-        raise ValueError(f"option {key!r} must be True or False; got {v!r}")
-    return bool(v)
-
-
-def _pos_int_or_none(key, v):
-    if v is None:
-        return None
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise ValueError(f"option {key!r} must be a positive integer or None; got {v!r}")
-    return int(v)
-
-
-def _pos_int(key, v):
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise ValueError(f"option {key!r} must be a positive integer; got {v!r}")
-    return int(v)
-
-
-def _callable_or_none(key, v):
-    if v is not None and not callable(v):
-        raise ValueError(f"option {key!r} must be None or a callable; got {v!r}")
-    return v
-
-
-def _solver(key, v):
-    if v not in ("scipy", "lbfgs"):
-        raise ValueError(f"option {key!r} must be 'scipy' or 'lbfgs'; got {v!r}")
-    return v
-
-
-def _nonneg_float(key, v):
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"option {key!r} must be a non-negative number; got {v!r}") from None
-    if not (f >= 0.0 and math.isfinite(f)):
-        raise ValueError(f"option {key!r} must be a non-negative finite number; got {v!r}")
-    return f
+#: the rule of an option that is a positive integer or None
+_POS_INT_OR_NONE = {"type": "int", "min": 1, "nullable": True}
+#: the rule of an option that is a non-negative finite number
+_NONNEG = {"type": "number", "min": 0, "finite": True}
 
 
 # ---------------------------------------------------------------------------
@@ -209,7 +160,7 @@ def reference_step(X, y, W, rows, lr, mu=0.0):
     return W - lr * G
 
 
-class SoftmaxSGDTrainer(Trainer):
+class SoftmaxSGDTrainer(StochasticTrainer):
     """Exact full-softmax minibatch SGD (unbiased; O(K) per datapoint).
 
     See the module docstring for the step. ``n_sampled`` is not used.
@@ -248,16 +199,26 @@ class SoftmaxSGDTrainer(Trainer):
     name = "softmax-sgd"
     has_u = False
     minibatch = True
+    parallel_kernel = True
     default_batch_size = 100
     default_n_sampled = 1
+    # threads: slices of each step, any number (the kernel runs them on at most numba's
+    # pool; the result does not depend on it)
+    options = {**StochasticTrainer.options,
+               "threads": (None, {"type": "int", "min": 1, "nullable": True}),
+               "parallel": (False, {"type": "bool"}),
+               "transposed": (True, {"type": "bool"}),
+               "layout": (None, {"one_of": ["feature", "class"], "nullable": True})}
+
+    @classmethod
+    def max_n_sampled(cls, K, options):
+        """None: ``n_sampled`` is not used (every class enters each step)."""
+        return None
 
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         self._layout = None
         self._store = None
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled, **options)
-        self.opts = _parse_options(self.name, options, {
-            "threads": (None, _pos_int_or_none), "parallel": (False, _bool),
-            "transposed": (True, _bool), "layout": (None, _layout)})
         o = self.opts
         if o["threads"] is not None and o["parallel"]:
             raise ValueError("give the option 'threads' (an int) or the older "
@@ -270,10 +231,6 @@ class SoftmaxSGDTrainer(Trainer):
         if o["threads"] is None:
             o["threads"] = 1
         self._layout = o["layout"]
-        if self.K < 2:
-            raise ValueError(f"K must be at least 2; got {self.K}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer; got {self.batch_size}")
         self.X, self._indptr, self._indices, self._data = _csr_arrays(X)
         # the feature-major kernel sums each row's features in the order of its
         # entries: sorted (stably) by feature, the class-major kernel's order
@@ -357,12 +314,6 @@ class SoftmaxSGDTrainer(Trainer):
         return out
 
 
-def _layout(key, v):
-    if v not in ("feature", "class"):
-        raise ValueError(f"option {key!r} must be 'feature' or 'class'; got {v!r}")
-    return v
-
-
 def _rows_sorted(indptr, indices, data):
     """``(indices, data)`` with each row's entries sorted by feature, stably (the given
     arrays themselves when they already are)."""
@@ -392,16 +343,9 @@ class _threads:
         return False
 
 
-class _one_thread:
-    """Context manager: run numba parallel kernels on one thread."""
-
-    def __enter__(self):
-        self.prev = numba.get_num_threads()
-        numba.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        numba.set_num_threads(self.prev)
-        return False
+def _one_thread():
+    """Context manager: run numba's parallel kernels on one thread."""
+    return _threads(1)
 
 
 # ---------------------------------------------------------------------------
@@ -556,22 +500,26 @@ class _LBFGSTrainer(Trainer):
     default_n_sampled = 1
     _kind = "softmax"
 
+    options = {
+        "iters_per_epoch": (50, _POS_INT_OR_NONE),
+        "maxiter": (None, _POS_INT_OR_NONE),
+        "gtol": (1e-8, _NONNEG),
+        "ftol": (0.0, _NONNEG),
+        "memory": (10, {"type": "int", "min": 1}),
+        "block": (None, _POS_INT_OR_NONE),
+        "parallel": (None, {"type": "bool", "nullable": True}),
+        "solver": ("lbfgs", {"one_of": ["scipy", "lbfgs"]}),
+        "trace": (False, {"type": "bool"}),
+        "callback": (None, {"type": "callable", "nullable": True}),
+    }
+
+    @classmethod
+    def max_n_sampled(cls, K, options):
+        """None: ``n_sampled`` is not used (every class enters the objective)."""
+        return None
+
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled, **options)
-        self.opts = _parse_options(self.name, options, {
-            "iters_per_epoch": (50, _pos_int_or_none),
-            "maxiter": (None, _pos_int_or_none),
-            "gtol": (1e-8, _nonneg_float),
-            "ftol": (0.0, _nonneg_float),
-            "memory": (10, _pos_int),
-            "block": (None, _pos_int_or_none),
-            "parallel": (None, lambda k, v: None if v is None else _bool(k, v)),
-            "solver": ("lbfgs", _solver),
-            "trace": (False, _bool),
-            "callback": (None, _callable_or_none),
-        })
-        if self.K < 2:
-            raise ValueError(f"K must be at least 2; got {self.K}")
         self.X, self._indptr, self._indices, self._data = _csr_arrays(X)
         self._y = np.ascontiguousarray(y, dtype=np.int64)
         self._block = self.opts["block"] or _default_block(self.K)
@@ -579,7 +527,6 @@ class _LBFGSTrainer(Trainer):
             self.opts["parallel"] = self.X.nnz * self.K >= 2e6
         self.total_iters = 0
         self.converged = False
-        self.finished = False
         self._state: dict = {}
         self._fx = None
         self.nfev = 0

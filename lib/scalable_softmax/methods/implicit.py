@@ -77,9 +77,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax.kernels.implicit import (
-    apply_step, draw_classes_epoch, epoch_fast, epoch_simple, fill, row_sqnorms,
+    apply_step,
+    draw_classes_epoch,
+    epoch_fast,
+    epoch_simple,
+    fill,
+    row_sqnorms,
 )
-from scalable_softmax.methods.base import EpochReport, Trainer
+from scalable_softmax.methods.base import EpochReport, StochasticTrainer
 from scalable_softmax.objectives import touch_weights
 
 __all__ = ["ImplicitTrainer", "implicit_step", "reference_step",
@@ -333,15 +338,13 @@ def draw_classes(seed, order, y, K, sample_from="others"):
 # Trainer
 # --------------------------------------------------------------------------------------
 
-class ImplicitTrainer(Trainer):
+class ImplicitTrainer(StochasticTrainer):
     """Implicit SGD, one datapoint and one sampled class per step (docs/math.md section 4).
 
     Options
     -------
     tol : float, default 1e-10
         Accuracy of the root ``u`` of each step: ``|u - u*| <= tol * max(1, |u*|)``.
-    u_init : {"zero", "logK"}, default "zero"
-        Initial ``u`` used by :meth:`init_params` when it is not given explicitly.
     kernel : {"fast", "simple"}, default "fast"
         ``"fast"`` prefetches the next step's rows; ``"simple"`` is the plain loop.
         Both give bit-identical results.
@@ -355,7 +358,10 @@ class ImplicitTrainer(Trainer):
         Passes over the datapoint order per :meth:`run_epoch` call, all at the same
         learning rate (the authors' code: 3). Pass ``p`` uses the seed
         :func:`pass_seeds` ``(seed, passes)[p]`` (pass 0: ``seed`` itself).
+    threads : int, default 1
+        No parallel kernel yet: ``threads > 1`` raises ``ValueError``.
 
+    The initial ``u`` is ``fit``'s ``u_init`` (:meth:`init_params`).
     ``extra`` of the epoch report holds ``root_iterations_mean`` and
     ``root_iterations_max`` (evaluations of ``g`` per step, each one Lambert W) and
     ``u_only_steps`` (always 0 with ``sample_from="others"``).
@@ -369,45 +375,24 @@ class ImplicitTrainer(Trainer):
     default_batch_size = 1
     default_n_sampled = 1
 
-    _DEFAULTS = {"tol": DEFAULT_TOL, "u_init": "zero", "kernel": "fast",
-                 "sample_from": "others", "passes": 1}
+    @classmethod
+    def max_n_sampled(cls, K, options):
+        """1: one sampled class per step (``"implicit-batch"`` takes more)."""
+        return 1
+
+    options = {**StochasticTrainer.options,
+               "tol": (DEFAULT_TOL, {"type": "number", "above": 0.0, "below": 1e-2}),
+               "kernel": ("fast", {"one_of": ["fast", "simple"]}),
+               "sample_from": ("others", {"one_of": list(SAMPLE_FROM)}),
+               "passes": (1, {"type": "int", "min": 1})}
 
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled,
                          **options)
-        options = self.check_options(self._DEFAULTS)   # unknown options raise
-        if self.batch_size != 1 or self.n_sampled != 1:
-            raise ValueError(
-                "implicit: batch_size and n_sampled must be 1 (one datapoint and one "
-                "class per step); use method 'implicit-batch' for n, m > 1")
-        tol = float(options["tol"])
-        if not (0.0 < tol < 1e-2):
-            raise ValueError(f"implicit: option tol={tol!r} must be in (0, 0.01)")
-        self.tol = tol
-        self.u_init = options["u_init"]
-        if self.u_init not in ("zero", "logK"):
-            raise ValueError(
-                f"implicit: option u_init={self.u_init!r} must be 'zero' or 'logK'")
-        self.kernel = options["kernel"]
-        if self.kernel not in ("fast", "simple"):
-            raise ValueError(
-                f"implicit: option kernel={self.kernel!r} must be 'fast' or 'simple'")
-        self.sample_from = options["sample_from"]
-        if not (isinstance(self.sample_from, str) and self.sample_from in SAMPLE_FROM):
-            raise ValueError(
-                f"implicit: option sample_from={self.sample_from!r} must be 'others' "
-                "(k uniform on the classes other than the label) or 'all' (k uniform "
-                "on all K classes, as in the authors' code)")
-        passes = options["passes"]
-        if (isinstance(passes, (bool, np.bool_))
-                or not isinstance(passes, (int, np.integer)) or passes < 1):
-            raise ValueError(
-                f"implicit: option passes={passes!r} must be an integer >= 1")
-        self.passes = int(passes)
-        if self.K < 2:
-            raise ValueError(f"implicit: K={self.K} must be at least 2")
-        if self.mu < 0 or not math.isfinite(self.mu):
-            raise ValueError(f"implicit: mu={self.mu!r} must be finite and >= 0")
+        self.tol = self.opts["tol"]
+        self.kernel = self.opts["kernel"]
+        self.sample_from = self.opts["sample_from"]
+        self.passes = self.opts["passes"]
         if not (sp.issparse(X) and X.format == "csr"):
             X = sp.csr_matrix(X)
         self._indptr = np.ascontiguousarray(X.indptr, dtype=np.int64)
@@ -422,10 +407,9 @@ class ImplicitTrainer(Trainer):
             self.mu * class_touch_weights(self._y, self.K) / self.N)
         self._scale = None
 
-    def init_params(self, u_init: str | None = None) -> None:
+    def init_params(self, u_init: str = "zero") -> None:
         """Write ``W = 0`` (every page touched) and ``u`` (0, or ``log K`` when
-        ``u_init == "logK"``; default: the ``u_init`` option)."""
-        u_init = self.u_init if u_init is None else u_init
+        ``u_init == "logK"``)."""
         if u_init not in ("zero", "logK"):
             raise ValueError(f"implicit: u_init={u_init!r} must be 'zero' or 'logK'")
         W = np.empty((self.K, self.D), dtype=np.float64)

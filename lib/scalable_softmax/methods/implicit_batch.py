@@ -115,7 +115,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax.kernels.implicit_batch import EIG_RTOL, epoch_kernel, touch_beta_kernel
-from scalable_softmax.methods.base import EpochReport, Trainer
+from scalable_softmax.methods.base import EpochReport, StochasticTrainer
 
 __all__ = [
     "ImplicitBatchTrainer",
@@ -341,7 +341,7 @@ def reference_step(X, y, W, u, batch, classes, lr, *, mu=0.0, beta=None, tol=1e-
 # ----------------------------------------------------------------------------------
 # the trainer
 # ----------------------------------------------------------------------------------
-class ImplicitBatchTrainer(Trainer):
+class ImplicitBatchTrainer(StochasticTrainer):
     """Implicit SGD with ``n`` datapoints and ``m`` sampled classes per step and ridge
     (Appendix F.3; derivation in the module docstring).
 
@@ -360,13 +360,15 @@ class ImplicitBatchTrainer(Trainer):
     max_newton : int, default 50
         Newton iterations per step; steps that hit it are counted in
         ``extra["newton_unconverged"]`` (their result is still a descent step).
-    u_init : {"zero", "logK"}, default "zero"
-        Initial ``u`` used by :meth:`init_params` when it is not given there.
     linear_solver : {"structured", "dense"}, default "structured"
         How the Newton system is solved: Woodbury on the Hessian's structure (block
         diagonal over the classes plus ``2n`` rank-one terms, ``O(n²(n+m)·n)`` per
         iteration), falling back to the dense Cholesky when it fails; or always the
         dense Cholesky (``O((n(n+m))³)``). Both give the same step to the tolerance.
+    threads : int, default 1
+        No parallel kernel yet: ``threads > 1`` raises ``ValueError``.
+
+    The initial ``u`` is ``fit``'s ``u_init`` (:meth:`init_params`).
 
     Attributes
     ----------
@@ -390,32 +392,17 @@ class ImplicitBatchTrainer(Trainer):
         any ``n_sampled`` is accepted."""
         return None
 
+    options = {**StochasticTrainer.options,
+               "tol": (1e-10, {"type": "number", "above": 0, "finite": True}),
+               "max_newton": (50, {"type": "int", "min": 1}),
+               "linear_solver": ("structured", {"one_of": ["structured", "dense"]})}
+
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled,
                          **options)
-        opts = self.check_options(dict(tol=1e-10, max_newton=50, u_init="zero",
-                                       linear_solver="structured"))
-        self.tol = float(opts["tol"])
-        self.max_newton = opts["max_newton"]
-        self.u_init = opts["u_init"]
-        self.linear_solver = opts["linear_solver"]
-        if self.linear_solver not in ("structured", "dense"):
-            raise ValueError("linear_solver: must be 'structured' or 'dense', got "
-                             f"{self.linear_solver!r}")
-        if not (self.tol > 0 and math.isfinite(self.tol)):
-            raise ValueError(f"tol: must be a positive finite number, got {self.tol!r}")
-        if (isinstance(self.max_newton, bool) or not isinstance(self.max_newton, (int, np.integer))
-                or self.max_newton < 1):
-            raise ValueError(f"max_newton: must be an integer >= 1, got {self.max_newton!r}")
-        self.max_newton = int(self.max_newton)
-        if self.u_init not in ("zero", "logK"):
-            raise ValueError(f"u_init: must be 'zero' or 'logK', got {self.u_init!r}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size: must be >= 1, got {self.batch_size}")
-        if self.n_sampled < 1:
-            raise ValueError(f"n_sampled: must be >= 1, got {self.n_sampled}")
-        if not (self.mu >= 0 and math.isfinite(self.mu)):
-            raise ValueError(f"mu: must be a finite number >= 0, got {self.mu!r}")
+        self.tol = self.opts["tol"]
+        self.max_newton = self.opts["max_newton"]
+        self.linear_solver = self.opts["linear_solver"]
         Xc = sp.csr_matrix(X)
         self._indptr = np.ascontiguousarray(Xc.indptr, dtype=np.int64)
         self._indices = np.ascontiguousarray(Xc.indices, dtype=np.int64)
@@ -426,10 +413,8 @@ class ImplicitBatchTrainer(Trainer):
         self.last_epoch_classes = np.empty((0, self.n_sampled), np.int64)
         self.beta = None
 
-    def init_params(self, u_init=None):
-        """Write ``W = 0`` (every page touched) and ``u`` (``"zero"`` or ``"logK"``;
-        default: the ``u_init`` option)."""
-        u_init = self.u_init if u_init is None else u_init
+    def init_params(self, u_init="zero"):
+        """Write ``W = 0`` (every page touched) and ``u`` (``"zero"`` or ``"logK"``)."""
         if u_init not in ("zero", "logK"):
             raise ValueError(f"u_init: must be 'zero' or 'logK', got {u_init!r}")
         self.W = np.zeros((self.K, self.D), dtype=np.float64)

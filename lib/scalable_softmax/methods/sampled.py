@@ -127,7 +127,7 @@ import scipy.sparse as sp
 
 from scalable_softmax.kernels.common import touched_zeros as _touched_zeros
 from scalable_softmax.kernels.sampled import sample_epoch, sampled_epoch, sampled_epoch_par
-from scalable_softmax.methods.base import EpochReport, Trainer
+from scalable_softmax.methods.base import THREADS_RULE, EpochReport, StochasticTrainer
 
 __all__ = [
     "OVETrainer", "NCETrainer", "ISTrainer", "KIND_OVE", "KIND_NCE", "KIND_IS",
@@ -275,42 +275,7 @@ def reference_step(X, y, W, rows, cls, ncls, lr, kind, weight, c_nce, weighted=T
 # trainers
 # ---------------------------------------------------------------------------
 
-#: options whose value is one of a fixed set of strings
-_CHOICES = {"reduction": _REDUCTIONS}
-
-
-def _check_options(cls_name, options, allowed):
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ValueError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for method {cls_name!r}; "
-            f"its options are: {', '.join(sorted(allowed)) or '(none)'}")
-    out = dict(allowed)
-    for k, v in options.items():
-        if k in _CHOICES:
-            if not isinstance(v, str) or v not in _CHOICES[k]:
-                raise ValueError(f"option {k!r} of method {cls_name!r} must be one of "
-                                 f"{', '.join(map(repr, _CHOICES[k]))}; got {v!r}")
-            out[k] = str(v)
-        elif allowed[k] is None:  # a tri-state flag: None (the default behaviour) or a bool
-            if v is not None and not isinstance(v, (bool, np.bool_)):
-                raise ValueError(f"option {k!r} of method {cls_name!r} must be None, True or "
-                                 f"False; got {v!r}")
-            out[k] = None if v is None else bool(v)
-        elif isinstance(allowed[k], bool):
-            if not isinstance(v, (bool, np.bool_)):
-                raise ValueError(f"option {k!r} of method {cls_name!r} must be True or False; "
-                                 f"got {v!r}")
-            out[k] = bool(v)
-        else:
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise ValueError(f"option {k!r} of method {cls_name!r} must be an integer >= 0; "
-                                 f"got {v!r}")
-            out[k] = int(v)
-    return out
-
-
-class _SampledTrainer(Trainer):
+class _SampledTrainer(StochasticTrainer):
     """Shared machinery of :class:`OVETrainer`, :class:`NCETrainer` and :class:`ISTrainer`.
 
     Options
@@ -337,9 +302,13 @@ class _SampledTrainer(Trainer):
         (and the CSR lines of the one twice as far) while the current one is
         processed; with shared negatives also stream the batch's shared rows in first
         (0: none of this; no effect on results).
+    threads : int, default 1
+        ``> 1``: the parallel kernel on that many numba threads (bit-identical
+        results). Off by default: the kernel synchronises its threads twice per
+        minibatch, which only pays on idle cores.
     parallel : bool, default False
-        use numba's threads (bit-identical results). Off by default: the kernel
-        synchronises its threads twice per minibatch, which only pays on idle cores.
+        the older switch of the parallel kernel: ``parallel=True`` without ``threads``
+        runs it on numba's threads (``numba.get_num_threads()``).
     """
 
     kind: int = -1
@@ -347,24 +316,20 @@ class _SampledTrainer(Trainer):
     minibatch = True
     default_batch_size = 100
     default_n_sampled = 5
-    _options: dict = {"shared_negatives": False, "fused": True, "parallel": False,
-                      "prefetch": 1, "remove_accidental_hits": None, "reduction": "mean"}
+    parallel_kernel = True
+    options = {**StochasticTrainer.options,
+               "threads": (None, THREADS_RULE),
+               "parallel": (False, {"type": "bool"}),
+               "shared_negatives": (False, {"type": "bool"}),
+               "fused": (True, {"type": "bool"}),
+               "prefetch": (1, {"type": "int", "min": 0}),
+               "remove_accidental_hits": (None, {"type": "bool", "nullable": True}),
+               "reduction": ("mean", {"one_of": list(_REDUCTIONS)})}
 
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled, **options)
-        self.opts = _check_options(self.name, options, self._options)
-        K, m, n = self.K, self.n_sampled, self.batch_size
+        K, m = self.K, self.n_sampled
         self.shared = self.opts["shared_negatives"]
-        if K < 2:
-            raise ValueError(f"K must be at least 2; got {K}")
-        if n < 1:
-            raise ValueError(f"batch_size must be a positive integer; got {n}")
-        mmax = K if self.shared else K - 1
-        if not 1 <= m <= mmax:
-            where = ("shared negatives are drawn from all K classes" if self.shared
-                     else "drawn from the K-1 classes other than the label")
-            raise ValueError(f"n_sampled (classes per datapoint) must be in 1..{mmax} for "
-                             f"K = {K} ({where}); got {m}")
         self.X = X if (sp.issparse(X) and X.format == "csr") else sp.csr_matrix(X)
         self._indptr = np.ascontiguousarray(self.X.indptr, dtype=np.int64)
         # 32-bit column indices when they fit: half the lines of a datapoint's indices
@@ -415,9 +380,10 @@ class _SampledTrainer(Trainer):
                 self.kind, self.shared, self.drop_hits, self._logr, self.c_nce, int(seed),
                 self.opts["fused"], self.opts["prefetch"], self.reduction == "sum",
                 self._sorted)
-        nthr = numba.get_num_threads()
-        if self.opts["parallel"] and nthr > 1:
-            steps, div, _ = sampled_epoch_par(*args, nthr)
+        nthr = self.n_threads(numba.get_num_threads() if self.opts["parallel"] else None)
+        if nthr > 1:
+            with _num_threads(nthr):
+                steps, div, _ = sampled_epoch_par(*args, nthr)
         else:
             buf = _buffers(self.batch_size, self.n_sampled, self.K)
             steps, div, _ = sampled_epoch(*args, buf)
@@ -438,12 +404,28 @@ class _SampledTrainer(Trainer):
         return self.W * self.scale[:, None]
 
 
+class _num_threads:
+    """Context manager: run numba's parallel kernels on ``n`` threads."""
+
+    def __init__(self, n):
+        self.n = int(n)
+
+    def __enter__(self):
+        self.prev = numba.get_num_threads()
+        numba.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        numba.set_num_threads(self.prev)
+        return False
+
+
 class OVETrainer(_SampledTrainer):
     """One-vs-Each (T-4, T-15, T-16) by doubly stochastic minibatch SGD.
 
     Loss per datapoint ``r sum_j softplus(s_{k_j} - s_y)``; see the module docstring
     for the sampling, the step and the options (``shared_negatives``,
-    ``remove_accidental_hits``, ``reduction``, ``fused``, ``prefetch``, ``parallel``).
+    ``remove_accidental_hits``, ``reduction``, ``fused``, ``prefetch``, ``threads``,
+    ``parallel``).
     """
 
     name = "ove"
@@ -455,7 +437,7 @@ class NCETrainer(_SampledTrainer):
 
     Loss per datapoint ``softplus(c - s_y) + sum_j softplus(s_{k_j} - c)``,
     ``c = log(m/K)``; options ``shared_negatives``, ``remove_accidental_hits``,
-    ``reduction``, ``fused``, ``prefetch``, ``parallel``.
+    ``reduction``, ``fused``, ``prefetch``, ``threads``, ``parallel``.
     """
 
     name = "nce"
@@ -472,14 +454,14 @@ class ISTrainer(_SampledTrainer):
     weighted : bool, default True
         ``False``: no ``r`` (TensorFlow's ``sampled_softmax_loss`` with a uniform
         sampler).
-    shared_negatives, remove_accidental_hits, reduction, fused, prefetch, parallel :
+    shared_negatives, remove_accidental_hits, reduction, fused, prefetch, threads,
+    parallel :
         as for every sampled method (:class:`_SampledTrainer`).
     """
 
     name = "is"
     kind = KIND_IS
-    _options = {"shared_negatives": False, "fused": True, "parallel": False, "prefetch": 1,
-                "remove_accidental_hits": None, "reduction": "mean", "weighted": True}
+    options = {**_SampledTrainer.options, "weighted": (True, {"type": "bool"})}
 
     @property
     def _logr(self):

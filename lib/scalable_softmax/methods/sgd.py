@@ -58,8 +58,9 @@ Implementation
   MNIST), the kernel works on contiguous rows: dot products by BLAS ``ddot`` (numba's
   ``np.dot``; vectorised, so its summation order differs from the sparse path's by
   rounding only) and a vectorised update loop.
-* **Hogwild** (option ``hogwild=True``, ``threads=2``; off by default, ``n_sampled = 1``
-  only): the epoch's order is cut into ``threads`` contiguous chunks run in parallel
+* **Hogwild** (option ``threads > 1``, or its older alias ``hogwild=True``, which means
+  ``threads=2`` unless ``threads`` is given; off by default, ``n_sampled = 1`` only): the
+  epoch's order is cut into ``threads`` contiguous chunks run in parallel
   without locks, each with its own random stream (``numpy.random.SeedSequence(seed)``).
   Races make it **not bit-identical** between runs (and may lose a few updates of the
   overflow guard below); a divergence is reported at the first failing step of any
@@ -83,18 +84,30 @@ Implementation
 """
 from __future__ import annotations
 
-import math
-
 import numba
 import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax.kernels.sgd import (
-    draw_classes_all, draw_classes_m1, draw_classes_multi, epoch_m1, epoch_m1_hogwild,
-    epoch_multi, fold_all, KIND_RAMAN_UMAX, KIND_RAMAN_VANILLA, KIND_UMAX,
-    KIND_VANILLA, PREFETCH_DEFAULT,
+    KIND_RAMAN_UMAX,
+    KIND_RAMAN_VANILLA,
+    KIND_UMAX,
+    KIND_VANILLA,
+    PREFETCH_DEFAULT,
+    draw_classes_all,
+    draw_classes_m1,
+    draw_classes_multi,
+    epoch_m1,
+    epoch_m1_hogwild,
+    epoch_multi,
+    fold_all,
 )
-from scalable_softmax.methods.base import EpochReport, Trainer
+from scalable_softmax.methods.base import (
+    THREADS_RULE,
+    EpochReport,
+    StochasticTrainer,
+    no_parallel_kernel,
+)
 
 __all__ = ["VanillaTrainer", "UmaxTrainer", "RamanTrainer", "reference_step", "draw_classes",
            "KIND_VANILLA", "KIND_UMAX", "KIND_RAMAN_VANILLA", "KIND_RAMAN_UMAX"]
@@ -199,6 +212,11 @@ def reference_step(kind, i, ks, X, y, W, u, lr, mu, beta, delta0, u_lo, u_hi, B_
 # trainers
 # ---------------------------------------------------------------------------
 
+#: the rule of U-max's threshold ``delta0``
+_DELTA0 = {"type": "number", "above": 0, "finite": True,
+           "label": "option delta0 (U-max threshold)"}
+
+
 def _touch_weights(y, K, m, from_all=False):
     """``beta_j``: inverse probability that a step touches class ``j`` (its label, or
     sampled: with probability ``m/(K-1)``, or ``m/K`` when drawn from all ``K``)."""
@@ -207,13 +225,16 @@ def _touch_weights(y, K, m, from_all=False):
     return N / (n + (N - n) * m / ((K if from_all else K - 1)))
 
 
-class _DoubleSumTrainer(Trainer):
+class _DoubleSumTrainer(StochasticTrainer):
     """Shared machinery of the three explicit-SGD methods (see the module docstring).
 
     Options (all methods): ``prefetch`` (bool, default True: software pipelining;
-    results identical either way; or a kernel mode 0-3, see :func:`scalable_softmax.kernels.sgd.epoch_m1`),
-    ``hogwild`` (bool, default False), ``threads`` (int, default 2, used only with
-    ``hogwild``), ``sample_from`` (``"others"``, default: the ``m`` classes are drawn
+    results identical either way; or a kernel mode 0-3, see
+    :func:`scalable_softmax.kernels.sgd.epoch_m1`), ``threads`` (int, default 1; ``> 1``:
+    Hogwild on that many threads, ``n_sampled = 1`` with ``sample_from="others"`` only),
+    ``hogwild`` (bool, default False: the older switch of the Hogwild kernel;
+    ``hogwild=True`` without ``threads`` runs it on 2 threads), ``sample_from``
+    (``"others"``, default: the ``m`` classes are drawn
     among the ``K-1`` classes other than the label; ``"all"``: the authors' code's
     draw, ``m`` distinct classes from all ``K`` with the label dropped when drawn, each
     remaining term weighted ``(K-1)/|S|``; the epoch's ``extra`` then counts
@@ -225,57 +246,40 @@ class _DoubleSumTrainer(Trainer):
     exact_u = "softmax"
     default_batch_size = 1
     default_n_sampled = 1
-    _defaults: dict = {"prefetch": True, "hogwild": False, "threads": 2,
-                       "sample_from": "others"}
+    parallel_kernel = True
+    options = {**StochasticTrainer.options,
+               "threads": (None, THREADS_RULE),
+               "prefetch": (True, {"one_of": [True, False, 0, 1, 2, 3]}),
+               "hogwild": (False, {"type": "bool"}),
+               "sample_from": ("others", {"one_of": ["others", "all"]})}
 
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled,
                          **options)
-        opts = self.check_options(self._defaults)
-        self.opts = opts
-        if self.K < 2:
-            raise ValueError(f"K must be at least 2 for method {self.name!r}; got {self.K}")
-        if self.batch_size != 1:
-            raise ValueError(
-                f"method {self.name!r} takes one datapoint per step: batch_size must be 1 "
-                f"(or None); got {self.batch_size}. Use 'implicit-batch', 'ove', 'nce', "
-                "'is' or 'softmax-sgd' for minibatches")
-        if opts["sample_from"] not in ("others", "all"):
-            raise ValueError(f"option sample_from of method {self.name!r} must be 'others' "
-                             f"(classes uniform among the K-1 other than the label) or "
-                             f"'all' (from all K, the label dropped when drawn: the "
-                             f"authors' code); got {opts['sample_from']!r}")
+        opts = self.opts
         self._from_all = opts["sample_from"] == "all"
-        mmax = self.K if self._from_all else self.K - 1
-        if not (1 <= self.n_sampled <= mmax):
-            raise ValueError(f"n_sampled (classes per step) must be in 1..{mmax} for "
-                             f"K = {self.K} with sample_from={opts['sample_from']!r}; "
-                             f"got {self.n_sampled}")
-        threads = opts["threads"]
-        if not isinstance(threads, (int, np.integer)) or threads < 1:
-            raise ValueError(f"option threads must be a positive integer; got {threads!r}")
-        if opts["hogwild"]:
+        #: threads of the Hogwild kernel (``hogwild=True`` alone: 2)
+        self._threads = self.n_threads(alias=2 if opts["hogwild"] else None)
+        self._hogwild = opts["hogwild"] or self._threads > 1
+        if self._hogwild:
             if self.n_sampled != 1 or self._from_all:
-                raise ValueError("option hogwild=True supports n_sampled=1 with "
-                                 "sample_from='others' only")
-            if threads > numba.config.NUMBA_NUM_THREADS:
-                raise ValueError(f"option threads={threads} exceeds numba's thread count "
-                                 f"{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS)")
+                if opts["hogwild"]:
+                    raise ValueError("option hogwild=True supports n_sampled=1 with "
+                                     "sample_from='others' only")
+                raise ValueError(no_parallel_kernel(
+                    self.name, self._threads, " for n_sampled > 1 or sample_from='all'"))
+            if self._threads > numba.config.NUMBA_NUM_THREADS:
+                raise ValueError(f"option threads={self._threads} exceeds numba's thread "
+                                 f"count {numba.config.NUMBA_NUM_THREADS} "
+                                 "(NUMBA_NUM_THREADS)")
         pf = opts["prefetch"]
         if isinstance(pf, (bool, np.bool_)):
             # a W that fits in the L2 cache gains nothing from prefetching its rows
             small = self.K * self.D * 8 <= _SMALL_W_BYTES
             self._pf_mode = (3 if small else PREFETCH_DEFAULT) if pf else 0
-        elif isinstance(pf, (int, np.integer)) and pf in (0, 1, 2, 3):
-            self._pf_mode = int(pf)
         else:
-            raise ValueError(f"option prefetch must be True, False or a mode 0, 1, 2, 3; "
-                             f"got {pf!r}")
-        delta0 = float(opts.get("delta0", 1.0))
-        if not (math.isfinite(delta0) and delta0 > 0):
-            raise ValueError(f"option delta0 (U-max threshold) must be a finite number > 0; "
-                             f"got {opts.get('delta0')!r}")
-        self.delta0 = delta0
+            self._pf_mode = int(pf)
+        self.delta0 = float(opts.get("delta0", 1.0))
         X = self.X.tocsr() if sp.issparse(self.X) else sp.csr_matrix(self.X)
         self._indptr = np.ascontiguousarray(X.indptr, dtype=np.int64)
         self._indices = np.ascontiguousarray(X.indices, dtype=np.int32)
@@ -354,8 +358,8 @@ class _DoubleSumTrainer(Trainer):
         bw2 = self.B_W ** 2 if project else np.inf
         mu_n = self.mu / self.N
         kind = self._kind()
-        if self.n_sampled == 1 and self.opts["hogwild"]:
-            threads = int(self.opts["threads"])
+        if self._hogwild:
+            threads = self._threads
             seeds = np.random.SeedSequence(int(seed)).generate_state(threads, np.uint64)
             seeds = seeds.astype(np.int64)
             counters = np.zeros((threads, 4), dtype=np.int64)
@@ -431,7 +435,8 @@ class _DoubleSumTrainer(Trainer):
 class VanillaTrainer(_DoubleSumTrainer):
     """Vanilla SGD on the double sum (F-6, F-7); ``u`` clipped at 0, no projection.
 
-    Options: ``prefetch``, ``hogwild``, ``threads`` (see :class:`_DoubleSumTrainer`).
+    Options: ``prefetch``, ``threads``, ``hogwild``, ``sample_from`` (see
+    :class:`_DoubleSumTrainer`).
     Overflows at large learning rates (by design): the epoch stops at the first
     non-finite value and reports it.
     """
@@ -455,7 +460,7 @@ class UmaxTrainer(_DoubleSumTrainer):
     """
 
     name = "umax"
-    _defaults = {**_DoubleSumTrainer._defaults, "delta0": 1.0}
+    options = {**_DoubleSumTrainer.options, "delta0": (1.0, _DELTA0)}
 
     def _kind(self):
         return KIND_UMAX
@@ -477,13 +482,8 @@ class RamanTrainer(_DoubleSumTrainer):
 
     name = "raman"
     exact_u = "raman"
-    _defaults = {**_DoubleSumTrainer._defaults, "delta0": 1.0, "variant": "umax"}
-
-    def __init__(self, X, y, K, **kw):
-        super().__init__(X, y, K, **kw)
-        if self.opts["variant"] not in ("umax", "vanilla"):
-            raise ValueError(f"option variant of method 'raman' must be 'umax' or "
-                             f"'vanilla'; got {self.opts['variant']!r}")
+    options = {**_DoubleSumTrainer.options, "delta0": (1.0, _DELTA0),
+               "variant": ("umax", {"one_of": ["umax", "vanilla"]})}
 
     def _kind(self):
         return KIND_RAMAN_UMAX if self.opts["variant"] == "umax" else KIND_RAMAN_VANILLA

@@ -197,14 +197,16 @@ def dataset_label(shapes: pd.DataFrame, d: str) -> str:
 
 
 def monitoring(shapes: pd.DataFrame, epochs: int, eval_every: int, monitor_rows,
-               monitor_all_real: bool = True) -> tuple[dict, list]:
-    """``(monitor, eval_epochs)``: the monitoring rows per paper data set (None: all
-    rows, for the real data sets when ``monitor_all_real``) and the monitored epochs
-    (0, every ``eval_every``-th and the last)."""
+               monitor_all_real: bool = True, datasets=None) -> tuple[dict, list]:
+    """``(monitor, eval_epochs)``: the monitoring rows per data set of ``datasets``
+    (default: every data set of ``shapes``; None: all rows, for the real data sets when
+    ``monitor_all_real``) and the monitored epochs (0, every ``eval_every``-th and the
+    last). The one implementation of the study's monitoring (notebooks 02, 06, 11, 13)."""
     if not (isinstance(eval_every, int) and eval_every >= 1):
         raise ValueError(f"eval_every must be an integer >= 1; got {eval_every!r}")
+    names = shapes.dataset if datasets is None else datasets
     monitor = {d: (None if (monitor_all_real and not shapes.synthetic[d]) else monitor_rows)
-               for d in shapes.dataset}
+               for d in names}
     return monitor, sorted({0, epochs, *range(0, epochs + 1, eval_every)})
 
 

@@ -72,15 +72,10 @@ def panel_title_labeller(synthetic, theirs="paper"):
 # ---------------------------------------------------------------------------
 
 def study_settings(shapes, datasets, epochs, eval_every, monitor_rows, monitor_all_real):
-    """Notebook 02's monitoring: ``(monitor, eval_epochs)``, the rows monitored per data set
-    (None: all rows, for the real data sets when ``monitor_all_real``) and the epochs
-    evaluated (0, ``epochs`` and every ``eval_every``-th)."""
-    if not (isinstance(eval_every, int) and eval_every >= 1):
-        raise ValueError(f"eval_every must be an integer >= 1; got {eval_every!r}")
-    monitor = {d: (None if (monitor_all_real and not shapes.synthetic[d]) else monitor_rows)
-               for d in datasets}
-    eval_epochs = sorted({0, epochs, *range(0, epochs + 1, eval_every)})
-    return monitor, eval_epochs
+    """Notebook 02's monitoring for the data sets ``datasets``:
+    :func:`main_study.monitoring` (``(monitor, eval_epochs)``)."""
+    return main_study.monitoring(shapes, epochs, eval_every, monitor_rows, monitor_all_real,
+                                 datasets=datasets)
 
 
 def run_protocols(datasets, methods, seeds, protocol, one_pass_protocol,

@@ -68,6 +68,8 @@ import numpy as np
 import pandas as pd
 
 from scalable_softmax._atomic import atomic_open
+from scalable_softmax.protocols import LR_DECAY
+from scalable_softmax.validation import check_options
 
 __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_job",
            "run_jobs", "run_isolated", "time_to_quality", "available", "split_for_tuning",
@@ -99,7 +101,7 @@ _OUR_PROTOCOL = "paper-text"
 #: thread options of our trainers: U-max runs Hogwild on 2 threads; Implicit's kernel is
 #: serial; IS keeps the library's default serial kernel (its threaded variant synchronises
 #: twice per minibatch and was 5-50x slower per epoch on Bibtex on this shared machine)
-_OUR_THREAD_OPTIONS = {"umax": dict(hogwild=True, threads=2), "is": {}, "implicit": {},
+_OUR_THREAD_OPTIONS = {"umax": dict(threads=2), "is": {}, "implicit": {},
                        "implicit-batch": {}, "implicit-batch-5": {}}
 
 #: minibatch Implicit SGD of notebook 12: method -> (batch_size n, n_sampled m); the
@@ -571,6 +573,14 @@ def _torch_model(method, layout, D, K, lr):
 #: the two layouts of the full-softmax torch models
 TORCH_LAYOUTS = ("embedding-bag", "sparse-mm")
 
+_BATCH = (100, {"type": "int", "min": 1})
+#: the options of the torch peers: name -> (default, rule)
+_TORCH_OPTIONS = {
+    "torch-sampled": {"batch_size": _BATCH, "negatives": (100, {"type": "int", "min": 1})},
+    **{m: {"batch_size": _BATCH, "layout": ("auto", {"one_of": ["auto", *TORCH_LAYOUTS]})}
+       for m in ("torch-sgd", "torch-adam")},
+}
+
 
 _LAYOUT_CACHE: dict = {}
 
@@ -620,30 +630,28 @@ def _run_torch(job, X, y, K, rec):
 
     torch.set_num_threads(job.threads)
     torch.manual_seed(job.seed)
-    opts = dict(job.options)
-    B = int(opts.pop("batch_size", 100))
+    opts = check_options(_TORCH_OPTIONS[job.method], job.options, job.method)
+    B = opts["batch_size"]
     N, D = X.shape
     data = _TorchData(X, y)
     info = {"batch_size": B}
     if job.method == "torch-sampled":
-        m = int(opts.pop("negatives", 100))
+        m = opts["negatives"]
         info["negatives"] = m
         loss, opt, weights = _torch_sampled(D, K, job.lr, m)
     else:
-        layout = opts.pop("layout", "auto")
+        layout = opts["layout"]
         if layout == "auto":
             layout, pilot = _choose_layout(job, X, y, K, B)
             info["layout_pilot_seconds_per_step"] = pilot
         info["layout"] = layout
         loss, opt, weights = _torch_model(job.method, layout, D, K, job.lr)
-    if opts:
-        raise ValueError(f"unknown option(s) {sorted(opts)} for {job.method}")
     rng = np.random.default_rng(job.seed)
     rec.record_start(weights(), epoch=0, steps=0)
     steps = 0
     for e in range(1, job.max_epochs + 1):
         for g in opt.param_groups:
-            g["lr"] = job.lr * 0.9 ** (e - 1)
+            g["lr"] = job.lr * LR_DECAY ** (e - 1)
         rec.start()
         data.epoch(rng.permutation(N))
         for a in range(0, N, B):

@@ -87,7 +87,7 @@ import numpy as np
 import pandas as pd
 
 from scalable_softmax import paths
-from scalable_softmax.protocols import STUDY_DEFAULTS
+from scalable_softmax.protocols import EPOCHS, STUDY_DEFAULTS, FitConfig, resolve
 from scalable_softmax.validation import check
 
 __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories_frame",
@@ -98,8 +98,13 @@ __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories
            "check_worker", "library_versions", "machine_cores", "threads_per_task",
            "dask_thread_plan", "worker_setup"]
 
-from scalable_softmax.repro.paper import (PAPER_DATASETS, PAPER_METHODS, PAPER_TABLE2,  # noqa: E402,F401
-                                         PAPER_TABLE3, PAPER_TABLE3_AVERAGE)
+from scalable_softmax.repro.paper import (  # noqa: E402,F401
+    PAPER_DATASETS,
+    PAPER_METHODS,
+    PAPER_TABLE2,
+    PAPER_TABLE3,
+    PAPER_TABLE3_AVERAGE,
+)
 
 #: our real data sets that the study may run beside the paper's seven (no published rates:
 #: their rates are tuned, notebook 13)
@@ -251,9 +256,8 @@ def data_fingerprint(dataset: str) -> dict:
     MissingDataError, ChecksumError
         As :func:`scalable_softmax.data.load_dataset` would.
     """
-    from scalable_softmax.data import SURROGATE_DATASETS, registry
+    from scalable_softmax.data import SURROGATE_DATASETS, core, registry, surrogate
     from scalable_softmax.data import cache as data_cache
-    from scalable_softmax.data import core, surrogate
 
     if dataset in SURROGATE_DATASETS:
         return {"generator": f"surrogate:{surrogate.PROFILE_SIZE}:{data_cache.CODE_VERSION}",
@@ -357,7 +361,7 @@ class RunSpec:
     method: str
     lr: float
     seed: int = 0
-    epochs: int = 50
+    epochs: int = EPOCHS
     lr_decay: float = STUDY_DEFAULTS["lr_decay"]
     train_fraction: float = 1.0
     subset_seed: int = 0
@@ -404,10 +408,10 @@ class RunSpec:
         spec = cls(dataset=str(dataset), method=str(method),
                    lr=None if lr is None else float(lr),
                    options=tuple(sorted(opts.items())), **kw)
-        # explicit over the protocol's (resolved once, in __post_init__) over the study's
-        # defaults: protocols.resolve's rule
-        fields = {**STUDY_DEFAULTS, **dict(spec.protocol_options),
-                  **{k: v for k, v in given.items() if v is not None}}
+        # explicit over the protocol's over the study's defaults: protocols.resolve
+        # (the protocol's arguments resolved once, in __post_init__)
+        fields = resolve(None, spec.method, given,
+                         defaults={**STUDY_DEFAULTS, **dict(spec.protocol_options)})
         fixed = {nm: fields[nm] for nm in ("lr_decay", "u_init")
                  if fields[nm] != getattr(spec, nm)}
         if fixed:
@@ -415,14 +419,25 @@ class RunSpec:
         spec.validate()
         return spec
 
+    def fit_config(self, K: int | None = None) -> FitConfig:
+        """The :class:`~scalable_softmax.protocols.FitConfig` of the run (the one
+        ``fit`` validates): the spec's fields and options (given) over the protocol's
+        arguments (resolved once, when the spec was built); ``K`` when known."""
+        opts = {**dict(self.protocol_options), "lr_decay": self.lr_decay,
+                "u_init": self.u_init, **dict(self.options)}
+        return FitConfig.make(self.method, self.lr, epochs=self.epochs, seed=self.seed,
+                              K=K, progress=False, eval_rows=self.monitor_rows,
+                              eval_epochs=self.eval_epochs, **opts)
+
     def validate(self) -> None:
         """Raise ``ValueError`` naming the bad field (before any work is done)."""
-        from scalable_softmax.methods import METHODS, get_trainer_class
+        from scalable_softmax.methods import get_trainer_class
 
-        if self.method not in METHODS:
-            raise ValueError(f"RunSpec.method: unknown method {self.method!r}; choose one "
-                             f"of {', '.join(sorted(METHODS))}")
-        if getattr(get_trainer_class(self.method), "full_batch", False):
+        try:
+            cls = get_trainer_class(self.method)
+        except ValueError as exc:
+            raise ValueError(f"RunSpec.method: {exc}") from None
+        if cls.full_batch:
             if self.lr is not None:
                 raise ValueError(f"RunSpec.lr: {self.method!r} has no learning rate "
                                  f"(full-batch L-BFGS); give lr=None, not {self.lr!r}")
@@ -440,6 +455,7 @@ class RunSpec:
             except TypeError:
                 raise ValueError(f"RunSpec.{nm} must hold plain values (numbers, strings); "
                                  f"got {getattr(self, nm)!r}") from None
+        self.fit_config().resolve()         # the method's options, as fit checks them
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -540,22 +556,15 @@ def _evaluate_set(X, y, W, cap, seed):
 
 
 def _train(spec: RunSpec) -> tuple[pd.DataFrame, dict]:
-    from scalable_softmax.fit import DivergenceWarning, fit
+    from scalable_softmax.fit import DivergenceWarning, fit_config
 
     t0 = time.perf_counter()
     X, y, K, synthetic = load_split(spec.dataset, "train", spec.train_fraction,
                                     spec.subset_seed, spec.subset, spec.data_options)
     t_loaded = time.perf_counter()
-    # fit()'s arguments by protocols.resolve's rule: the spec's fields and options (given)
-    # over the protocol's arguments (resolved once, when the spec was built)
-    opts = {**dict(spec.protocol_options), "lr_decay": spec.lr_decay,
-            "u_init": spec.u_init, **dict(spec.options)}
     with warnings.catch_warnings():     # a sweep expects some runs to diverge: the
         warnings.simplefilter("ignore", DivergenceWarning)    # result records it
-        res = fit(X, y, spec.method, spec.lr, epochs=spec.epochs, seed=spec.seed, K=K,
-                  progress=False, eval_rows=spec.monitor_rows, on_epoch=_epoch_check,
-                  eval_epochs=list(spec.eval_epochs) if spec.eval_epochs is not None
-                  else None, **opts)
+        res = fit_config(spec.fit_config(K), X, y, on_epoch=_epoch_check)
     h = res.history
     epochs_run = int(h.epoch.iloc[-1])
     train_seconds = float(h.seconds.iloc[-1])

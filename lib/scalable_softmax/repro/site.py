@@ -379,7 +379,7 @@ def stage(src: Path = SITE_SRC, profile: str = "full", executed_dirs=None,
 #: fact the base class does not declare is left out
 METHOD_FACTS = (("has_u", "has ``u``"), ("exact_u", "exact ``u``"),
                 ("full_batch", "full batch"), ("minibatch", "minibatches"),
-                ("takes_ridge", "ridge"), ("partial_fit", "``partial_fit``"),
+                ("parallel_kernel", "``threads > 1``"),
                 ("default_batch_size", "default ``batch_size``"),
                 ("default_n_sampled", "default ``n_sampled``"),
                 ("reference", "NumPy reference"))
@@ -416,7 +416,7 @@ def method_table() -> list[str]:
     for name, target in METHODS.items():
         cls = get_trainer_class(name)
         module, qual = target.split(":")
-        row = [f"``{name!r}``".replace("'", '"'), f"``{module.rsplit('.', 1)[1]}.{qual}``",
+        row = [f"``{name!r}``".replace("'", '"'), f"``{module.rsplit('.', 1)[-1]}.{qual}``",
                *(cell(getattr(cls, attr)) for attr, _ in facts),
                _first_sentence(inspect.getdoc(cls) or "")]
         lines += [f"   {'*' if i == 0 else ' '} - {c}" for i, c in enumerate(row)]

@@ -98,6 +98,27 @@ SERIES_COLORS = ("#7F7F7F", "#000000", "#332288", "#44AA99", "#AA4499", "#999933
                  "#882255", "#88CCEE", "#117733")
 
 
+#: colours and markers of a library method without an entry in :data:`METHODS` (one
+#: registered in :data:`scalable_softmax.methods.METHODS` since): chosen by a stable hash
+#: of its name, so that it is drawn the same way in every figure
+_FALLBACK_COLORS = ("#117733", "#DDCC77", "#CC6677", "#882255", "#44AA99", "#999933")
+_FALLBACK_MARKERS = ("p", "H", "8", "d", "x", "+")
+
+
+def _fallback(method: str) -> MethodStyle | None:
+    """The deterministic style of a registered library method that :data:`METHODS` does
+    not list, or None for a name that is not a method."""
+    import zlib
+
+    from scalable_softmax.methods import METHODS as REGISTRY
+
+    if method not in REGISTRY:
+        return None
+    h = zlib.crc32(method.encode())
+    return MethodStyle(method, _FALLBACK_COLORS[h % len(_FALLBACK_COLORS)],
+                       _FALLBACK_MARKERS[(h // 7) % len(_FALLBACK_MARKERS)], ":")
+
+
 def _key(method: str) -> str:
     m = str(method)
     if m in METHODS:
@@ -107,18 +128,25 @@ def _key(method: str) -> str:
         return low
     if low in _ALIASES:
         return _ALIASES[low]
+    if _fallback(m) is not None:
+        return m
     raise KeyError(f"style: no style for method {method!r}; add it to "
                    f"scalable_softmax.repro.style.METHODS (known: {', '.join(METHODS)})")
 
 
+def _style(method: str) -> MethodStyle:
+    key = _key(method)
+    return METHODS[key] if key in METHODS else _fallback(key)
+
+
 def label(method: str) -> str:
     """The display name of ``method`` (e.g. ``"implicit"`` -> ``"Implicit SGD"``)."""
-    return METHODS[_key(method)].label
+    return _style(method).label
 
 
 def color(method: str) -> str:
     """The colour of ``method`` (a hex string)."""
-    return METHODS[_key(method)].color
+    return _style(method).color
 
 
 def color_distance(a, b) -> float:
@@ -177,22 +205,27 @@ def text_color(method: str, contrast: float = 4.5) -> str:
 
 def marker(method: str) -> str:
     """The marker of ``method``."""
-    return METHODS[_key(method)].marker
+    return _style(method).marker
 
 
 def line(method: str, **overrides) -> dict:
     """Keyword arguments for ``ax.plot`` drawing ``method``: colour, marker, line style
     and label (override any of them)."""
-    s = METHODS[_key(method)]
+    s = _style(method)
     kw = dict(color=s.color, marker=s.marker, ls=s.linestyle, label=s.label)
     kw.update(overrides)
     return kw
 
 
 def ordered(methods) -> list[str]:
-    """``methods`` sorted into the collection's order (unknown names raise)."""
+    """``methods`` sorted into the collection's order (methods without an entry of
+    :data:`METHODS` last, by name; unknown names raise)."""
     methods = list(dict.fromkeys(methods))
-    return sorted(methods, key=lambda m: METHOD_ORDER.index(_key(m)))
+
+    def rank(m):
+        key = _key(m)
+        return (METHOD_ORDER.index(key), "") if key in METHODS else (len(METHOD_ORDER), key)
+    return sorted(methods, key=rank)
 
 
 def handles(methods, **overrides) -> list:

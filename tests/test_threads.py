@@ -1,0 +1,89 @@
+"""The one ``threads`` option of the stochastic methods: ``threads=1`` is today's serial
+run bit for bit; ``threads > 1`` runs a method's parallel kernel (the older switches
+``hogwild`` and ``parallel`` are aliases of it) or is refused where the method has none,
+naming the methods that have one; the estimator's ``n_jobs`` maps onto it."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from scalable_softmax.fit import fit
+from scalable_softmax.methods import METHODS, get_trainer_class
+
+STOCHASTIC = [m for m in METHODS if not get_trainer_class(m).full_batch]
+TWO = min(2, numba.config.NUMBA_NUM_THREADS)
+
+
+def _data(N=80, D=12, K=6, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(N, D, density=0.4, format="csr", random_state=seed)
+    X.data = rng.standard_normal(X.data.size)
+    X = sp.csr_matrix(X + sp.eye(N, D, format="csr"))
+    return X, rng.integers(0, K, N), K
+
+
+def _fit(method, **kw):
+    X, y, K = _data()
+    return fit(X, y, method, 0.05, epochs=2, K=K, progress=False, eval_epochs=[2], **kw)
+
+
+@pytest.mark.parametrize("method", STOCHASTIC)
+def test_threads_one_is_the_serial_run_bit_for_bit(method):
+    a, b = _fit(method), _fit(method, threads=1)
+    np.testing.assert_array_equal(a.W, b.W)      # (NaN where a run diverged: equal too)
+    assert b.params["options"] == {"threads": 1}
+
+
+@pytest.mark.skipif(TWO < 2, reason="numba has one thread here (NUMBA_NUM_THREADS=1)")
+@pytest.mark.parametrize("method", [m for m in STOCHASTIC
+                                    if not get_trainer_class(m).parallel_kernel])
+def test_a_method_without_a_parallel_kernel_refuses_more_threads(method):
+    with pytest.raises(ValueError, match=rf"method {method!r} has no parallel kernel.*"
+                                         r"Methods with a parallel kernel today: .*umax"):
+        _fit(method, threads=2)
+
+
+@pytest.mark.parametrize("method", ["ove", "nce", "is", "softmax-sgd"])
+def test_deterministic_parallel_kernels_equal_the_serial_one(method):
+    serial = _fit(method, batch_size=10)
+    threaded = _fit(method, batch_size=10, threads=TWO)
+    alias = _fit(method, batch_size=10, parallel=True)
+    np.testing.assert_allclose(threaded.W, serial.W, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(alias.W, serial.W, rtol=1e-12, atol=1e-14)
+
+
+def test_hogwild_is_threads_two_and_needs_one_class_per_step():
+    X, y, K = _data()
+    cls = get_trainer_class("umax")
+    assert cls(X, y, K, hogwild=True)._threads == 2          # the old default
+    assert cls(X, y, K, hogwild=True, threads=1)._threads == 1
+    assert cls(X, y, K, threads=TWO)._hogwild == (TWO > 1)
+    res = _fit("umax", threads=TWO)
+    assert np.isfinite(res.history.train_log_loss.iloc[-1])
+    if TWO > 1:
+        with pytest.raises(ValueError, match="no parallel kernel for n_sampled > 1"):
+            _fit("vanilla", threads=2, n_sampled=2)
+    with pytest.raises(ValueError, match="'threads'.*must be None or an integer from 1"):
+        _fit("umax", threads=0)
+
+
+def test_estimator_n_jobs_maps_to_threads():
+    pytest.importorskip("sklearn")
+    from scalable_softmax.estimator import SoftmaxSGDClassifier
+
+    X, y, _ = _data()
+    base = SoftmaxSGDClassifier(method="ove", lr=0.5, epochs=2, random_state=0).fit(X, y)
+    one = SoftmaxSGDClassifier(method="ove", lr=0.5, epochs=2, random_state=0,
+                               n_jobs=1).fit(X, y)
+    assert np.array_equal(base.coef_, one.coef_)
+    par = SoftmaxSGDClassifier(method="ove", lr=0.5, epochs=2, random_state=0,
+                               n_jobs=-1).fit(X, y)
+    assert par.result_.params["options"]["threads"] == numba.config.NUMBA_NUM_THREADS
+    np.testing.assert_allclose(par.coef_, base.coef_, rtol=1e-12, atol=1e-14)
+    if TWO > 1:
+        with pytest.raises(ValueError, match="has no parallel kernel"):
+            SoftmaxSGDClassifier(method="implicit", n_jobs=2).fit(X, y)
+    with pytest.raises(ValueError, match="n_jobs must be None, -1 or an integer"):
+        SoftmaxSGDClassifier(method="umax", n_jobs=0).fit(X, y)
