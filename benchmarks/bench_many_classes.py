@@ -478,8 +478,6 @@ def markdown(res):
                  f"{vals[0]:.2f}{mark} | {vals[1]:.2f} | {vals[2]:.2f} |")
     it, fl, sec = (res["newton_iterations_per_step"], res["newton_flops_per_iteration"],
                    res["newton_iteration_s"])
-    b1 = min(_us(v["bound_m1_plain"], "cpu_best_M_per_s"),
-             _us(v["bound_m1_prefetch2"], "cpu_best_M_per_s"))
     bb = min(_us(v[b], "cpu_best_M_per_s") for b in BATCH_BOUNDS)
     u1 = _us(v["umax_m1"], "cpu_best_M_per_s")
     ch = res.get("chord_iterations_per_step", 0.0)

@@ -67,7 +67,7 @@ def test_every_notebook_draws_with_the_style_and_decides_its_outputs_by_profile(
         # no figure wider than a README column: literal widths at most style.FIG_WIDTH
         for w in re.findall(r"figsize=\(\s*([0-9.]+)\s*[,*]", code):
             assert float(w) <= style.FIG_WIDTH, f"{name}: figsize width {w} in"
-        for m in re.findall(r"plt\.subplots\(\s*1\s*,\s*len\(", code):
+        for _ in re.findall(r"plt\.subplots\(\s*1\s*,\s*len\(", code):
             pytest.fail(f"{name}: one row of len(...) panels is a strip; use style.panel_grid")
 
 

@@ -606,7 +606,7 @@ def locate(dataset: str, *, data_dir=None, verify: bool = True) -> dict[str, Pat
             raise MissingDataError(_missing_message(dataset, missing, data_dir, hint),
                                    files=[str(data_dir / m) for m in missing])
         if verify:
-            for role, p in out.items():
+            for p in out.values():
                 verify_file(p, p.relative_to(data_dir).as_posix(), data_dir=data_dir)
         return out
     raise ValueError(f"no raw files are registered for data set {dataset!r}")

@@ -325,8 +325,8 @@ def epoch_m1(kind, indptr, indices, data, dense, y, order, W, rs, u,
                     _prefetch_w(W, kk, c2)
                     _prefetch_w(W, yj, c2)
                     q += 1
-            for q in range(q, q1):
-                c2 = indices[q]
+            for qr in range(q, q1):
+                c2 = indices[qr]
                 _prefetch_w(W, kk, c2)
                 _prefetch_w(W, yj, c2)
         zk = sk * dk

@@ -428,7 +428,8 @@ def direct_implicit_step(x, w_k, w_y, u, eta, K, mu=0.0, beta_k=1.0, beta_y=1.0,
 
     def newton(th, fix_u):
         it = 0
-        for it in range(1, max_iter + 1):
+        for _ in range(max_iter):
+            it += 1
             val, g, H = parts(th, fix_u)
             step = np.linalg.solve(H, -g)
             rel = np.linalg.norm(step) / (1.0 + np.linalg.norm(th))
@@ -1465,7 +1466,7 @@ def check_ove_bound(rng, n_instances, problems=()):
     1000 and score scales from 0.1 to 300, plus the given problems at random ``W``.
     """
     rows = []
-    for j in range(n_instances):
+    for _ in range(n_instances):
         K = int(rng.choice([2, 3, 10, 100, 1000]))
         scale = float(rng.choice([0.1, 1.0, 10.0, 300.0]))
         N = 20
@@ -1633,7 +1634,7 @@ def check_ove_parametric(rng, n_instances, mu=1e-2):
     OVE optimum is *not* the softmax MLE (both with the same small ridge ``mu``): the
     "holds" column confirms they differ, and the MLE has the lower log-loss."""
     rows = []
-    for j in range(n_instances):
+    for _ in range(n_instances):
         p = random_problem(rng, 200, 5, int(rng.choice([3, 5, 10])), planted_scale=1.5)
         Wm, _ = ridge_mle(p.X, p.y, p.K, mu)
         Wo = _ridge_ove_optimum(p.X, p.y, p.K, mu)
@@ -1655,7 +1656,7 @@ def check_bouchard_bound(rng, n_instances, problems=()):
     ``alpha_i = f_{y_i}`` it equals the OVE bound plus ``log 2`` (Titsias' remark that
     Bouchard's probability bound is then half the OVE one)."""
     rows = []
-    for j in range(n_instances):
+    for _ in range(n_instances):
         K = int(rng.choice([2, 3, 10, 100]))
         N = 15
         scale = float(rng.choice([0.3, 3.0, 30.0]))
