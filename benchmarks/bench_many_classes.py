@@ -31,8 +31,8 @@ Vanilla SGD, which is allowed to overflow, trains its own ``W``, and so does
 implicit-batch (its batch bound loops replay its accesses on it): on the matrix U-max
 trains, its Newton solve converged in about half the iterations it needs from its own
 start (2.5 against 4.8 per step, ``bench_many_classes_fit.py``), so the shared matrix
-made it look cheaper than ``fit`` runs it (13.6x U-max m = 1 against 16.4x). Times are seconds per datapoint over wall time (best and
-median of the timed epochs) and process CPU time (best).
+made it look cheaper than ``fit`` runs it (13.6x U-max m = 1 against 16.4x). Times are seconds per
+datapoint over wall time (best and median of the timed epochs) and process CPU time (best).
 
 Usage: ``python benchmarks/bench_many_classes.py [--quick] [--repeats R]
 [--markdown-only]``; writes

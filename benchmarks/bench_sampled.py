@@ -260,8 +260,8 @@ def _rmw_rows(indices, p0, p1, W, cls, t, j0, j1, inc):
 def _read_rows(indptr, indices, data, i, W, cls, t, j0, j1, i2, cls2, t2, h0, nh):
     """Sum ``data * W[j, c]`` over the entries of datapoint ``i`` for the rows
     ``j = cls[t, j0:j1]`` with the kernels' own dot-product loops (three rows per pass,
-    :func:`scalable_softmax.kernels.sampled.dot3`), hinting the rows ``cls2[t2, h0:h0 + nh]`` at the columns of
-    datapoint ``i2`` (``-1``: none), as the kernels do."""
+    :func:`scalable_softmax.kernels.sampled.dot3`), hinting the rows ``cls2[t2, h0:h0 + nh]`` at the
+    columns of datapoint ``i2`` (``-1``: none), as the kernels do."""
     p0 = indptr[i]
     p1 = indptr[i + 1]
     q0 = 0

@@ -26,10 +26,13 @@ case "$1" in
   -c) echo "{version}" ;;
   --version) echo "Python {version}.0" ;;
   -m) case "$2" in
-        venv) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && echo "home = /fake" > "$3/pyvenv.cfg" ;;
+        venv) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" &&
+                echo "home = /fake" > "$3/pyvenv.cfg" ;;
         pip|pytest) ;;
         scalable_softmax.repro.runner)
-          if [ "$3" = run ]; then mkdir -p build/executed/full && touch "build/executed/full/$4.ipynb"; fi ;;
+          if [ "$3" = run ]; then
+            mkdir -p build/executed/full && touch "build/executed/full/$4.ipynb"
+          fi ;;
         scalable_softmax.data)
           case "$3" in
             fetch) [ -n "$FAKE_DATA" ] || {{ echo "error: no data here (offline)" >&2; exit 1; }} ;;
