@@ -152,8 +152,10 @@ NBVAL_OPTS := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval/
 # the notebooks under nbval run as the runner runs them: without progress bars
 # (SCALABLE_SOFTMAX_PROGRESS=off, as in the stored outputs)
 # without the data (offline, no mirror) the tests that need them are reported as
-# skipped, with the reason; under CI (CI=true) missing data is an error
-test: $(STAMP)  ## run the unit tests and every notebook's smoke run (nbval)
+# skipped, with the reason; under CI (CI=true) missing data is an error. The lint
+# (ruff, configured in pyproject.toml) runs first: it takes a second and fails fast
+test: $(STAMP)  ## lint, then run the unit tests and every notebook's smoke run (nbval)
+	$(BIN)/ruff check lib tests benchmarks
 	@$(BIN)/python -m scalable_softmax.data fetch || { \
 	  if test "$${CI:-}" = true; then echo "error: the data could not be fetched (above); under CI the data tests must run"; exit 1; fi; \
 	  echo "warning: the data could not be fetched (above): the tests that need them will be reported as skipped"; }

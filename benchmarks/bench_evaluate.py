@@ -27,8 +27,8 @@ the vector instructions of the float32 kernels' assembly (:func:`simd_evidence`)
 
 Writes ``benchmarks/results/evaluate.json`` and ``evaluate.md`` (``--quick``:
 N = 10,000, ``evaluate-quick.*``), carrying over a summary of the earlier runs found
-in the previous results file (the machine is shared: one run is not the whole story). If torch is not installed the comparison is
-skipped with a message (``pip install torch==2.13.0``).
+in the previous results file (the machine is shared: one run is not the whole story). If torch is
+not installed the comparison is skipped with a message (``pip install torch==2.13.0``).
 
 Usage: ``python benchmarks/bench_evaluate.py [--quick] [--repeats 2]``.
 """
@@ -387,7 +387,8 @@ def bench_config(N, D, nnz, K, repeats, seed, with_torch):
         out["torch"] = _summary(res["torch"])
         out["torch"]["min_convert_seconds"] = min(r["convert_seconds"] for r in res["torch"])
         nb, tb = res["numba"], res["torch"]
-        out["ratio_numba_over_torch_min"] = out["numba"]["min_seconds"] / out["torch"]["min_seconds"]
+        out["ratio_numba_over_torch_min"] = (out["numba"]["min_seconds"]
+                                             / out["torch"]["min_seconds"])
         out["ratio_numba_over_torch_pairs"] = [a["seconds"] / b["seconds"] for a, b in zip(nb, tb)]
         out["torch_minus_numba_log_loss"] = tb[0]["log_loss"] - nb[0]["log_loss"]
         out["torch_minus_numba_error"] = tb[0]["error"] - nb[0]["error"]
@@ -499,8 +500,9 @@ def report(res):
              "(uniform random columns, unit L2 rows), W ~ N(0, 0.01^2) float64, uniform "
              "labels. `numba float64` = `evaluate(X, y, W, precision=\"float64\")` (the "
              "reference; log-loss, error and the defective metric); `numba float32` = "
-             "`evaluate(X, y, W, precision=\"float32\")` (the default; float32 scores and exponentials, "
-             "float64 running sums; the same three metrics); `torch` = float32 sparse CSR x dense "
+             "`evaluate(X, y, W, precision=\"float32\")` (the default; float32 scores and "
+             "exponentials, float64 running sums; the same three metrics); `torch` = float32 "
+             "sparse CSR x dense "
              "W^T in row blocks + "
              "`logsumexp` (log-loss and error), including the conversion of W and X to "
              "float32 tensors. Each variant timed "

@@ -147,7 +147,8 @@ def main(argv=None):
         lines.append(f"| {solver}: time per iteration ({rr[0]['nit']} iterations, "
                      f"{rr[0]['nfev']} evaluations) | {min(per) * 1e3:.1f} ms | "
                      f"{np.median(per) * 1e3:.1f} ms |")
-        lines.append(f"| {solver}: optimiser's own time per iteration (estimate) | {min(own) * 1e3:.1f} ms"
+        lines.append(f"| {solver}: optimiser's own time per iteration (estimate) | "
+                     f"{min(own) * 1e3:.1f} ms"
                      f" | {np.median(own) * 1e3:.1f} ms |")
     tl = res["vector_bound"]["two_loop_s"]
     lines.append(f"| for scale: 4m NumPy passes over n-vectors (m = 10) | {min(tl) * 1e3:.1f} ms | "

@@ -31,8 +31,8 @@ Vanilla SGD, which is allowed to overflow, trains its own ``W``, and so does
 implicit-batch (its batch bound loops replay its accesses on it): on the matrix U-max
 trains, its Newton solve converged in about half the iterations it needs from its own
 start (2.5 against 4.8 per step, ``bench_many_classes_fit.py``), so the shared matrix
-made it look cheaper than ``fit`` runs it (13.6x U-max m = 1 against 16.4x). Times are seconds per datapoint over wall time (best and
-median of the timed epochs) and process CPU time (best).
+made it look cheaper than ``fit`` runs it (13.6x U-max m = 1 against 16.4x). Times are seconds per
+datapoint over wall time (best and median of the timed epochs) and process CPU time (best).
 
 Usage: ``python benchmarks/bench_many_classes.py [--quick] [--repeats R]
 [--markdown-only]``; writes
@@ -478,8 +478,6 @@ def markdown(res):
                  f"{vals[0]:.2f}{mark} | {vals[1]:.2f} | {vals[2]:.2f} |")
     it, fl, sec = (res["newton_iterations_per_step"], res["newton_flops_per_iteration"],
                    res["newton_iteration_s"])
-    b1 = min(_us(v["bound_m1_plain"], "cpu_best_M_per_s"),
-             _us(v["bound_m1_prefetch2"], "cpu_best_M_per_s"))
     bb = min(_us(v[b], "cpu_best_M_per_s") for b in BATCH_BOUNDS)
     u1 = _us(v["umax_m1"], "cpu_best_M_per_s")
     ch = res.get("chord_iterations_per_step", 0.0)

@@ -123,7 +123,7 @@ def run_case(setting, name, quick, epochs):
             W = trainers[n][0].W if setting == "shared" else None
         if setting == "shared":
             trainers["implicit_batch_n10_m10"][0].u = np.zeros(N)
-        for n, (t, lr) in trainers.items():        # the harness's warm-up epoch
+        for t, lr in trainers.values():            # the harness's warm-up epoch
             _epoch(t, lr, rng.permutation(N), 0)
         times = {n: [] for n in names}
         cpus = {n: [] for n in names}

@@ -260,8 +260,8 @@ def _rmw_rows(indices, p0, p1, W, cls, t, j0, j1, inc):
 def _read_rows(indptr, indices, data, i, W, cls, t, j0, j1, i2, cls2, t2, h0, nh):
     """Sum ``data * W[j, c]`` over the entries of datapoint ``i`` for the rows
     ``j = cls[t, j0:j1]`` with the kernels' own dot-product loops (three rows per pass,
-    :func:`scalable_softmax.kernels.sampled.dot3`), hinting the rows ``cls2[t2, h0:h0 + nh]`` at the columns of
-    datapoint ``i2`` (``-1``: none), as the kernels do."""
+    :func:`scalable_softmax.kernels.sampled.dot3`), hinting the rows ``cls2[t2, h0:h0 + nh]`` at the
+    columns of datapoint ``i2`` (``-1``: none), as the kernels do."""
     p0 = indptr[i]
     p1 = indptr[i + 1]
     q0 = 0
@@ -406,7 +406,7 @@ def time_variants(variants, N, repeats, seed=0):
     wall = {k: [] for k in variants}
     cpu = {k: [] for k in variants}
     done = {}
-    for name, run in variants.items():          # warm-up (compilation, caches)
+    for run in variants.values():               # warm-up (compilation, caches)
         run(rng.permutation(N)[: max(N // 20, 1000)], 0)
     for r in range(repeats):
         for name, run in variants.items():
@@ -653,9 +653,9 @@ def run(quick=False, repeats=3, baseline=None):
     print(json.dumps({k: round(v["best_M_per_s"], 3)
                       for k, v in res["headline"]["rates"].items()}), flush=True)
 
-    def trainer(cls, Xs=X, ys=y, **kw):
+    def trainer(cls, Xs=X, ys=y, Ws=W, **kw):
         t = cls(Xs, ys, K, batch_size=n, n_sampled=m, **kw)
-        t.W, t.scale = W, np.ones(K)
+        t.W, t.scale = Ws, np.ones(K)
         return t
 
     res["sparse"] = {}
@@ -716,7 +716,7 @@ def run(quick=False, repeats=3, baseline=None):
             v["minibatches"] = nb
         res["softmax_sgd"].update(r)
         print(json.dumps({k: round(v["best_M_per_s"] * 1e6) for k, v in r.items()}), flush=True)
-    del W
+    del W, trainer, t0, t1, ts  # every holder of the shared W, before the converged point
 
     # --- the converged point ---------------------------------------------------------------
     res["converged"] = converged_point(epochs_biased=500 if quick else 1500)

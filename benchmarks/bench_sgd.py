@@ -222,7 +222,7 @@ def time_variants(variants, N, repeats, seed=0):
     times = {k: [] for k in variants}
     cpus = {k: [] for k in variants}
     steps = {k: 0 for k in variants}
-    for name, run in variants.items():          # warm-up epoch (compilation, pages)
+    for run in variants.values():               # warm-up epoch (compilation, pages)
         run(rng.permutation(N), 0)
     for r in range(repeats):
         for name, run in variants.items():

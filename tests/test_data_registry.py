@@ -37,7 +37,7 @@ def test_registry_is_complete_and_consistent():
             # read by a loader, or an input of a derived file
             assert rel in inputs or any(rel in roles.values()
                                         for roles in R.DATASET_FILES.values()), rel
-    for ds, roles in R.DATASET_FILES.items():
+    for roles in R.DATASET_FILES.values():
         assert all(rel in R.FILES for rel in roles.values())
 
 

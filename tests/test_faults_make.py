@@ -20,16 +20,19 @@ import pytest
 from scalable_softmax import paths
 
 FAKE = """#!/bin/bash
-# a stand-in Python {version}
+# a stand-in Python {version} (and, copied into a venv, a stand-in ruff: it only logs)
 echo "$0 $*" >> "{log}"
 case "$1" in
   -c) echo "{version}" ;;
   --version) echo "Python {version}.0" ;;
   -m) case "$2" in
-        venv) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && echo "home = /fake" > "$3/pyvenv.cfg" ;;
+        venv) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && cp "$0" "$3/bin/ruff" &&
+                echo "home = /fake" > "$3/pyvenv.cfg" ;;
         pip|pytest) ;;
         scalable_softmax.repro.runner)
-          if [ "$3" = run ]; then mkdir -p build/executed/full && touch "build/executed/full/$4.ipynb"; fi ;;
+          if [ "$3" = run ]; then
+            mkdir -p build/executed/full && touch "build/executed/full/$4.ipynb"
+          fi ;;
         scalable_softmax.data)
           case "$3" in
             fetch) [ -n "$FAKE_DATA" ] || {{ echo "error: no data here (offline)" >&2; exit 1; }} ;;
@@ -125,6 +128,9 @@ def test_make_test_runs_without_the_data_except_under_ci(project, ci):
     out = got.stdout + got.stderr
     new_calls = (project / "calls.log").read_text()[len(calls):]
     assert "-m scalable_softmax.data fetch" in new_calls
+    # the lint runs first
+    lint = new_calls.find("bin/ruff check lib tests benchmarks")
+    assert 0 <= lint < new_calls.find("-m scalable_softmax.data fetch"), new_calls
     if ci:
         assert got.returncode != 0 and "under CI" in out
         assert "-m pytest" not in new_calls

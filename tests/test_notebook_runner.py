@@ -25,7 +25,8 @@ def _write_notebook(folder, name):
                                   metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell("result = epochs * 2"),
     ]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
     nbformat.write(nb, folder / f"{name}.ipynb")
 
 
@@ -167,7 +168,8 @@ def test_a_list_parameter_needs_a_yaml_list(project):
     nb.cells = [nbformat.v4.new_code_cell("datasets = ['a', 'b']\nrate = 'paper'",
                                           metadata={"tags": ["parameters"]})]
     nbformat.write(nb, project / "notebooks" / "98-list.ipynb")
-    with pytest.raises(notebooks.NotebookParameterError, match=r"YAML list, e\.g\. -p datasets '\[c\]'"):
+    with pytest.raises(notebooks.NotebookParameterError, match=r"YAML list, e\.g\. -p datasets "
+                                                               r"'\[c\]'"):
         notebooks.effective_params("98-list", "full", {"datasets": "c"})
     # a string default may take a number (e.g. notebook 07's learning_rate = "paper")
     (project / "params" / "98-list.yaml").write_text("full:\n  datasets: [a, b]\n  rate: paper\n")
@@ -382,7 +384,8 @@ def test_values_are_checked_before_any_work(project, capsys, override, said):
     assert notebooks.main(["run", "99-demo", "--profile", "smoke", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and said in err
-    assert not list(project.rglob("*.failed.ipynb")) and not (project / "build" / "explore").exists()
+    assert not list(project.rglob("*.failed.ipynb"))
+    assert not (project / "build" / "explore").exists()
 
 
 def test_a_committed_profile_must_follow_the_allowed_values(project):

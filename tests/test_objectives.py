@@ -81,7 +81,8 @@ def test_log_loss_and_error_match_naive_formulas():
     X, y, W, _ = make_problem(1)
     S = X @ W.T
     P = np.exp(S) / np.exp(S).sum(axis=1, keepdims=True)
-    assert ob.log_loss(X, y, W) == pytest.approx(-np.mean(np.log(P[np.arange(len(y)), y])), rel=1e-13)
+    assert ob.log_loss(X, y, W) == pytest.approx(-np.mean(np.log(P[np.arange(len(y)), y])),
+                                                 rel=1e-13)
     assert ob.error_rate(X, y, W) == np.mean(S.argmax(axis=1) != y)
     np.testing.assert_allclose(ob.probabilities(X, W), P, rtol=1e-13)
     assert np.all(ob.nll_per_point(X, y, W) >= 0)
@@ -280,7 +281,8 @@ def test_f_ik_scaled_is_per_datapoint():
     x = X[2]
     e = math.exp(x @ (W[4] - W[y[2]]) - u[2])
     beta = ob.touch_weights(y, W.shape[0])
-    np.testing.assert_allclose(dWs[4], (W.shape[0] - 1) * e * x + mu / N * beta[4] * W[4], rtol=1e-13)
+    np.testing.assert_allclose(dWs[4], (W.shape[0] - 1) * e * x + mu / N * beta[4] * W[4],
+                               rtol=1e-13)
 
 
 def test_f_ik_overflows_when_u_far_below_delta():
@@ -321,7 +323,8 @@ def test_umax_bounds_lemmas_hold():
         _, BW, Bu = ob.umax_bounds(X, K, mu)
         res = minimize(lambda w: -ob.ridge_log_likelihood(X, y, w.reshape(W.shape), mu),
                        np.zeros(W.size),
-                       jac=lambda w: -ob.ridge_log_likelihood_grad(X, y, w.reshape(W.shape), mu).ravel(),
+                       jac=lambda w: -ob.ridge_log_likelihood_grad(X, y, w.reshape(W.shape),
+                                                                   mu).ravel(),
                        method="L-BFGS-B", options=dict(gtol=1e-10))
         assert np.linalg.norm(res.x) <= BW
         # adversarial W: rows of norm B_W pointing along +/- x_i
@@ -338,9 +341,11 @@ def test_umax_reset_values():
     i = 3
     k = (y[i] + 1) % K
     x = X[i]
-    assert ob.umax_reset_value(i, k, X, y, W) == pytest.approx(ob.softplus(x @ (W[k] - W[y[i]])), rel=1e-14)
+    assert ob.umax_reset_value(i, k, X, y, W) == pytest.approx(ob.softplus(x @ (W[k] - W[y[i]])),
+                                                               rel=1e-14)
     others = [j for j in range(K) if j != y[i]]
-    assert ob.umax_reset_value(i, others, X, y, W) == pytest.approx(ob.u_star(X, y, W)[i], rel=1e-13)
+    assert ob.umax_reset_value(i, others, X, y, W) == pytest.approx(ob.u_star(X, y, W)[i],
+                                                                    rel=1e-13)
     assert ob.raman_umax_reset_value(i, [k], X, y, W) == pytest.approx(
         ob.umax_reset_value(i, [k], X, y, W) + x @ W[y[i]], rel=1e-13)
     assert ob.raman_umax_reset_value(i, others, X, y, W) == pytest.approx(
@@ -352,7 +357,8 @@ def test_f_iS_unbiased_and_reduces_to_f_ik(mu):
     X, y, W, u = make_problem(15, N=5, K=5)
     N, K, m = len(y), W.shape[0], 2
     # m = 1 is f_ik exactly
-    assert ob.f_iS(0, [3], u, X, y, W, mu) == pytest.approx(ob.f_ik(0, 3, u, X, y, W, mu), rel=1e-14)
+    assert ob.f_iS(0, [3], u, X, y, W, mu) == pytest.approx(ob.f_ik(0, 3, u, X, y, W, mu),
+                                                            rel=1e-14)
     g1, d1 = ob.f_iS_grad(0, [3], u, X, y, W, mu)
     g2, d2 = ob.f_ik_grad(0, 3, u, X, y, W, mu)
     np.testing.assert_allclose(g1, g2, rtol=1e-14)
@@ -405,7 +411,8 @@ def test_f_iS_grad_fd_and_scaled():
     assert_grad(dW, fd_grad(lambda w: ob.f_iS(i, ks, u, X, y, w, mu), W))
     assert du_i == pytest.approx(fd_grad(lambda v: ob.f_iS(i, ks, v, X, y, W, mu), u)[i], rel=1e-6)
     N = len(y)
-    assert ob.f_iS_scaled(i, ks, u, X, y, W, mu) == pytest.approx(ob.f_iS(i, ks, u, X, y, W, mu) / N)
+    assert ob.f_iS_scaled(i, ks, u, X, y, W, mu) == pytest.approx(
+        ob.f_iS(i, ks, u, X, y, W, mu) / N)
     np.testing.assert_allclose(ob.f_iS_grad_scaled(i, ks, u, X, y, W, mu)[0], dW / N)
     with pytest.raises(ValueError, match="distinct"):
         ob.f_iS(i, [ks[0], ks[0]], u, X, y, W)
@@ -454,8 +461,8 @@ def test_f_batch_grad_fd_and_singletons():
     np.testing.assert_allclose(ob.f_batch_grad_scaled(b, C, u, X, y, W, mu, beta)[1], du / N)
     # singleton batches: f_batch is f_iS, and the batch betas are touch_weights(m)
     singles = [np.array([i]) for i in range(N)]
-    np.testing.assert_allclose(ob.batch_touch_weights(y, 6, singles, 2), ob.touch_weights(y, 6, m=2),
-                               rtol=1e-14)
+    np.testing.assert_allclose(ob.batch_touch_weights(y, 6, singles, 2),
+                               ob.touch_weights(y, 6, m=2), rtol=1e-14)
     ks = [k for k in range(6) if k != y[2]][:2]
     assert ob.f_batch([2], ks, u, X, y, W) == pytest.approx(ob.f_iS(2, ks, u, X, y, W), rel=1e-14)
     with pytest.raises(ValueError, match="beta"):
@@ -494,7 +501,8 @@ def test_raman_is_a_reparametrisation_of_f():
     X, y, W, u = make_problem(20)
     sy = (X @ W.T)[np.arange(len(y)), y]
     ubar = u + sy
-    assert ob.raman_double_sum(ubar, X, y, W, 0.3) == pytest.approx(ob.double_sum(u, X, y, W, 0.3), rel=1e-13)
+    assert ob.raman_double_sum(ubar, X, y, W, 0.3) == pytest.approx(ob.double_sum(u, X, y, W, 0.3),
+                                                                    rel=1e-13)
     for i, k in all_pairs(y, W.shape[0])[::3]:
         assert ob.raman_f_ik(i, k, ubar, X, y, W, 0.3) == pytest.approx(
             ob.f_ik(i, k, u, X, y, W, 0.3), rel=1e-12)
@@ -512,7 +520,8 @@ def test_raman_grads_fd_and_unbiased(mu):
     i, k = 3, (y[3] + 2) % K
     gW, gu = ob.raman_f_ik_grad(i, k, ubar, X, y, W, mu)
     assert_grad(gW, fd_grad(lambda w: ob.raman_f_ik(i, k, ubar, X, y, w, mu), W))
-    assert gu == pytest.approx(fd_grad(lambda v: ob.raman_f_ik(i, k, v, X, y, W, mu), ubar)[i], rel=1e-6)
+    assert gu == pytest.approx(fd_grad(lambda v: ob.raman_f_ik(i, k, v, X, y, W, mu), ubar)[i],
+                               rel=1e-6)
     pairs = all_pairs(y, K)
     p = 1.0 / (N * (K - 1))
     Ef, EdW, Edu = 0.0, np.zeros_like(W), np.zeros(N)
@@ -557,7 +566,8 @@ def test_raman_original_code_defect():
     assert not np.allclose(bW[y[i]], gW[y[i]])
     assert not np.isclose(bu, gu)
     # per-datapoint version, and agreement of the two scopes on a row with no zeros
-    np.testing.assert_allclose(ob.raman_f_ik_grad_original_code_scaled(i, k, ubar, X, y, W)[0], bW / N)
+    np.testing.assert_allclose(ob.raman_f_ik_grad_original_code_scaled(i, k, ubar, X, y, W)[0],
+                               bW / N)
     Xd = X.copy()
     Xd[i] = np.where(x == 0, 0.5, x)
     s1 = ob.raman_f_ik_grad_original_code(i, k, ubar, Xd, y, W, scope="support")[0]
@@ -586,7 +596,8 @@ def test_baseline_grads_fd(ks):
     cases = [
         (lambda w: ob.ove_loss(x, y, w, ks, r), ob.ove_grad(x, y, W, ks, r)),
         (lambda w: ob.is_loss(x, y, w, ks, r), ob.is_grad(x, y, W, ks, r)),
-        (lambda w: ob.is_loss(x, y, w, ks, r, weighted=False), ob.is_grad(x, y, W, ks, r, weighted=False)),
+        (lambda w: ob.is_loss(x, y, w, ks, r, weighted=False),
+         ob.is_grad(x, y, W, ks, r, weighted=False)),
         (lambda w: ob.nce_loss(x, y, w, ks, K), ob.nce_grad(x, y, W, ks, K)),
     ]
     for fun, g in cases:
@@ -600,7 +611,8 @@ def test_baselines_match_written_formulas():
     ks = np.array([0, 5, 3])
     m = len(ks)
     r = (K - 1) / m
-    assert ob.ove_loss(x, y, W, ks, r) == pytest.approx(r * np.sum(np.log1p(np.exp(s[ks] - s[y]))), rel=1e-13)
+    assert ob.ove_loss(x, y, W, ks, r) == pytest.approx(
+        r * np.sum(np.log1p(np.exp(s[ks] - s[y]))), rel=1e-13)
     assert ob.is_loss(x, y, W, ks, r) == pytest.approx(
         -s[y] + np.log(np.exp(s[y]) + r * np.exp(s[ks]).sum()), rel=1e-13)
     assert ob.is_loss(x, y, W, ks, r, weighted=False) == pytest.approx(
@@ -612,8 +624,10 @@ def test_baselines_match_written_formulas():
     X1 = x[None, :]
     y1 = np.array([y])
     others = [k for k in range(K) if k != y]
-    assert ob.ove_loss(x, y, W, others, 1.0) == pytest.approx(ob.ove_per_point(X1, y1, W)[0], rel=1e-13)
-    assert ob.is_loss(x, y, W, others, 1.0) == pytest.approx(ob.nll_per_point(X1, y1, W)[0], rel=1e-13)
+    assert ob.ove_loss(x, y, W, others, 1.0) == pytest.approx(ob.ove_per_point(X1, y1, W)[0],
+                                                              rel=1e-13)
+    assert ob.is_loss(x, y, W, others, 1.0) == pytest.approx(ob.nll_per_point(X1, y1, W)[0],
+                                                             rel=1e-13)
     with pytest.raises(ValueError, match="label"):
         ob.ove_loss(x, y, W, [y], 1.0)
 
@@ -689,8 +703,8 @@ def test_bouchard_bound_and_grad():
 def test_bouchard_k2_alpha_and_proposition_3():
     X, y, W, _ = make_problem(30, K=2, unused_class=False)
     S = X @ W.T
-    np.testing.assert_allclose(ob.bouchard_optimal_alpha(X, W), ob.bouchard_alpha_k2(S[:, 0], S[:, 1]),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ob.bouchard_optimal_alpha(X, W),
+                               ob.bouchard_alpha_k2(S[:, 0], S[:, 1]), rtol=1e-12, atol=1e-12)
     # Proposition 3 (non-parametric, K = 2): joint optimum has f1 - f2 = 2 log(N1/N2)
     N1, N2 = 9, 3
     yy = np.repeat([0, 1], [N1, N2])
@@ -715,8 +729,11 @@ def test_bouchard_k2_alpha_and_proposition_3():
 
 def _calls():
     def c(name, *a, **kw):
-        return name, (lambda X, y, W, u: getattr(ob, name)(*[{"X": X, "y": y, "W": W, "u": u}.get(v, v)
-                                                           if isinstance(v, str) else v for v in a], **kw))
+        def call(X, y, W, u):
+            named = {"X": X, "y": y, "W": W, "u": u}
+            return getattr(ob, name)(*[named.get(v, v) if isinstance(v, str) else v for v in a],
+                                     **kw)
+        return name, call
     return [
         c("scores", "X", "W"),
         c("probabilities", "X", "W"),

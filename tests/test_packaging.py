@@ -121,12 +121,14 @@ def test_lock_covers_the_venv_exactly():
     # pip freeze never lists pip's own tools
     want = {n: v for n, (v, req, _) in _lock(path).items() if _applies(req)
             and n not in ("pip", "setuptools", "wheel", "distribute")}
+    differ = sorted((n, got[n], want[n]) for n in set(got) & set(want)
+                    if Version(got[n]) != Version(want[n]))
     assert {n: Version(v) for n, v in got.items()} == \
         {n: Version(v) for n, v in want.items()}, (
         f"{sys.prefix} differs from {path.name}: "
         f"not in the lock {sorted(set(got) - set(want))}, "
         f"missing {sorted(set(want) - set(got))}, "
-        f"other versions {sorted((n, got[n], want[n]) for n in set(got) & set(want) if Version(got[n]) != Version(want[n]))}"
+        f"other versions {differ}"
         "; rebuild the environment (make venv) or recompile the lock (make lock)")
 
 
@@ -148,8 +150,9 @@ def test_lock_is_compiled_from_pyproject():
                  os_name="posix", platform_machine="x86_64")
     for name, (version, req, _) in main.items():
         if _applies(req, linux):
-            assert name in peers and peers[name][0] == version, \
-                f"{name}: {version} in {LOCK.name}, {peers.get(name, ('absent',))[0]} in {PEERS_LOCK.name}"
+            assert name in peers and peers[name][0] == version, (
+                f"{name}: {version} in {LOCK.name}, {peers.get(name, ('absent',))[0]} in "
+                f"{PEERS_LOCK.name}")
 
 
 def test_environment_yml_installs_the_lock():

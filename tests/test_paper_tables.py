@@ -21,7 +21,8 @@ def _used(scale=1.0):
         for i, m in enumerate(METHODS):
             rows.append(dict(dataset=d, method=m, lr=0.1 * (i + 1),
                              train_log_loss_mean=k * (i + 1) * scale,
-                             train_defective_mean=5.0 * k, diverged_seeds=0, paper_lr=0.1 * (i + 1)))
+                             train_defective_mean=5.0 * k, diverged_seeds=0,
+                             paper_lr=0.1 * (i + 1)))
     return pd.DataFrame(rows)
 
 

@@ -24,7 +24,8 @@ def test_a_make_run_is_recorded_and_written_to_provenance(build):
     assert set(log) == {"reproduce", "reproduce-extra"}
     out = runner.write_provenance("full", out=build / "PROVENANCE.md")
     text = out.read_text()
-    assert "| `make reproduce` | 2026-11-26T05:00:00+00:00 | 2026-11-26T05:47:12+00:00 | 47 min 12 s |" in text
+    assert ("| `make reproduce` | 2026-11-26T05:00:00+00:00 | 2026-11-26T05:47:12+00:00 "
+            "| 47 min 12 s |") in text
     assert "| `make reproduce-extra` |" in text and "22 min 40 s" in text
 
 

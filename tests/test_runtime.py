@@ -202,7 +202,8 @@ class _FakeData:
 @pytest.fixture()
 def fake_datasets(monkeypatch, small):
     X, y = small
-    sets = {"alpha": _FakeData(X, y, 6, False), "beta-surrogate": _FakeData(X[:300], y[:300], 6, True)}
+    sets = {"alpha": _FakeData(X, y, 6, False),
+            "beta-surrogate": _FakeData(X[:300], y[:300], 6, True)}
     import scalable_softmax.data as data
     monkeypatch.setattr(data, "load_dataset", lambda name, split: sets[name])
     return list(sets)

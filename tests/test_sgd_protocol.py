@@ -33,7 +33,7 @@ def test_draws_drop_the_label_and_are_uniform_on_all_classes():
     assert abs(np.mean(sizes == m - 1) - m / K) < 0.01
     # every other class with probability m/K as well
     counts = np.zeros(K)
-    for t, d in enumerate(draws[:20000]):
+    for d in draws[:20000]:
         counts[d] += 1
     frac = counts / np.bincount(y[:20000], minlength=K).sum()
     # class j is in S when drawn and j != y: P = (m/K) (1 - n_j/n)

@@ -67,7 +67,7 @@ def test_every_notebook_draws_with_the_style_and_decides_its_outputs_by_profile(
         # no figure wider than a README column: literal widths at most style.FIG_WIDTH
         for w in re.findall(r"figsize=\(\s*([0-9.]+)\s*[,*]", code):
             assert float(w) <= style.FIG_WIDTH, f"{name}: figsize width {w} in"
-        for m in re.findall(r"plt\.subplots\(\s*1\s*,\s*len\(", code):
+        for _ in re.findall(r"plt\.subplots\(\s*1\s*,\s*len\(", code):
             pytest.fail(f"{name}: one row of len(...) panels is a strip; use style.panel_grid")
 
 
@@ -166,7 +166,8 @@ def test_no_warning_in_an_executed_notebook_with_progress_bars(tmp_path):
         "from scalable_softmax.fit import fit\n"
         "from scalable_softmax.progress import tqdm\n"
         "style.use()\n"
-        "X = sp.random(40, 6, density=0.5, format='csr', random_state=0) + sp.eye(40, 6, format='csr')\n"
+        "X = sp.random(40, 6, density=0.5, format='csr', random_state=0) + sp.eye(40, 6, "
+        "format='csr')\n"
         "y = np.arange(40) % 8\n"
         "r = fit(X, y, 'umax', 0.1, K=8, epochs=2, progress=True)\n"
         "for _ in tqdm(range(3), desc='loop'):\n"

@@ -51,8 +51,8 @@ the tile holding the maximum and few elsewhere.
 
 Memory: the ``D x tile`` buffer, ``O(threads x tile)`` scratch, and 21 numbers of
 state per selected row; never ``N x K``. The exponentials are computed by a
-vectorisable kernel (:func:`~scalable_softmax.kernels.evaluate.vexp`, Cody-Waite reduction and a degree-13
-polynomial, about 1 ulp): a scalar ``math.exp`` per score cost about 40% of the
+vectorisable kernel (:func:`~scalable_softmax.kernels.evaluate.vexp`, Cody-Waite reduction and a
+degree-13 polynomial, about 1 ulp): a scalar ``math.exp`` per score cost about 40% of the
 sparse products in our measurements.
 
 Precision
@@ -67,14 +67,14 @@ keeps the running state in float64
   it stays in the last-level cache while every selected row is scored against it),
   ``X``'s values as float32;
 * a row's scores are float32 fused multiply-adds, one per non-zero, added in the
-  order of the non-zeros into a contiguous ``tile``-vector (:func:`~scalable_softmax.kernels.evaluate.scores32`;
-  16-float vector registers on AVX-512);
+  order of the non-zeros into a contiguous ``tile``-vector
+  (:func:`~scalable_softmax.kernels.evaluate.scores32`; 16-float vector registers on AVX-512);
 * the tile's maximum is an integer maximum of the float32 bit patterns (vectorised,
-  :func:`~scalable_softmax.kernels.evaluate.max32`), the exponentials ``exp(s_k - m)`` are float32 (Cody-Waite and a
-  degree-7 polynomial, about 1 ulp, :func:`~scalable_softmax.kernels.evaluate.vexp32_sum`; 3.5x cheaper than float64
-  ones in our measurements) and are summed into float64; the power sums ``S_n`` are
-  float64 products of the float32 exponentials; the rescaling and the final
-  log-sum-exp are float64 as above.
+  :func:`~scalable_softmax.kernels.evaluate.max32`), the exponentials ``exp(s_k - m)`` are float32
+  (Cody-Waite and a degree-7 polynomial, about 1 ulp,
+  :func:`~scalable_softmax.kernels.evaluate.vexp32_sum`; 3.5x cheaper than float64 ones in our
+  measurements) and are summed into float64; the power sums ``S_n`` are float64 products of the
+  float32 exponentials; the rescaling and the final log-sum-exp are float64 as above.
 
 Its error comes from the float32 scores (about ``1e-7 sum_j |x_ij w_kj|`` each)
 and exponentials (``6e-8`` relative each, on terms summed in float64), so a row's

@@ -61,7 +61,8 @@ def _fit_start_polynomials():
     coef = np.empty((n, 8))
     for q in range(n):
         centre = _POLY_LO + 2.0 * q + 1.0
-        cheb = C.chebinterpolate(lambda t: _scipy_lambertw(np.exp(centre + t)).real, 7)
+        cheb = C.chebinterpolate(
+            lambda t, centre=centre: _scipy_lambertw(np.exp(centre + t)).real, 7)
         coef[q] = C.cheb2poly(cheb)
     return coef
 

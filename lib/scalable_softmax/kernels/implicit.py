@@ -258,8 +258,8 @@ def apply_step(indptr, indices, data, sqnorm, W, u, scale, rho, i, yi, k, eta, k
             _prefetch_w(W, kn, c)
             _prefetch_w(W, yn, c)
             q += 1
-    for q in range(q, q1):
-        c = indices[q]
+    for qr in range(q, q1):
+        c = indices[qr]
         _prefetch_w(W, kn, c)
         _prefetch_w(W, yn, c)
     s = sqnorm[i]

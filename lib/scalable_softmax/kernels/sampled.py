@@ -240,8 +240,8 @@ def hint_ahead(indptr, indices, data, order, t, pf, N):
 @numba.njit(**IJIT)
 def dot3(indices, data, p0, p1, V, j, k, l, q0, q1, hj, hk, hl):
     """The dot products of rows ``j``, ``k`` and ``l`` of ``V`` with the entries
-    ``p0..p1``, each in :func:`scalable_softmax.kernels.common.dot`'s order, loading every index and value once;
-    meanwhile the lines of rows ``hj``, ``hk``, ``hl`` (when ``>= 0``) at the columns
+    ``p0..p1``, each in :func:`scalable_softmax.kernels.common.dot`'s order, loading every index and
+    value once; meanwhile the lines of rows ``hj``, ``hk``, ``hl`` (when ``>= 0``) at the columns
     ``indices[q0:q1]`` (another datapoint's) are hinted, four of each per four
     entries."""
     rj = _U(j)
@@ -329,8 +329,8 @@ def dot3(indices, data, p0, p1, V, j, k, l, q0, q1, hj, hk, hl):
 @numba.njit(**IJIT)
 def dot2(indices, data, p0, p1, V, j, k, q0, q1, hj, hk):
     """The dot products of rows ``j`` and ``k`` of ``V`` with the entries ``p0..p1``,
-    each in :func:`scalable_softmax.kernels.common.dot`'s order, loading every index and value once; meanwhile the
-    lines of rows ``hj`` and ``hk`` (when ``>= 0``) at the columns ``indices[q0:q1]``
+    each in :func:`scalable_softmax.kernels.common.dot`'s order, loading every index and value once;
+    meanwhile the lines of rows ``hj`` and ``hk`` (when ``>= 0``) at the columns ``indices[q0:q1]``
     (another datapoint's) are hinted, four of each per four entries."""
     rj = _U(j)
     rk = _U(k)

@@ -325,8 +325,8 @@ def epoch_m1(kind, indptr, indices, data, dense, y, order, W, rs, u,
                     _prefetch_w(W, kk, c2)
                     _prefetch_w(W, yj, c2)
                     q += 1
-            for q in range(q, q1):
-                c2 = indices[q]
+            for qr in range(q, q1):
+                c2 = indices[qr]
                 _prefetch_w(W, kk, c2)
                 _prefetch_w(W, yj, c2)
         zk = sk * dk
@@ -466,8 +466,8 @@ def epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m, from_all,
     Software pipelining (``prefetch`` non-zero): the classes are drawn ``_LWM`` steps
     ahead (in step order, so the random stream is that of the plain loop), and the
     ``m + 1`` rows' entries of step ``t + _LWM`` are prefetched (modes 1 and 2), one row
-    per dot-product loop of step ``t``; the ``x`` row of step ``t + _LX`` and ``indptr``/``y``/``u`` of
-    step ``t + _LI`` earlier still. The arithmetic is that of the plain loop, term by
+    per dot-product loop of step ``t``; the ``x`` row of step ``t + _LX`` and ``indptr``/``y``/``u``
+    of step ``t + _LI`` earlier still. The arithmetic is that of the plain loop, term by
     term in the same order, so every mode gives bit-identical results. The per-entry
     overflow check of the row update runs only once the running bound ``guard`` on
     ``max |V|`` passes ``_GUARD`` (as in :func:`epoch_m1`).

@@ -130,8 +130,9 @@ def main(argv=None) -> int:
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    coretype = os.environ.get("OPENBLAS_CORETYPE")
     print(f"second OpenBLAS kernel: this environment loads {', '.join(first)}"
-          f"{' (OPENBLAS_CORETYPE=' + os.environ['OPENBLAS_CORETYPE'] + ')' if os.environ.get('OPENBLAS_CORETYPE') else ''}"
+          f"{' (OPENBLAS_CORETYPE=' + coretype + ')' if coretype else ''}"
           f"; rerunning with OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}, which loads "
           f"{', '.join(second)}", flush=True)
     return subprocess.run(command, env=env).returncode

@@ -428,7 +428,8 @@ def direct_implicit_step(x, w_k, w_y, u, eta, K, mu=0.0, beta_k=1.0, beta_y=1.0,
 
     def newton(th, fix_u):
         it = 0
-        for it in range(1, max_iter + 1):
+        for _ in range(max_iter):
+            it += 1
             val, g, H = parts(th, fix_u)
             step = np.linalg.solve(H, -g)
             rel = np.linalg.norm(step) / (1.0 + np.linalg.norm(th))
@@ -628,7 +629,8 @@ def check_double_sum_min(rng, problems, mu=0.5, scale=3.0):
           and df.numerical_min_rel_diff.max() <= 1e-9
           and df.argmin_max_abs_diff.max() <= 1e-4)
     return CheckResult("F-5", f"{FI}, eq. (5)",
-                       "min_{u>=0} f(u,W) = -L(W) + N, attained at u*_i = log(1+sum_k exp(delta_ik)) >= 0",
+                       "min_{u>=0} f(u,W) = -L(W) + N, attained at "
+                       "u*_i = log(1+sum_k exp(delta_ik)) >= 0",
                        "max relative difference f(u*,W) vs -L(W)+N", "0", worst, bool(ok),
                        len(df), df)
 
@@ -664,7 +666,8 @@ def check_unbiased(rng, problems, mu=0.5, scale=1.0):
     df = pd.DataFrame(rows)
     worst = float(df[["rel_diff_f", "rel_diff_grad_W", "rel_diff_grad_u"]].values.max())
     return CheckResult("F-6", f"{FI}, eqs. (6)-(7)",
-                       "f = E_ik[f_ik] (with the ridge weights beta_j), so the stochastic gradient (7) is unbiased",
+                       "f = E_ik[f_ik] (with the ridge weights beta_j), so the stochastic gradient "
+                       "(7) is unbiased",
                        "max relative difference of E[f_ik], E[grad f_ik] vs f, grad f",
                        "0", worst, worst <= 1e-12, len(df), df)
 
@@ -705,14 +708,17 @@ def check_gradients(rng, problems, mu=0.5, scale=1.0, pairs_per_problem=3):
             theta = np.concatenate([W[k], W[yi], [u[i]]])
             grad = np.concatenate([dW[k], dW[yi], [du]])
             rest = np.delete(dW, [k, yi], axis=0)
-            rows.append({"problem": p.name, "i": i, "k": k, "rel_err_fd": _fd_check(fun, theta, grad),
+            rows.append({"problem": p.name, "i": i, "k": k,
+                         "rel_err_fd": _fd_check(fun, theta, grad),
                          "other_rows_max": float(np.abs(rest).max()) if rest.size else 0.0})
     df = pd.DataFrame(rows)
     worst = float(df.rel_err_fd.max())
     ok = worst <= 1e-6 and df.other_rows_max.max() == 0.0
     return CheckResult("F-7", f"{FI}, eq. (7)",
-                       "grad f_ik: +-N(K-1)e^{delta-u} x_i + mu beta_j w_j in w_k, w_y; N(1 - e^{-u} - (K-1)e^{delta-u}) in u_i; 0 elsewhere",
-                       "max relative error against central finite differences", "0 (to FD accuracy ~1e-8)",
+                       "grad f_ik: +-N(K-1)e^{delta-u} x_i + mu beta_j w_j in w_k, w_y; "
+                       "N(1 - e^{-u} - (K-1)e^{delta-u}) in u_i; 0 elsewhere",
+                       "max relative error against central finite differences",
+                       "0 (to FD accuracy ~1e-8)",
                        worst, bool(ok), len(df), df)
 
 
@@ -762,7 +768,8 @@ def check_raman(rng, problems, mu=0.5, scale=1.0):
     ok = (worst <= 1e-11 and df.grad_rel_err_fd.max() <= 1e-6
           and np.abs(df.numerical_min_rel_diff).max() <= 1e-9)
     return CheckResult("F-8", f"{FI}, eq. (8)",
-                       "Raman et al.'s double sum is unbiased with min_ubar = -L(W)+N at ubar*_i = log sum_k exp(s_ik)",
+                       "Raman et al.'s double sum is unbiased with min_ubar = -L(W)+N at ubar*_i = "
+                       "log sum_k exp(s_ik)",
                        "max relative difference (unbiasedness, minimum, ubar* = u* + s_y)",
                        "0", worst, bool(ok), len(df), df,
                        note="gradient of (8) also checked against finite differences "
@@ -804,7 +811,8 @@ def check_raman_original_code(rng, problems, scale=1.0):
     worst = float(df.original_code_rel_err.min())
     ok = worst > 1e-2 and df.correct_rel_err.max() <= 1e-6
     return CheckResult("F-8 code", "docs/math.md section 6 (original experiment code)",
-                       "the original code's gradient of (8) (extra exp in d/dubar, w_y step without x_i) is not the gradient of (8)",
+                       "the original code's gradient of (8) (extra exp in d/dubar, w_y step "
+                       "without x_i) is not the gradient of (8)",
                        "min relative error of the code's gradient vs finite differences",
                        "> 0 (defect)", worst, bool(ok), len(df), df)
 
@@ -908,7 +916,8 @@ def check_lemma3(rng, problems, mus=(0.1, 1.0), points=3):
     worst = float(df.ratio.min())
     ok = worst >= 1.0 - 1e-9 and np.nanmax(df.hessian_fd_rel_err) <= 1e-5
     return CheckResult("Lemma 3", f"{FI}, Appendix A",
-                       "f is strongly convex on {||W|| <= B_W, 0 <= u <= B_u} with constant >= min{exp(-B_u), mu}",
+                       "f is strongly convex on {||W|| <= B_W, 0 <= u <= B_u} with constant >= "
+                       "min{exp(-B_u), mu}",
                        "min lambda_min(Hessian) / min{exp(-B_u), mu}", ">= 1", worst,
                        bool(ok), len(df), df)
 
@@ -953,7 +962,8 @@ def check_lemma4(rng, problems, mus=(0.1, 1.0), points=3):
     df = pd.DataFrame(rows)
     worst = float(df.ratio.max())
     return CheckResult("Lemma 4", f"{FI}, Appendix A",
-                       "||grad f|| and ||grad f_ik|| <= B_f = N max{1, e^{B_u}-1} + 2(N e^{B_u} B_x + mu max beta B_W)",
+                       "||grad f|| and ||grad f_ik|| <= B_f = N max{1, e^{B_u}-1} + "
+                       "2(N e^{B_u} B_x + mu max beta B_W)",
                        "max gradient norm / B_f", "<= 1", worst, worst <= 1.0, len(df), df)
 
 
@@ -1001,7 +1011,8 @@ def check_lemma5(rng, n_instances, K_choices=(2, 3, 10, 50), delta0_choices=(0.1
     ok = worst >= 1.0 and df.ratio_Delta.min() >= 1.0 - 1e-12 and \
         df.full_vs_term_rel.max() <= 1e-6
     return CheckResult("Lemma 5", f"{FI}, Appendix D (used by Theorem 1)",
-                       "resetting u_i to log(1+exp(delta_ik)) when it is >= delta below decreases f by >= delta^2/2",
+                       "resetting u_i to log(1+exp(delta_ik)) when it is >= delta below decreases "
+                       "f by >= delta^2/2",
                        "min decrease / (delta^2/2)", ">= 1", worst, bool(ok), len(df), df,
                        note=f"also decrease >= Delta^2/2 for the actual increase Delta of u_i "
                             f"(min ratio {_fmt(df.ratio_Delta.min())}); tight in the limit "
@@ -1054,7 +1065,8 @@ def check_theorem1_step(rng, n_instances, eta_multipliers=(1.0, 1e3, 1e6, 1e9)):
     worst = float(df["margin x1"].min())
     frac = {c: float((df[c] >= 0).mean()) for c in df.columns if c.startswith("margin")}
     return CheckResult("Thm 1 step", f"{FI}, Theorem 1 / Appendix D",
-                       "with eta <= delta^2/(4 B_f^2), f after a U-max step (reset then SGD) <= f after the plain SGD step",
+                       "with eta <= delta^2/(4 B_f^2), f after a U-max step (reset then SGD) <= f "
+                       "after the plain SGD step",
                        "min f(SGD step) - f(U-max step)", ">= 0", worst, worst >= 0.0,
                        len(df), df,
                        note="fraction of instances where it still holds at eta x 1e3, 1e6, 1e9: "
@@ -1097,7 +1109,8 @@ def check_umax_gradient_bound(rng, n_instances, K_choices=(2, 10, 1000)):
                        "after U-max's reset the gradient is bounded by N(K-1) e^delta ||x_i||",
                        "max ||grad_wk f_ik|| / (N(K-1) e^delta ||x_i||)", "<= 1", worst, bool(ok),
                        len(df), df,
-                       note=f"before the reset, log ||grad|| reached {_fmt(df['log ||grad|| before reset'].max())} "
+                       note="before the reset, log ||grad|| reached "
+                            f"{_fmt(df['log ||grad|| before reset'].max())} "
                             "(float64 overflows above 709.8)")
 
 
@@ -1179,8 +1192,10 @@ def check_implicit_direct(rng, n_instances, D=3):
     ok = (worst <= 1e-8 and df.rel_diff_kernel.max() <= 1e-8
           and np.nanmax(df.fixed_point_residual.values) <= 1e-7)
     return CheckResult("App. F.1", f"{FI}, Appendix F.1 and eq. (9)",
-                       "the implicit step reduces to w_k, w_y moving along x_i and a 1-D root in u (Lambert W for a)",
-                       "max relative difference vs direct minimisation of 2 eta f_ik + ||theta - theta~||^2",
+                       "the implicit step reduces to w_k, w_y moving along x_i and a 1-D root in u "
+                       "(Lambert W for a)",
+                       "max relative difference vs direct minimisation of 2 eta f_ik + "
+                       "||theta - theta~||^2",
                        "0", worst, bool(ok), len(df), df,
                        note="columns: numba kernel vs reference (rel_diff_kernel) and the "
                             "residual of the implicit update (9)")
@@ -1220,7 +1235,8 @@ def check_prop1(rng, n_instances, D=3):
     worst = float(used.ratio.max())
     ok = worst <= 1.0 + 1e-9 and (used["implicit step"] <= used["explicit step"] * (1 + 1e-9)).all()
     return CheckResult("Prop 1", f"{FI}, Proposition 1 (Appendix E)",
-                       "||grad f(theta+)|| <= ||grad f(theta~)|| - m ||theta+ - theta~||: implicit steps are shorter than SGD's",
+                       "||grad f(theta+)|| <= ||grad f(theta~)|| - m ||theta+ - theta~||: implicit "
+                       "steps are shorter than SGD's",
                        "max (||grad(theta+)|| + m ||step||) / ||grad(theta~)||", "<= 1",
                        worst, bool(ok), len(used), df)
 
@@ -1340,7 +1356,8 @@ def plot_implicit_step(sweep: pd.DataFrame, K=None, etas=None, z_min_linear=-100
              transform=ax1.get_yaxis_transform())
     ax1.set_ylim(-15, 460)
     ax1.set_xlim(z_min_linear, float(df.z.max()))
-    ax1.set_xlabel(r"$\tilde\delta - \tilde u = x_i^\top(\tilde w_k - \tilde w_{y_i}) - \tilde u_i$")
+    ax1.set_xlabel(r"$\tilde\delta - \tilde u = "
+                   r"x_i^\top(\tilde w_k - \tilde w_{y_i}) - \tilde u_i$")
     ax1.set_ylabel(r"$\log_{10}$ of the step size in $w_k$")
     ax1.set_title(f"step size, K = {K}, $\\|x_i\\| = 1$")
     ax2.set_ylim(0, 1.15 * max(float(lin.implicit_step.max()), 1e-12))
@@ -1392,7 +1409,8 @@ def check_prop4_bracket(rng, n_instances, eps=1e-8):
     bad = df[df["width/paper_bound"] > 1 + 1e-12]
     r_valid = CheckResult(
         "Prop 4 bracket", f"{FI}, Appendix F.1",
-        "the bracket [u~, log(1+(K-1)e^delta~)] (g(u~)<0) or [log(K-1)+delta~-2 eta||x||^2, u~] (else) contains the root",
+        "the bracket [u~, log(1+(K-1)e^delta~)] (g(u~)<0) or [log(K-1)+delta~-2 eta||x||^2, u~] "
+        "(else) contains the root",
         "fraction of brackets containing the root", "1", float(df.contains_root.mean()),
         bool(df.contains_root.all()), len(df), df)
     worst = float(df["width/paper_bound"].max())
@@ -1440,14 +1458,16 @@ def check_prop4_evaluations(bracket_df: pd.DataFrame, eps=1e-8, tol=1e-10):
     worst = float((n_bis - np.ceil(paper)).max())
     res = CheckResult(
         "Prop 4 count", f"{FI}, Proposition 4",
-        "bisection needs at most log2(1/eps) + log2(|delta~-u~| + 2 eta||x||^2 + log(K-1)) evaluations",
+        "bisection needs at most log2(1/eps) + log2(|delta~-u~| + 2 eta||x||^2 + log(K-1)) "
+        "evaluations",
         f"max evaluations - ceil(bound), eps = {eps:g}", "<= 0", worst, bool(not fails.any()),
         len(df), df,
         note=f"bisection exceeds the printed bound on {int(fails.sum())} of {len(df)} instances "
              f"(the printed bound goes down to {_fmt(paper.min())}: negative for K = 2, "
              f"delta~ = u~, eta = 1e-12, where bisection needs {int(n_bis[2])}); never exceeds the "
-             f"corrected bound (max excess {_fmt((n_bis - np.ceil(corrected)).max())}). The library's "
-             f"Halley solver: mean {lib.mean():.2f}, max {lib.max()} evaluations to rel. accuracy "
+             f"corrected bound (max excess {_fmt((n_bis - np.ceil(corrected)).max())}). The "
+             f"library's Halley solver: mean {lib.mean():.2f}, max {lib.max()} evaluations to "
+             "rel. accuracy "
              f"{tol:g} (max error vs reference {_fmt(lib_err.max())}); above the printed bound on "
              f"{int(lib_fails.sum())} instances")
     return res
@@ -1465,7 +1485,7 @@ def check_ove_bound(rng, n_instances, problems=()):
     1000 and score scales from 0.1 to 300, plus the given problems at random ``W``.
     """
     rows = []
-    for j in range(n_instances):
+    for _ in range(n_instances):
         K = int(rng.choice([2, 3, 10, 100, 1000]))
         scale = float(rng.choice([0.1, 1.0, 10.0, 300.0]))
         N = 20
@@ -1489,7 +1509,8 @@ def check_ove_bound(rng, n_instances, problems=()):
     k2 = np.nanmax(df["max |gap| if K=2"].values) if df.K.eq(2).any() else 0.0
     ok = worst >= -1e-12 and k2 <= 1e-12
     return CheckResult("T-4", f"{TI}, eq. (4)",
-                       "p(y=k) >= prod_{m!=k} sigma(f_k - f_m) (one-vs-each bound), equality for K = 2",
+                       "p(y=k) >= prod_{m!=k} sigma(f_k - f_m) (one-vs-each bound), equality "
+                       "for K = 2",
                        "min (-log OVE bound) - (-log p)", ">= 0 (= 0 for K = 2)", worst,
                        bool(ok), len(df), df,
                        note=f"K = 2: max |gap| {_fmt(k2)}")
@@ -1561,7 +1582,8 @@ def check_ove_hierarchy(rng, n_instances):
     df = pd.DataFrame(rows)
     worst = float(df[["logp - b1", "b1 - b2", "b2 - b3"]].values.min())
     return CheckResult("T-6", f"{TI}, eq. (6)",
-                       "p(y=k) >= Softmax(f_k, f_C) Softmax(f_k, f_Cbar) >= Softmax(f_k, f_C) prod_{Cbar} sigma >= prod_{m!=k} sigma",
+                       "p(y=k) >= Softmax(f_k, f_C) Softmax(f_k, f_Cbar) >= Softmax(f_k, f_C) "
+                       "prod_{Cbar} sigma >= prod_{m!=k} sigma",
                        "min difference of consecutive log bounds", ">= 0", worst,
                        worst >= -1e-12, len(df), df)
 
@@ -1610,7 +1632,8 @@ def check_ove_nonparametric(rng, n_instances):
     ok = (worst <= 1e-6 and df["T-10 residual"].max() <= 1e-10
           and df["grad at log N_k"].max() <= 1e-12 and df["pairwise residual"].max() <= 1e-9)
     return CheckResult("T Prop 2", f"{TI}, Proposition 2, eqs. (9)-(10)",
-                       "non-parametric case: f_k = log N_k + c (the MLE) globally maximises the OVE bound",
+                       "non-parametric case: f_k = log N_k + c (the MLE) globally maximises the "
+                       "OVE bound",
                        "max |softmax(f_OVE) - N_k/N|", "0", worst, bool(ok), len(df), df)
 
 
@@ -1633,7 +1656,7 @@ def check_ove_parametric(rng, n_instances, mu=1e-2):
     OVE optimum is *not* the softmax MLE (both with the same small ridge ``mu``): the
     "holds" column confirms they differ, and the MLE has the lower log-loss."""
     rows = []
-    for j in range(n_instances):
+    for _ in range(n_instances):
         p = random_problem(rng, 200, 5, int(rng.choice([3, 5, 10])), planted_scale=1.5)
         Wm, _ = ridge_mle(p.X, p.y, p.K, mu)
         Wo = _ridge_ove_optimum(p.X, p.y, p.K, mu)
@@ -1644,7 +1667,8 @@ def check_ove_parametric(rng, n_instances, mu=1e-2):
     worst = float(df["rel ||W_ove - W_mle||"].min())
     ok = worst > 1e-3 and (df["log-loss OVE optimum"] >= df["log-loss MLE"]).all()
     return CheckResult("T OVE param.", f"{TI}, section 3; docs/math.md section 7",
-                       "with linear scores (K >= 3) the OVE optimum differs from the softmax MLE (the bound is biased)",
+                       "with linear scores (K >= 3) the OVE optimum differs from the softmax MLE "
+                       "(the bound is biased)",
                        "min relative distance ||W_ove - W_mle|| / ||W_mle||", "> 0", worst,
                        bool(ok), len(df), df)
 
@@ -1655,7 +1679,7 @@ def check_bouchard_bound(rng, n_instances, problems=()):
     ``alpha_i = f_{y_i}`` it equals the OVE bound plus ``log 2`` (Titsias' remark that
     Bouchard's probability bound is then half the OVE one)."""
     rows = []
-    for j in range(n_instances):
+    for _ in range(n_instances):
         K = int(rng.choice([2, 3, 10, 100]))
         N = 15
         scale = float(rng.choice([0.3, 3.0, 30.0]))
@@ -1669,7 +1693,8 @@ def check_bouchard_bound(rng, n_instances, problems=()):
     worst = float(df[["gap random alpha", "gap optimal alpha"]].values.min())
     ok = worst >= -1e-12 and df["half-OVE |diff|"].max() <= 1e-10
     return CheckResult("T-11", f"{TI}, eqs. (11)-(12)",
-                       "Bouchard: log sum_k e^{f_k} <= alpha + sum_k log(1+e^{f_k-alpha}); at alpha = f_k the bound is half the OVE bound",
+                       "Bouchard: log sum_k e^{f_k} <= alpha + sum_k log(1+e^{f_k-alpha}); at "
+                       "alpha = f_k the bound is half the OVE bound",
                        "min (Bouchard bound - log-loss)", ">= 0", worst, bool(ok), len(df), df)
 
 
@@ -1724,7 +1749,8 @@ def check_bouchard_k2(rng, n_instances):
     df = pd.DataFrame(rows)
     worst = float(df[["|diff f|", "max |alpha - (f1+f2)/2|"]].values.max())
     return CheckResult("T Prop 3", f"{TI}, Proposition 3, eq. (13)",
-                       "K = 2: Bouchard's bound is maximised at alpha = (f1+f2)/2, f_k = 2 log N_k + c",
+                       "K = 2: Bouchard's bound is maximised at alpha = (f1+f2)/2, "
+                       "f_k = 2 log N_k + c",
                        "max |f1 - f2 - 2 log(N1/N2)|, |alpha - (f1+f2)/2|", "0", worst,
                        worst <= 1e-5, len(df), df)
 
@@ -1752,6 +1778,7 @@ def check_bouchard_k_gt_2(rng, n_instances, K=10, N=200):
                              -df["p_B - p_MLE (smallest class)"]).min())
     ok = worst > 0 and (np.abs(df["alpha - mean(f)"]) > 1e-3).all()
     return CheckResult("T Fig 1a", f"{TI}, section 2.3 and Figure 1(a)",
-                       "K > 2: optimal alpha is not mean(f); Bouchard overestimates large and underestimates small probabilities",
+                       "K > 2: optimal alpha is not mean(f); Bouchard overestimates large and "
+                       "underestimates small probabilities",
                        "min over instances of the over/under-estimate (largest, smallest class)",
                        "> 0", worst, bool(ok), len(df), df)

@@ -3,8 +3,8 @@
 The committed ``README.md`` and ``docs/*.md`` hold plain text and plain numbers. The
 pages that quote the tables are rendered from a template of the same name in
 ``docs/templates/`` (``docs/templates/README.md`` gives ``README.md``,
-``docs/templates/disagreements.md`` gives ``docs/disagreements.md``), where each quoted number is the
-expression that computes it from the tables of a run, in an HTML comment::
+``docs/templates/disagreements.md`` gives ``docs/disagreements.md``), where each quoted number is
+the expression that computes it from the tables of a run, in an HTML comment::
 
     Implicit SGD is lowest on <!--= lowest('authors_code_exact') --> of 7 data sets;
     OVE averages <!--= cell('06-paper-tables-table3', 'authors_code_as_published',
@@ -12,10 +12,10 @@ expression that computes it from the tables of a run, in an HTML comment::
 
 (one line each: an expression never spans lines). A line of its own
 ``<!--let NAME = EXPR -->`` gives a name to a value or a function for the expressions after
-it, so that the template's prose lines stay short; it is left out of the page. ``render`` writes every page from its template and the
-tables; ``check`` renders them afresh and lists every line of a committed page that
-differs (page, line, shown, computed), so a test holds the pages to the committed record
-and ``make reproduce`` rewrites them after a run::
+it, so that the template's prose lines stay short; it is left out of the page. ``render`` writes
+every page from its template and the tables; ``check`` renders them afresh and lists every line of a
+committed page that differs (page, line, shown, computed), so a test holds the pages to the
+committed record and ``make reproduce`` rewrites them after a run::
 
     python -m scalable_softmax.repro.numbers check  [--tables DIR] [TEMPLATE ...]
     python -m scalable_softmax.repro.numbers render [--tables DIR] [TEMPLATE ...]

@@ -3,10 +3,11 @@
 ``python -m scalable_softmax.repro.runner run NAME`` executes a notebook inside a
 :class:`Stage`: a private folder ``build/tmp/<NAME>.<pid>.<random>/`` whose path is
 given to the kernel in the environment variable :data:`ENV`. While it is set,
-:func:`scalable_softmax.repro.outputs.write_table` and :func:`~scalable_softmax.repro.outputs.save_figure`
-write into the stage (mirroring the destination's absolute path under ``files/``)
-instead of ``tables/`` and ``figures/``, and return the staged paths (so a notebook can
-read back what it wrote). When the notebook has run to its end, :meth:`Stage.commit`
+:func:`scalable_softmax.repro.outputs.write_table` and
+:func:`~scalable_softmax.repro.outputs.save_figure` write into the stage (mirroring the
+destination's absolute path under ``files/``) instead of ``tables/`` and ``figures/``, and return
+the staged paths (so a notebook can read back what it wrote). When the notebook has run to its
+end, :meth:`Stage.commit`
 
 1. writes ``MANIFEST.json`` (every staged file and its destination; the executed
    notebook last) atomically: the commit point;

@@ -73,7 +73,8 @@ def relative_table(values: pd.DataFrame, column: str, reference: str = "implicit
 def ratio_table_md(table: pd.DataFrame, title: str, label=None) -> str:
     """A :func:`relative_table` (rows: data sets and ``Average``; columns: methods) as a
     Markdown table under a bold ``title``, two decimals, the lowest value of each data-set
-    row in bold (missing values shown as ``-``). ``label`` maps a data-set name to its shown name (default: unchanged)."""
+    row in bold (missing values shown as ``-``). ``label`` maps a data-set name to its shown name
+    (default: unchanged)."""
     label = label or (lambda d: d)
     if "Average" not in table.index:
         raise ValueError("table has no 'Average' row; pass relative_table() output")
