@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -333,6 +334,20 @@ def draw_classes(seed, order, y, K, sample_from="others"):
 # Trainer
 # --------------------------------------------------------------------------------------
 
+def _check_threads(method, threads):
+    """The option ``threads`` as an int, checked: ``1 <= threads <= `` numba's thread
+    count."""
+    if (isinstance(threads, (bool, np.bool_))
+            or not isinstance(threads, (int, np.integer)) or threads < 1):
+        raise ValueError(f"{method}: option threads={threads!r} must be an integer >= 1")
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        raise ValueError(
+            f"{method}: option threads={threads} exceeds numba's thread count "
+            f"{numba.config.NUMBA_NUM_THREADS} (set NUMBA_NUM_THREADS before starting "
+            "Python, or ask for fewer threads)")
+    return int(threads)
+
+
 class ImplicitTrainer(Trainer):
     """Implicit SGD, one datapoint and one sampled class per step (docs/math.md section 4).
 
@@ -355,6 +370,14 @@ class ImplicitTrainer(Trainer):
         Passes over the datapoint order per :meth:`run_epoch` call, all at the same
         learning rate (the authors' code: 3). Pass ``p`` uses the seed
         :func:`pass_seeds` ``(seed, passes)[p]`` (pass 0: ``seed`` itself).
+    threads : int >= 1, default 1
+        Threads of an epoch. ``1``: the serial kernels above. ``T > 1``: the lock-free
+        (Hogwild) kernel :func:`scalable_softmax.kernels.hogwild.implicit_epoch`: each
+        pass's order cut into ``T`` contiguous chunks run in parallel, chunk ``c``
+        drawing its classes from the seed
+        :func:`~scalable_softmax.kernels.hogwild.chunk_seeds` ``(pass seed, T)[c]``;
+        not bit-reproducible (races), see that module for how the ridge scales stay
+        safe.
 
     ``extra`` of the epoch report holds ``root_iterations_mean`` and
     ``root_iterations_max`` (evaluations of ``g`` per step, each one Lambert W) and
@@ -370,7 +393,7 @@ class ImplicitTrainer(Trainer):
     default_n_sampled = 1
 
     _DEFAULTS = {"tol": DEFAULT_TOL, "u_init": "zero", "kernel": "fast",
-                 "sample_from": "others", "passes": 1}
+                 "sample_from": "others", "passes": 1, "threads": 1}
 
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled,
@@ -404,6 +427,7 @@ class ImplicitTrainer(Trainer):
             raise ValueError(
                 f"implicit: option passes={passes!r} must be an integer >= 1")
         self.passes = int(passes)
+        self.threads = _check_threads("implicit", options["threads"])
         if self.K < 2:
             raise ValueError(f"implicit: K={self.K} must be at least 2")
         if self.mu < 0 or not math.isfinite(self.mu):
@@ -444,10 +468,36 @@ class ImplicitTrainer(Trainer):
     def _run(self, order, lr, seed):
         """One pass over ``order`` seeded with ``seed``; returns the kernel's
         ``(steps, diverged, total_evals, max_evals, u_only_steps)``."""
+        if self.threads > 1:
+            return self._run_hogwild(order, lr, seed)
         kern = epoch_fast if self.kernel == "fast" else epoch_simple
         return kern(self._indptr, self._indices, self._data, self._y, self._sqnorm,
                     self.W, self.u, self._scale, self._rho, order, lr, self.K, self.tol,
                     int(seed) % (2 ** 32), self.mu > 0.0, self.sample_from == "all")
+
+    def _run_hogwild(self, order, lr, seed):
+        """:meth:`_run` on ``threads`` threads (the kernel's per-chunk counters
+        summed; the divergence is the first failing step of any chunk)."""
+        from scalable_softmax.kernels import hogwild
+        T = self.threads
+        ridge = self.mu > 0.0
+        rate = lr * float(self._rho.max()) if ridge and self.K else 0.0
+        rounds = hogwild.round_steps(rate, T, hogwild.ROUND_DECADES["implicit"])
+        counters = np.zeros((T, 5), np.int64)
+        prev = numba.get_num_threads()
+        numba.set_num_threads(T)
+        try:
+            hogwild.implicit_epoch(
+                self._indptr, self._indices, self._data, self._y, self._sqnorm, self.W,
+                self.u, self._scale, self._rho, order, lr, self.K, self.tol,
+                hogwild.chunk_seeds(seed, T), ridge, self.sample_from == "all", rounds,
+                hogwild.FOLD_BELOW_IMPLICIT, counters)
+        finally:
+            numba.set_num_threads(prev)
+        div = counters[:, 1]
+        return (int(counters[:, 0].sum()), int(div[div >= 0].min()) if (div >= 0).any()
+                else -1, int(counters[:, 2].sum()), int(counters[:, 3].max()),
+                int(counters[:, 4].sum()))
 
     def run_epoch(self, order: np.ndarray, lr: float, seed: int) -> EpochReport:
         """One epoch: ``passes`` passes of implicit steps over ``order``, all with

@@ -111,6 +111,7 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -367,6 +368,13 @@ class ImplicitBatchTrainer(Trainer):
         diagonal over the classes plus ``2n`` rank-one terms, ``O(n²(n+m)·n)`` per
         iteration), falling back to the dense Cholesky when it fails; or always the
         dense Cholesky (``O((n(n+m))³)``). Both give the same step to the tolerance.
+    threads : int >= 1, default 1
+        Threads of an epoch. ``1``: the serial kernel. ``T > 1``: the lock-free
+        (Hogwild) kernel :func:`scalable_softmax.kernels.hogwild.batch_epoch`: the
+        epoch's minibatches (the same as with one thread) cut into ``T`` contiguous
+        runs stepped in parallel, run ``c`` drawing its classes from the seed
+        :func:`~scalable_softmax.kernels.hogwild.chunk_seeds` ``(seed, T)[c]``; not
+        bit-reproducible (races), see that module for how the ridge scales stay safe.
 
     Attributes
     ----------
@@ -394,7 +402,9 @@ class ImplicitBatchTrainer(Trainer):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled,
                          **options)
         opts = self.check_options(dict(tol=1e-10, max_newton=50, u_init="zero",
-                                       linear_solver="structured"))
+                                       linear_solver="structured", threads=1))
+        from scalable_softmax.methods.implicit import _check_threads
+        self.threads = _check_threads("implicit-batch", opts["threads"])
         self.tol = float(opts["tol"])
         self.max_newton = opts["max_newton"]
         self.u_init = opts["u_init"]
@@ -467,10 +477,15 @@ class ImplicitBatchTrainer(Trainer):
         gamma = np.ones(self.K)
         nsteps = -(-len(order) // n)
         classes = np.full((nsteps, m), -1, np.int64)
-        div, steps, ntot, nmax, nunc, ncl, nfb, nch = epoch_kernel(
-            self._indptr, self._indices, self._data, self._y, self.W, gamma, self.u,
-            order, n, m, self.K, self.N, lr, self.mu, self.beta, int(seed) & 0xFFFFFFFF,
-            self.tol, self.max_newton, self.linear_solver == "dense", classes, False)
+        if self.threads > 1:
+            div, steps, ntot, nmax, nunc, ncl, nfb, nch = self._run_hogwild(
+                order, lr, seed, gamma, classes)
+        else:
+            div, steps, ntot, nmax, nunc, ncl, nfb, nch = epoch_kernel(
+                self._indptr, self._indices, self._data, self._y, self.W, gamma, self.u,
+                order, n, m, self.K, self.N, lr, self.mu, self.beta,
+                int(seed) & 0xFFFFFFFF, self.tol, self.max_newton,
+                self.linear_solver == "dense", classes, False)
         scaled = gamma != 1.0
         self.W[scaled] *= gamma[scaled, None]
         self.last_epoch_classes = classes[:steps]
@@ -483,6 +498,34 @@ class ImplicitBatchTrainer(Trainer):
             "dense_fallbacks": int(nfb),
         })
 
+    def _run_hogwild(self, order, lr, seed, gamma, classes):
+        """The epoch on ``threads`` threads; returns the serial kernel's eight results
+        (per-chunk counters summed, the first diverged minibatch of any chunk). With
+        a divergence, minibatches of other chunks may have run after it: ``steps``
+        counts every step taken."""
+        from scalable_softmax.kernels import hogwild
+        n, m = self.batch_size, self.n_sampled
+        T = min(self.threads, max(1, classes.shape[0]))
+        rate = lr * self.mu * float(self.beta.max()) / self.N if self.mu > 0 else 0.0
+        rounds = hogwild.round_steps(rate, T, hogwild.ROUND_DECADES["implicit-batch"])
+        out = np.zeros((T, 8), np.int64)
+        prev = numba.get_num_threads()
+        numba.set_num_threads(T)
+        try:
+            hogwild.batch_epoch(
+                self._indptr, self._indices, self._data, self._y, self.W, gamma, self.u,
+                order, n, m, self.K, self.N, lr, self.mu, self.beta,
+                hogwild.chunk_seeds(seed, T), self.tol, self.max_newton,
+                self.linear_solver == "dense", classes, rounds, hogwild.FOLD_BELOW_BATCH,
+                out)
+        finally:
+            numba.set_num_threads(prev)
+        div = out[:, 0]
+        return (int(div[div >= 0].min()) if (div >= 0).any() else -1,
+                int(out[:, 1].sum()), int(out[:, 2].sum()), int(out[:, 3].max()),
+                int(out[:, 4].sum()), int(out[:, 5].sum()), int(out[:, 6].sum()),
+                int(out[:, 7].sum()))
+
     def warmup(self):
         """Compile (or load from numba's cache) the kernels on a two-class, one-point
         problem of the same types (the parameters are not touched)."""
@@ -490,9 +533,17 @@ class ImplicitBatchTrainer(Trainer):
         y = np.zeros(1, np.int64)
         beta = touch_beta_kernel(order, y, 2, 1, 1)
         epoch_kernel(np.array([0, 1], np.int64), np.zeros(1, np.int64), np.ones(1), y,
-                     np.zeros((2, 1)), np.ones(2), np.zeros(1), order, 1, 1, 2, 1, 1.0,
-                     0.0, beta, 0, self.tol, self.max_newton,
-                     self.linear_solver == "dense", np.full((1, 1), -1, np.int64), False)
+                      np.zeros((2, 1)), np.ones(2), np.zeros(1), order, 1, 1, 2, 1, 1.0,
+                      0.0, beta, 0, self.tol, self.max_newton,
+                      self.linear_solver == "dense", np.full((1, 1), -1, np.int64), False)
+        if self.threads > 1:
+            from scalable_softmax.kernels import hogwild
+            hogwild.batch_epoch(
+                np.array([0, 1], np.int64), np.zeros(1, np.int64), np.ones(1), y,
+                np.zeros((2, 1)), np.ones(2), np.zeros(1), order, 1, 1, 2, 1, 1.0, 0.0,
+                beta, np.zeros(1, np.int64), self.tol, self.max_newton,
+                self.linear_solver == "dense", np.full((1, 1), -1, np.int64), 1,
+                hogwild.FOLD_BELOW_BATCH, np.zeros((1, 8), np.int64))
 
     def weights(self):
         """The current ``K x D`` weights (scale factors are folded in after every
