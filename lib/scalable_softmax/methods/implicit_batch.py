@@ -488,7 +488,9 @@ class ImplicitBatchTrainer(Trainer):
                 self.linear_solver == "dense", classes, False)
         scaled = gamma != 1.0
         self.W[scaled] *= gamma[scaled, None]
-        self.last_epoch_classes = classes[:steps]
+        # with threads > 1 every minibatch's classes were drawn before the steps (after a
+        # divergence, steps of other chunks may have run past it): keep them all
+        self.last_epoch_classes = classes[:steps] if self.threads == 1 else classes
         return EpochReport(steps=int(steps), diverged_at=int(div), extra={
             "newton_iterations_mean": ntot / max(steps, 1),
             "chord_iterations_mean": nch / max(steps, 1),
