@@ -150,9 +150,14 @@ def implicit_draw(seed, order, y, K, sample_all, out):
 def _implicit_steps(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, classes,
                     a, b, eta, km1, lkm1, lc_base, tol, ridge, cnt):
     """Steps ``a..b-1`` of ``order`` with the drawn ``classes``, pipelined as the
-    serial fast kernel (the next step's rows prefetched during this one). ``cnt``:
-    steps, diverged index (into ``order``), root evaluations, their maximum, u-only
-    steps."""
+    serial fast kernel (the next step's rows prefetched during this one). Adds to
+    ``cnt`` (steps, diverged index into ``order``, root evaluations, their maximum,
+    u-only steps) at the end only: the chunks' counters share a cache line."""
+    steps = 0
+    total = 0
+    emax = 0
+    n_u = 0
+    diverged = -1
     for t in range(a, b):
         if t + _LI < b:
             j = order[t + _LI]
@@ -189,18 +194,22 @@ def _implicit_steps(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, c
         k = classes[t]
         if k == yi:
             evals, ok = _implicit_u_only(sqnorm, u, i, eta, km1, lkm1, lc_base, tol)
-            cnt[4] += 1
+            n_u += 1
         else:
             evals, ok = _implicit_step(indptr, indices, data, sqnorm, W, u, scale, rho,
                                        i, yi, k, eta, km1, lkm1, lc_base, tol, ridge, q,
                                        q1, kk, yj)
-        cnt[0] += 1
-        cnt[2] += evals
-        if evals > cnt[3]:
-            cnt[3] = evals
+        steps += 1
+        total += evals
+        emax = max(emax, evals)
         if not ok:
-            cnt[1] = t
-            return
+            diverged = t
+            break
+    cnt[0] += steps
+    cnt[1] = diverged if diverged >= 0 else cnt[1]
+    cnt[2] += total
+    cnt[3] = max(cnt[3], emax)
+    cnt[4] += n_u
 
 
 @numba.njit(**JIT)
