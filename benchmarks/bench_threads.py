@@ -23,7 +23,10 @@ harness's (0.01 and 10; Implicit SGD 1) on the synthetic shape; constant rate
 Per run: microseconds per datapoint of training (``history.seconds`` differences over
 epochs 2..E, the first epoch left out: page faults of the fresh weights), the test
 log-loss after E epochs (``evaluate`` on 5,000 test rows, the same for every run)
-and the load average after the run. Per data set and method: the speedup (median
+and the load average after the run. At the start and the end it measures what two
+threads can gain on the machine at that moment (:func:`ceiling`: pure arithmetic in a
+``prange``, 1 thread's time over 2 threads'); on a loaded machine that ratio falls
+towards 1 and the speedups with it. Per data set and method: the speedup (median
 over seeds of the per-seed ratio ``t1 / t2``) and the test log-loss mean and spread
 (min..max) of each thread count. The targets are 1.6x (the issue) and 1.5x (its
 "done when"); the machine is shared, so the load average is reported with the results.
@@ -37,10 +40,12 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import sys
 import time
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -57,6 +62,36 @@ METHODS = {
 ROWS_CAP = {"softmax-sgd": 5_000}
 DATA = ("many-classes", "20news-words")
 TEST_ROWS = 5_000
+
+
+@numba.njit(parallel=True, cache=True)
+def _busy(n, out):
+    for c in numba.prange(out.shape[0]):
+        acc = 0.0
+        for i in range(n):
+            acc += math.sqrt(i + c)
+        out[c] = acc
+
+
+def ceiling(n=100_000_000, repeats=2):
+    """What two threads can gain on this machine now: the wall time of a fixed amount
+    of pure arithmetic (two independent halves in a ``prange``) on 1 thread over that
+    on 2, best of ``repeats`` alternating runs (about 2 on two idle cores; about 1 when
+    the machine gives this process one core's share or less)."""
+    out = np.zeros(2)
+    _busy(10, out)
+    best = {1: np.inf, 2: np.inf}
+    prev = numba.get_num_threads()
+    try:
+        for _ in range(repeats):
+            for T in (1, 2):
+                numba.set_num_threads(T)
+                t0 = time.perf_counter()
+                _busy(n // 2, out)
+                best[T] = min(best[T], time.perf_counter() - t0)
+    finally:
+        numba.set_num_threads(prev)
+    return {"seconds_1": best[1], "seconds_2": best[2], "ratio": best[1] / best[2]}
 
 
 def _probe():
@@ -126,7 +161,7 @@ def run(quick=False, epochs=None, seeds=None, data=DATA, methods=tuple(METHODS))
     seeds = seeds or (2 if quick else 3)
     start = machine_info()
     res = {"machine": start, "quick": quick, "epochs": epochs, "seeds": seeds,
-           "cases": {}, "skipped": {}}
+           "cases": {}, "skipped": {}, "ceiling_start": ceiling()}
     for name in data:
         X, y, Xt, yt, K = load(name, quick)
         for method in methods:
@@ -157,6 +192,7 @@ def run(quick=False, epochs=None, seeds=None, data=DATA, methods=tuple(METHODS))
                 "speedup_per_seed": ratio, "speedup": float(np.median(ratio))}
         del X, y, Xt, yt
         gc.collect()
+    res["ceiling_end"] = ceiling()
     res["machine_end"] = machine_info()
     return res
 
@@ -174,6 +210,10 @@ def markdown(res):
              "us/point: training time per datapoint over epochs 2..E (median over "
              "seeds); speedup: median of the per-seed ratios (targets 1.6x, at least "
              "1.5x); test log-loss: mean (min..max) over the seeds.", "",
+             "What 2 threads can gain on this machine during the run (pure arithmetic "
+             "in a numba prange, 1 thread's time over 2 threads'): "
+             f"{res['ceiling_start']['ratio']:.2f}x at the start, "
+             f"{res['ceiling_end']['ratio']:.2f}x at the end.", "",
              "| data | method | rows | us/point, 1 thread | us/point, 2 threads | "
              "speedup | test log-loss, 1 thread | test log-loss, 2 threads | "
              "load average (1 min) |",
