@@ -334,19 +334,6 @@ def draw_classes(seed, order, y, K, sample_from="others"):
 # Trainer
 # --------------------------------------------------------------------------------------
 
-def _check_threads(method, threads):
-    """The option ``threads`` as an int, checked: ``1 <= threads <= `` numba's thread
-    count."""
-    if (isinstance(threads, (bool, np.bool_))
-            or not isinstance(threads, (int, np.integer)) or threads < 1):
-        raise ValueError(f"{method}: option threads={threads!r} must be an integer >= 1")
-    if threads > numba.config.NUMBA_NUM_THREADS:
-        raise ValueError(
-            f"{method}: option threads={threads} exceeds numba's thread count "
-            f"{numba.config.NUMBA_NUM_THREADS} (set NUMBA_NUM_THREADS before starting "
-            "Python, or ask for fewer threads)")
-    return int(threads)
-
 
 class ImplicitTrainer(Trainer):
     """Implicit SGD, one datapoint and one sampled class per step (docs/math.md section 4).
@@ -427,7 +414,8 @@ class ImplicitTrainer(Trainer):
             raise ValueError(
                 f"implicit: option passes={passes!r} must be an integer >= 1")
         self.passes = int(passes)
-        self.threads = _check_threads("implicit", options["threads"])
+        from scalable_softmax.kernels.hogwild import check_threads
+        self.threads = check_threads("implicit", options["threads"])
         if self.K < 2:
             raise ValueError(f"implicit: K={self.K} must be at least 2")
         if self.mu < 0 or not math.isfinite(self.mu):

@@ -403,8 +403,8 @@ class ImplicitBatchTrainer(Trainer):
                          **options)
         opts = self.check_options(dict(tol=1e-10, max_newton=50, u_init="zero",
                                        linear_solver="structured", threads=1))
-        from scalable_softmax.methods.implicit import _check_threads
-        self.threads = _check_threads("implicit-batch", opts["threads"])
+        from scalable_softmax.kernels.hogwild import check_threads
+        self.threads = check_threads("implicit-batch", opts["threads"])
         self.tol = float(opts["tol"])
         self.max_newton = opts["max_newton"]
         self.u_init = opts["u_init"]
