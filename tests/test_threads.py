@@ -301,3 +301,23 @@ def test_threads_option_refused(cls, bad):
     X, y, K = _problem(0)
     with pytest.raises(ValueError, match="threads"):
         cls(X, y, K, threads=bad)
+
+
+@pytest.mark.parametrize("method", ["implicit", "implicit-batch"])
+def test_strong_ridge_runs_in_many_rounds(method):
+    """A ridge strong enough that an epoch needs many rounds (and folds between them)
+    on 2 threads: the fit stays finite and ends near the 1-thread fit's loss."""
+    X, y, K = _problem(1, N=400)
+    lr, mu = 5.0, 200.0
+    tr = (ImplicitTrainer if method == "implicit" else ImplicitBatchTrainer)(
+        X, y, K, mu=mu, threads=2)
+    if method == "implicit":   # several rounds per epoch
+        assert hogwild.round_steps(lr * tr._rho.max(), 2, 40.0) < 100
+    losses = {}
+    for T in (1, 2):
+        res = fit(X, y, method, lr, epochs=3, K=K, mu=mu, seed=0, threads=T,
+                  progress=False)
+        assert not res.history["diverged"].any()
+        assert np.all(np.isfinite(res.W)) and np.all(np.isfinite(res.u))
+        losses[T] = float(res.history["train_log_loss"].iloc[-1])
+    assert abs(losses[2] - losses[1]) <= 0.05 * losses[1]
