@@ -19,8 +19,9 @@ import scipy.sparse as sp
 
 from scalable_softmax.fit import fit
 from scalable_softmax.kernels import hogwild
+from scalable_softmax.kernels import implicit as ki
+from scalable_softmax.kernels import implicit_batch as kib
 from scalable_softmax.methods import implicit as im
-from scalable_softmax.methods import implicit_batch as ib
 from scalable_softmax.methods.implicit import ImplicitTrainer
 from scalable_softmax.methods.implicit_batch import ImplicitBatchTrainer
 
@@ -128,7 +129,7 @@ def test_implicit_disjoint_chunks_equal_serial(sample_from):
     ser = []
     for c in range(T):
         lo, hi = (N * c) // T, (N * (c + 1)) // T
-        ser.append(im._epoch_fast(*_implicit_args(b), b.W, b.u, b._scale, b._rho,
+        ser.append(ki.epoch_fast(*_implicit_args(b), b.W, b.u, b._scale, b._rho,
                                   order[lo:hi], 0.7, K, b.tol, int(seeds[c]), False,
                                   sample_from == "all"))
     np.testing.assert_array_equal(a.W, b.W)
@@ -151,7 +152,7 @@ def test_batch_disjoint_chunks_equal_serial():
     rng = np.random.default_rng(2)
     W0 = rng.normal(0.0, 0.3, (K, D))
     u0 = rng.random(N)
-    beta = ib._touch_beta_kernel(order, tr._y, K, n, m)
+    beta = kib.touch_beta_kernel(order, tr._y, K, n, m)
     args = (tr._indptr, tr._indices, tr._data, tr._y)
     nb = N // n
     seeds = hogwild.chunk_seeds(5, T)
@@ -165,7 +166,7 @@ def test_batch_disjoint_chunks_equal_serial():
     cls_b = np.full((nb, m), -1, np.int64)
     for c in range(T):
         b0, b1 = (nb * c) // T, (nb * (c + 1)) // T
-        res = ib._epoch_kernel(*args, Wb, gb, ub, order[b0 * n:b1 * n], n, m, K, N, 0.8,
+        res = kib.epoch_kernel(*args, Wb, gb, ub, order[b0 * n:b1 * n], n, m, K, N, 0.8,
                                0.0, beta, int(seeds[c]), tr.tol, tr.max_newton, False,
                                cls_b[b0:b1], False)
         assert res[0] == -1 and out[c, 0] == -1
@@ -190,7 +191,7 @@ def test_implicit_rounds_with_ridge(fold_below, exact):
     cnt = np.zeros((1, 5), np.int64)
     folds = hogwild.implicit_epoch(*_implicit_args(a), a.W, a.u, a._scale, a._rho, order,
                                    lr, K, a.tol, seeds, True, False, 7, fold_below, cnt)
-    ser = im._epoch_fast(*_implicit_args(b), b.W, b.u, b._scale, b._rho, order, lr, K,
+    ser = ki.epoch_fast(*_implicit_args(b), b.W, b.u, b._scale, b._rho, order, lr, K,
                          b.tol, int(seeds[0]), True, False)
     assert list(cnt[0]) == list(ser)
     assert (folds == 0) == exact
@@ -210,7 +211,7 @@ def test_batch_rounds_with_ridge(fold_below, exact):
     X, y = _split_columns(N, D, K, 1, 7)
     tr = ImplicitBatchTrainer(X, y, K, batch_size=n, n_sampled=m, mu=mu)
     order = np.random.default_rng(8).permutation(N).astype(np.int64)
-    beta = ib._touch_beta_kernel(order, tr._y, K, n, m)
+    beta = kib.touch_beta_kernel(order, tr._y, K, n, m)
     args = (tr._indptr, tr._indices, tr._data, tr._y)
     nb = N // n
     seeds = hogwild.chunk_seeds(9, 1)
@@ -223,7 +224,7 @@ def test_batch_rounds_with_ridge(fold_below, exact):
                                 out)
     Wb, ub, gb = W0.copy(), np.zeros(N), np.ones(K)
     cb = np.full((nb, m), -1, np.int64)
-    res = ib._epoch_kernel(*args, Wb, gb, ub, order, n, m, K, N, lr, mu, beta,
+    res = kib.epoch_kernel(*args, Wb, gb, ub, order, n, m, K, N, lr, mu, beta,
                            int(seeds[0]), tr.tol, tr.max_newton, False, cb, False)
     assert (folds == 0) == exact
     np.testing.assert_array_equal(ca, cb)

@@ -4,7 +4,7 @@ Implicit SGD (``"implicit-batch"``): what the trainers run with the option
 
 The scheme
 ----------
-As U-max's Hogwild kernel (:func:`scalable_softmax.methods.sgd._epoch_m1_hogwild`): the
+As U-max's Hogwild kernel (:func:`scalable_softmax.kernels.sgd.epoch_m1_hogwild`): the
 epoch's order is cut into ``T`` contiguous chunks (for ``"implicit-batch"`` at
 minibatch boundaries, so the minibatches, and hence the ridge weights ``β``, are those
 of the serial epoch), run in parallel by ``numba.prange`` without locks. Chunk ``c``
@@ -54,8 +54,9 @@ serial kernels (``tests/test_threads.py``).
 ``batch_epoch(...)``, ``batch_draw(...)``
     the Hogwild epoch of ``"implicit-batch"`` and the class draws of one chunk.
 ``chunk_seeds(seed, chunks)``, ``round_steps(rate_max, chunks, decades)``,
-``check_threads(method, threads)``
-    the chunks' seeds, the round length and the option's check (Python).
+``check_threads(method, threads)``, ``run_threads(threads, kernel, *args)``
+    the chunks' seeds, the round length, the option's check and a kernel run on a given
+    number of numba threads (Python).
 """
 from __future__ import annotations
 
@@ -66,16 +67,21 @@ import numpy as np
 
 from scalable_softmax._kernels import JIT, PJIT
 from scalable_softmax._kernels import prefetch_r as _prefetch_r
-from scalable_softmax.methods.implicit import _LI, _LX
-from scalable_softmax.methods.implicit import _apply_step as _implicit_step
-from scalable_softmax.methods.implicit import _apply_u_only as _implicit_u_only
-from scalable_softmax.methods.implicit import _draw_class as _implicit_draw_class
-from scalable_softmax.methods.implicit_batch import _chunk_labels as _batch_labels
-from scalable_softmax.methods.implicit_batch import _epoch_kernel as _batch_kernel
-from scalable_softmax.methods.implicit_batch import _sample_classes as _batch_sample
+from scalable_softmax.kernels.common import prefetch_csr_row
+from scalable_softmax.kernels.implicit import apply_step as _implicit_step
+from scalable_softmax.kernels.implicit import apply_u_only as _implicit_u_only
+from scalable_softmax.kernels.implicit import draw_class as _implicit_draw_class
+from scalable_softmax.kernels.implicit_batch import chunk_labels as _batch_labels
+from scalable_softmax.kernels.implicit_batch import epoch_kernel as _batch_kernel
+from scalable_softmax.kernels.implicit_batch import sample_classes as _batch_sample
+
+#: pipeline distances of the chunks' step loop (steps ahead; those of the serial fast
+#: kernel): the CSR row of ``x`` and the per-datapoint values (indptr, y, u, ||x||^2)
+_LX = 2
+_LI = 4
 
 __all__ = ["implicit_epoch", "implicit_draw", "batch_epoch", "batch_draw",
-           "chunk_seeds", "round_steps", "check_threads", "FOLD_BELOW_IMPLICIT",
+           "chunk_seeds", "round_steps", "check_threads", "run_threads", "FOLD_BELOW_IMPLICIT",
            "FOLD_BELOW_BATCH", "ROUND_DECADES"]
 
 #: between rounds, rows whose lazy scale is below this are folded (``"implicit"``;
@@ -114,6 +120,17 @@ def check_threads(method: str, threads) -> int:
             f"{numba.config.NUMBA_NUM_THREADS} (set NUMBA_NUM_THREADS before starting "
             "Python, or ask for fewer threads)")
     return int(threads)
+
+
+def run_threads(threads: int, kernel, *args):
+    """``kernel(*args)`` with numba's thread count set to ``threads`` (restored after,
+    also on an error); returns its result."""
+    prev = numba.get_num_threads()
+    numba.set_num_threads(int(threads))
+    try:
+        return kernel(*args)
+    finally:
+        numba.set_num_threads(prev)
 
 
 def round_steps(rate_max: float, chunks: int, decades: float) -> int:
@@ -187,16 +204,7 @@ def _implicit_steps(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, c
             _prefetch_r(u, j)
             _prefetch_r(sqnorm, j)
         if t + _LX < b:
-            j = order[t + _LX]
-            b0 = indptr[j]
-            b1 = indptr[j + 1]
-            if b1 > b0:
-                for p in range(b0, b1, 8):
-                    _prefetch_r(data, p)
-                _prefetch_r(data, b1 - 1)
-                for p in range(b0, b1, 16):
-                    _prefetch_r(indices, p)
-                _prefetch_r(indices, b1 - 1)
+            prefetch_csr_row(indptr, indices, data, order[t + _LX], True)
         q = 0
         q1 = 0
         kk = 0

@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -334,7 +333,6 @@ def draw_classes(seed, order, y, K, sample_from="others"):
 # Trainer
 # --------------------------------------------------------------------------------------
 
-
 class ImplicitTrainer(Trainer):
     """Implicit SGD, one datapoint and one sampled class per step (docs/math.md section 4).
 
@@ -472,16 +470,11 @@ class ImplicitTrainer(Trainer):
         rate = lr * float(self._rho.max()) if ridge and self.K else 0.0
         rounds = hogwild.round_steps(rate, T, hogwild.ROUND_DECADES["implicit"])
         counters = np.zeros((T, 5), np.int64)
-        prev = numba.get_num_threads()
-        numba.set_num_threads(T)
-        try:
-            hogwild.implicit_epoch(
-                self._indptr, self._indices, self._data, self._y, self._sqnorm, self.W,
-                self.u, self._scale, self._rho, order, lr, self.K, self.tol,
-                hogwild.chunk_seeds(seed, T), ridge, self.sample_from == "all", rounds,
-                hogwild.FOLD_BELOW_IMPLICIT, counters)
-        finally:
-            numba.set_num_threads(prev)
+        hogwild.run_threads(
+            T, hogwild.implicit_epoch, self._indptr, self._indices, self._data, self._y,
+            self._sqnorm, self.W, self.u, self._scale, self._rho, order, lr, self.K,
+            self.tol, hogwild.chunk_seeds(seed, T), ridge, self.sample_from == "all",
+            rounds, hogwild.FOLD_BELOW_IMPLICIT, counters)
         div = counters[:, 1]
         return (int(counters[:, 0].sum()), int(div[div >= 0].min()) if (div >= 0).any()
                 else -1, int(counters[:, 2].sum()), int(counters[:, 3].max()),

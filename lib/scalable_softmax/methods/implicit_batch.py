@@ -111,7 +111,6 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -511,17 +510,11 @@ class ImplicitBatchTrainer(Trainer):
         rate = lr * self.mu * float(self.beta.max()) / self.N if self.mu > 0 else 0.0
         rounds = hogwild.round_steps(rate, T, hogwild.ROUND_DECADES["implicit-batch"])
         out = np.zeros((T, 8), np.int64)
-        prev = numba.get_num_threads()
-        numba.set_num_threads(T)
-        try:
-            hogwild.batch_epoch(
-                self._indptr, self._indices, self._data, self._y, self.W, gamma, self.u,
-                order, n, m, self.K, self.N, lr, self.mu, self.beta,
-                hogwild.chunk_seeds(seed, T), self.tol, self.max_newton,
-                self.linear_solver == "dense", classes, rounds, hogwild.FOLD_BELOW_BATCH,
-                out)
-        finally:
-            numba.set_num_threads(prev)
+        hogwild.run_threads(
+            T, hogwild.batch_epoch, self._indptr, self._indices, self._data, self._y,
+            self.W, gamma, self.u, order, n, m, self.K, self.N, lr, self.mu, self.beta,
+            hogwild.chunk_seeds(seed, T), self.tol, self.max_newton,
+            self.linear_solver == "dense", classes, rounds, hogwild.FOLD_BELOW_BATCH, out)
         div = out[:, 0]
         return (int(div[div >= 0].min()) if (div >= 0).any() else -1,
                 int(out[:, 1].sum()), int(out[:, 2].sum()), int(out[:, 3].max()),
