@@ -59,7 +59,7 @@ METHODS = {
     "softmax-sgd": (10.0, 100.0, {"batch_size": 100}),
 }
 #: training rows at most, per method (the full softmax costs K per datapoint)
-ROWS_CAP = {"softmax-sgd": 5_000}
+ROWS_CAP = {"softmax-sgd": 2_000}
 DATA = ("many-classes", "20news-words")
 TEST_ROWS = 5_000
 
