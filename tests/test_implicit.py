@@ -420,8 +420,8 @@ def test_options_validated():
         fit(X, y, "implicit", 1.0, K=K, batch_size=2, epochs=1, progress=False)
     with pytest.raises(ValueError, match="n_sampled"):
         fit(X, y, "implicit", 1.0, K=K, n_sampled=2, epochs=1, progress=False)
-    with pytest.raises(ValueError, match="no parallel kernel"):
-        ImplicitTrainer(X, y, K, threads=2)
+    with pytest.raises(ValueError, match="threads"):
+        ImplicitTrainer(X, y, K, threads=0)
     tr = ImplicitTrainer(X, y, K)
     tr.init_params()
     with pytest.raises(ValueError, match="learning rate"):

@@ -36,13 +36,19 @@ def test_threads_one_is_the_serial_run_bit_for_bit(method):
     assert b.params["options"] == {"threads": 1}
 
 
+def test_every_stochastic_method_has_a_parallel_kernel():
+    assert all(get_trainer_class(m).parallel_kernel for m in STOCHASTIC)
+
+
 @pytest.mark.skipif(TWO < 2, reason="numba has one thread here (NUMBA_NUM_THREADS=1)")
-@pytest.mark.parametrize("method", [m for m in STOCHASTIC
-                                    if not get_trainer_class(m).parallel_kernel])
-def test_a_method_without_a_parallel_kernel_refuses_more_threads(method):
+@pytest.mark.parametrize("method, kw", [("umax", {"n_sampled": 3}),
+                                        ("vanilla", {"sample_from": "all"})])
+def test_a_configuration_without_a_parallel_kernel_refuses_more_threads(method, kw):
+    """Explicit SGD's many-class kernel (m > 1 or sample_from='all') has no Hogwild
+    version: more threads are refused, naming the methods that have one."""
     with pytest.raises(ValueError, match=rf"method {method!r} has no parallel kernel.*"
                                          r"Methods with a parallel kernel today: .*umax"):
-        _fit(method, threads=2)
+        _fit(method, threads=2, **kw)
 
 
 @pytest.mark.parametrize("method", ["ove", "nce", "is", "softmax-sgd"])
@@ -84,6 +90,6 @@ def test_estimator_n_jobs_maps_to_threads():
     np.testing.assert_allclose(par.coef_, base.coef_, rtol=1e-12, atol=1e-14)
     if TWO > 1:
         with pytest.raises(ValueError, match="has no parallel kernel"):
-            SoftmaxSGDClassifier(method="implicit", n_jobs=2).fit(X, y)
+            SoftmaxSGDClassifier(method="umax", n_sampled=5, n_jobs=2).fit(X, y)
     with pytest.raises(ValueError, match="n_jobs must be None, -1 or an integer"):
         SoftmaxSGDClassifier(method="umax", n_jobs=0).fit(X, y)

@@ -28,6 +28,9 @@ The submodules:
 :mod:`scalable_softmax.kernels.softmax_sgd`
     the epoch of ``softmax-sgd`` on feature-major weights and its pieces (the module
     itself, not a re-export).
+:mod:`scalable_softmax.kernels.hogwild`
+    the lock-free two-or-more-thread epochs of ``"implicit"`` and ``"implicit-batch"``
+    (option ``threads``), built from the serial kernels' step functions.
 
 And here:
 

@@ -358,8 +358,14 @@ class ImplicitTrainer(StochasticTrainer):
         Passes over the datapoint order per :meth:`run_epoch` call, all at the same
         learning rate (the authors' code: 3). Pass ``p`` uses the seed
         :func:`pass_seeds` ``(seed, passes)[p]`` (pass 0: ``seed`` itself).
-    threads : int, default 1
-        No parallel kernel yet: ``threads > 1`` raises ``ValueError``.
+    threads : int >= 1, default 1
+        Threads of an epoch. ``1``: the serial kernels above. ``T > 1``: the lock-free
+        (Hogwild) kernel :func:`scalable_softmax.kernels.hogwild.implicit_epoch`: each
+        pass's order cut into ``T`` contiguous chunks run in parallel, chunk ``c``
+        drawing its classes from the seed
+        :func:`~scalable_softmax.kernels.hogwild.chunk_seeds` ``(pass seed, T)[c]``;
+        not bit-reproducible (races), see that module for how the ridge scales stay
+        safe.
 
     The initial ``u`` is ``fit``'s ``u_init`` (:meth:`init_params`).
     ``extra`` of the epoch report holds ``root_iterations_mean`` and
@@ -386,6 +392,9 @@ class ImplicitTrainer(StochasticTrainer):
                "sample_from": ("others", {"one_of": list(SAMPLE_FROM)}),
                "passes": (1, {"type": "int", "min": 1})}
 
+    #: threads > 1 runs the Hogwild kernel (kernels.hogwild.implicit_epoch)
+    parallel_kernel = True
+
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled,
                          **options)
@@ -393,6 +402,7 @@ class ImplicitTrainer(StochasticTrainer):
         self.kernel = self.opts["kernel"]
         self.sample_from = self.opts["sample_from"]
         self.passes = self.opts["passes"]
+        self.threads = self.n_threads()
         if not (sp.issparse(X) and X.format == "csr"):
             X = sp.csr_matrix(X)
         self._indptr = np.ascontiguousarray(X.indptr, dtype=np.int64)
@@ -428,10 +438,31 @@ class ImplicitTrainer(StochasticTrainer):
     def _run(self, order, lr, seed):
         """One pass over ``order`` seeded with ``seed``; returns the kernel's
         ``(steps, diverged, total_evals, max_evals, u_only_steps)``."""
+        if self.threads > 1:
+            return self._run_hogwild(order, lr, seed)
         kern = epoch_fast if self.kernel == "fast" else epoch_simple
         return kern(self._indptr, self._indices, self._data, self._y, self._sqnorm,
                     self.W, self.u, self._scale, self._rho, order, lr, self.K, self.tol,
                     int(seed) % (2 ** 32), self.mu > 0.0, self.sample_from == "all")
+
+    def _run_hogwild(self, order, lr, seed):
+        """:meth:`_run` on ``threads`` threads (the kernel's per-chunk counters
+        summed; the divergence is the first failing step of any chunk)."""
+        from scalable_softmax.kernels import hogwild
+        T = self.threads
+        ridge = self.mu > 0.0
+        rate = lr * float(self._rho.max()) if ridge and self.K else 0.0
+        rounds = hogwild.round_steps(rate, T, hogwild.ROUND_DECADES["implicit"])
+        counters = np.zeros((T, 5), np.int64)
+        hogwild.run_threads(
+            T, hogwild.implicit_epoch, self._indptr, self._indices, self._data, self._y,
+            self._sqnorm, self.W, self.u, self._scale, self._rho, order, lr, self.K,
+            self.tol, hogwild.chunk_seeds(seed, T), ridge, self.sample_from == "all",
+            rounds, hogwild.FOLD_BELOW_IMPLICIT, counters)
+        div = counters[:, 1]
+        return (int(counters[:, 0].sum()), int(div[div >= 0].min()) if (div >= 0).any()
+                else -1, int(counters[:, 2].sum()), int(counters[:, 3].max()),
+                int(counters[:, 4].sum()))
 
     def run_epoch(self, order: np.ndarray, lr: float, seed: int) -> EpochReport:
         """One epoch: ``passes`` passes of implicit steps over ``order``, all with

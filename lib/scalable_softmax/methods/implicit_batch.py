@@ -365,8 +365,13 @@ class ImplicitBatchTrainer(StochasticTrainer):
         diagonal over the classes plus ``2n`` rank-one terms, ``O(n²(n+m)·n)`` per
         iteration), falling back to the dense Cholesky when it fails; or always the
         dense Cholesky (``O((n(n+m))³)``). Both give the same step to the tolerance.
-    threads : int, default 1
-        No parallel kernel yet: ``threads > 1`` raises ``ValueError``.
+    threads : int >= 1, default 1
+        Threads of an epoch. ``1``: the serial kernel. ``T > 1``: the lock-free
+        (Hogwild) kernel :func:`scalable_softmax.kernels.hogwild.batch_epoch`: the
+        epoch's minibatches (the same as with one thread) cut into ``T`` contiguous
+        runs stepped in parallel, run ``c`` drawing its classes from the seed
+        :func:`~scalable_softmax.kernels.hogwild.chunk_seeds` ``(seed, T)[c]``; not
+        bit-reproducible (races), see that module for how the ridge scales stay safe.
 
     The initial ``u`` is ``fit``'s ``u_init`` (:meth:`init_params`).
 
@@ -396,6 +401,8 @@ class ImplicitBatchTrainer(StochasticTrainer):
                "tol": (1e-10, {"type": "number", "above": 0, "finite": True}),
                "max_newton": (50, {"type": "int", "min": 1}),
                "linear_solver": ("structured", {"one_of": ["structured", "dense"]})}
+    #: threads > 1 runs the Hogwild kernel (kernels.hogwild.batch_epoch)
+    parallel_kernel = True
 
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled,
@@ -403,6 +410,7 @@ class ImplicitBatchTrainer(StochasticTrainer):
         self.tol = self.opts["tol"]
         self.max_newton = self.opts["max_newton"]
         self.linear_solver = self.opts["linear_solver"]
+        self.threads = self.n_threads()
         Xc = sp.csr_matrix(X)
         self._indptr = np.ascontiguousarray(Xc.indptr, dtype=np.int64)
         self._indices = np.ascontiguousarray(Xc.indices, dtype=np.int64)
@@ -452,13 +460,20 @@ class ImplicitBatchTrainer(StochasticTrainer):
         gamma = np.ones(self.K)
         nsteps = -(-len(order) // n)
         classes = np.full((nsteps, m), -1, np.int64)
-        div, steps, ntot, nmax, nunc, ncl, nfb, nch = epoch_kernel(
-            self._indptr, self._indices, self._data, self._y, self.W, gamma, self.u,
-            order, n, m, self.K, self.N, lr, self.mu, self.beta, int(seed) & 0xFFFFFFFF,
-            self.tol, self.max_newton, self.linear_solver == "dense", classes, False)
+        if self.threads > 1:
+            div, steps, ntot, nmax, nunc, ncl, nfb, nch = self._run_hogwild(
+                order, lr, seed, gamma, classes)
+        else:
+            div, steps, ntot, nmax, nunc, ncl, nfb, nch = epoch_kernel(
+                self._indptr, self._indices, self._data, self._y, self.W, gamma, self.u,
+                order, n, m, self.K, self.N, lr, self.mu, self.beta,
+                int(seed) & 0xFFFFFFFF, self.tol, self.max_newton,
+                self.linear_solver == "dense", classes, False)
         scaled = gamma != 1.0
         self.W[scaled] *= gamma[scaled, None]
-        self.last_epoch_classes = classes[:steps]
+        # with threads > 1 every minibatch's classes were drawn before the steps (after a
+        # divergence, steps of other chunks may have run past it): keep them all
+        self.last_epoch_classes = classes[:steps] if self.threads == 1 else classes
         return EpochReport(steps=int(steps), diverged_at=int(div), extra={
             "newton_iterations_mean": ntot / max(steps, 1),
             "chord_iterations_mean": nch / max(steps, 1),
@@ -468,6 +483,28 @@ class ImplicitBatchTrainer(StochasticTrainer):
             "dense_fallbacks": int(nfb),
         })
 
+    def _run_hogwild(self, order, lr, seed, gamma, classes):
+        """The epoch on ``threads`` threads; returns the serial kernel's eight results
+        (per-chunk counters summed, the first diverged minibatch of any chunk). With
+        a divergence, minibatches of other chunks may have run after it: ``steps``
+        counts every step taken."""
+        from scalable_softmax.kernels import hogwild
+        n, m = self.batch_size, self.n_sampled
+        T = min(self.threads, max(1, classes.shape[0]))
+        rate = lr * self.mu * float(self.beta.max()) / self.N if self.mu > 0 else 0.0
+        rounds = hogwild.round_steps(rate, T, hogwild.ROUND_DECADES["implicit-batch"])
+        out = np.zeros((T, 8), np.int64)
+        hogwild.run_threads(
+            T, hogwild.batch_epoch, self._indptr, self._indices, self._data, self._y,
+            self.W, gamma, self.u, order, n, m, self.K, self.N, lr, self.mu, self.beta,
+            hogwild.chunk_seeds(seed, T), self.tol, self.max_newton,
+            self.linear_solver == "dense", classes, rounds, hogwild.FOLD_BELOW_BATCH, out)
+        div = out[:, 0]
+        return (int(div[div >= 0].min()) if (div >= 0).any() else -1,
+                int(out[:, 1].sum()), int(out[:, 2].sum()), int(out[:, 3].max()),
+                int(out[:, 4].sum()), int(out[:, 5].sum()), int(out[:, 6].sum()),
+                int(out[:, 7].sum()))
+
     def warmup(self):
         """Compile (or load from numba's cache) the kernels on a two-class, one-point
         problem of the same types (the parameters are not touched)."""
@@ -475,9 +512,17 @@ class ImplicitBatchTrainer(StochasticTrainer):
         y = np.zeros(1, np.int64)
         beta = touch_beta_kernel(order, y, 2, 1, 1)
         epoch_kernel(np.array([0, 1], np.int64), np.zeros(1, np.int64), np.ones(1), y,
-                     np.zeros((2, 1)), np.ones(2), np.zeros(1), order, 1, 1, 2, 1, 1.0,
-                     0.0, beta, 0, self.tol, self.max_newton,
-                     self.linear_solver == "dense", np.full((1, 1), -1, np.int64), False)
+                      np.zeros((2, 1)), np.ones(2), np.zeros(1), order, 1, 1, 2, 1, 1.0,
+                      0.0, beta, 0, self.tol, self.max_newton,
+                      self.linear_solver == "dense", np.full((1, 1), -1, np.int64), False)
+        if self.threads > 1:
+            from scalable_softmax.kernels import hogwild
+            hogwild.batch_epoch(
+                np.array([0, 1], np.int64), np.zeros(1, np.int64), np.ones(1), y,
+                np.zeros((2, 1)), np.ones(2), np.zeros(1), order, 1, 1, 2, 1, 1.0, 0.0,
+                beta, np.zeros(1, np.int64), self.tol, self.max_newton,
+                self.linear_solver == "dense", np.full((1, 1), -1, np.int64), 1,
+                hogwild.FOLD_BELOW_BATCH, np.zeros((1, 8), np.int64))
 
     def weights(self):
         """The current ``K x D`` weights (scale factors are folded in after every
