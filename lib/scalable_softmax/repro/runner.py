@@ -916,7 +916,7 @@ def _record_duration(name: str, profile: str, seconds: float) -> None:
 
 
 #: notebooks run by ``make reproduce-extra`` only (the Makefile's EXTRA_NAMES)
-EXTENSIONS = ("11-tuned-rates", "12-peers", "13-real-large-k")
+EXTENSIONS = ("11-tuned-rates", "12-peers", "13-real-large-k", "14-crossover")
 
 
 def _make_runs_log(profile: str) -> Path:
