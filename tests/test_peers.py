@@ -222,7 +222,7 @@ def test_minibatch_findings_compare_with_one_datapoint_one_class():
     assert r.s_per_epoch == 2.0 and r.s_per_epoch_single == 0.1
     assert r.seconds_to_5pct == 3.0 and math.isnan(r.seconds_to_5pct_single)
     assert lines[0] == (
-        "**A**, Implicit SGD (n=m=10) against n = m = 1: best test log-loss 2 against 2.2 "
+        "**A**, Implicit SGD (n, m chosen) against n = m = 1: best test log-loss 2 against 2.2 "
         "(ratios to the best of any method 1 and 1.1); seconds to within 5% of the best: 3 s "
         "against never; seconds to within 1% of the best: 4 s against never; 4 against 10 epochs at 2 against 0.1 training "
         "seconds per epoch (20x).")

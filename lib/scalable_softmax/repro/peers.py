@@ -89,7 +89,8 @@ METHODS = {
 #: labels for tables and figures
 LABELS = {
     "implicit": "Implicit SGD", "umax": "U-max",
-    "implicit-batch": "Implicit SGD (n=m=10)", "implicit-batch-5": "Implicit SGD (n=m=5)", "is": "IS (n=100, m=5)",
+    "implicit-batch": "Implicit SGD (n, m chosen)", "implicit-batch-5": "Implicit SGD (n=m=5)",
+    "is": "IS (n=100)",
     "exact": "L-BFGS (ours, exact)", "softmax-sgd": "softmax SGD (ours, full softmax)", "sklearn-lbfgs": "sklearn lbfgs",
     "sklearn-saga": "sklearn saga", "torch-sgd": "torch SGD (full softmax)",
     "torch-adam": "torch Adam (full softmax)",
