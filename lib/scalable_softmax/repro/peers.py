@@ -5,21 +5,26 @@ Every method is trained with a cap on its training seconds and evaluated, exactl
 checkpoints spaced geometrically in training seconds. The clock runs only while the
 method trains: evaluations pause it (as ``fit``'s ``seconds`` column does).
 
-Methods (:data:`METHODS`), every one with 2 threads where it can use them:
+Methods (:data:`METHODS`), every one given the same ``threads`` (2 in notebook 12):
 
 * ours, through the library's trainers (:mod:`scalable_softmax.methods`) under the
-  ``"paper-text"`` protocol (:mod:`scalable_softmax.protocols`), ``mu = 0``:
-  ``implicit`` (Implicit SGD; its kernel is serial), ``umax`` (U-max, Hogwild on 2
-  threads), ``is`` (importance sampling, n = 100, m = 5; the library's default serial
-  kernel, see ``_OUR_THREAD_OPTIONS``), ``implicit-batch`` and ``implicit-batch-5``
-  (the library's minibatch Implicit SGD, ``fit(..., "implicit-batch", ...)``, with
-  n = m = 10 and n = m = 5 datapoints and sampled classes per step, its serial kernel,
-  the paper-text settings of ``implicit``: shuffled data, ``u = log K``; see
-  :data:`BATCH_IMPLICIT`), all at ``lr * 0.9**(epoch - 1)`` for at most
-  ``max_epochs`` epochs; and ``exact``: full-batch L-BFGS on the exact objective
-  (the library's :class:`~scalable_softmax.methods.full.ExactTrainer` objective kernel,
-  driven here by one ``scipy.optimize.minimize(method="L-BFGS-B")`` call whose callback
-  evaluates at the checkpoints, so the curvature pairs are kept throughout);
+  ``"paper-text"`` protocol (:mod:`scalable_softmax.protocols`), ``mu = 0``, all at
+  ``lr * 0.9**(epoch - 1)`` for at most ``max_epochs`` epochs: ``implicit`` (Implicit
+  SGD), ``umax`` (U-max), ``is`` (importance sampling, minibatches of 100),
+  ``implicit-batch`` and ``implicit-batch-5`` (the library's minibatch Implicit SGD,
+  ``fit(..., "implicit-batch", ...)``, with the paper-text settings of ``implicit``:
+  shuffled data, ``u = log K``; n and m from the job's options, else
+  :data:`BATCH_IMPLICIT`; n = m = 1 runs Implicit SGD's own single-point kernel, the same
+  step at ``mu = 0``), ``softmax-sgd`` (the library's exact full-softmax minibatch SGD,
+  minibatches of 100 unless the job says otherwise, shuffled data); a job's
+  ``batch_size`` / ``n_sampled`` options set the points and classes per step. Threads:
+  :func:`_our_trainer` asks each trainer for ``threads`` (with the older switch of its
+  threaded kernel, :data:`_LEGACY_THREAD_OPTIONS`) and falls back to one thread where
+  the trainer refuses; the run's ``info`` says what it got. And ``exact``: full-batch
+  L-BFGS on the exact objective (the library's
+  :class:`~scalable_softmax.methods.full.ExactTrainer` objective kernel, driven here by
+  one ``scipy.optimize.minimize(method="L-BFGS-B")`` call whose callback evaluates at the
+  checkpoints, so the curvature pairs are kept throughout);
 * scikit-learn ``LogisticRegression`` (multinomial, no penalty ``C=inf``, no intercept):
   ``sklearn-lbfgs`` and ``sklearn-saga``. ``fit`` has no callback, so (as benchopt
   does for such solvers) the curve is made of separate fits from scratch with
@@ -48,6 +53,14 @@ the thread variables set to ``threads``, and a hard wall-clock limit (the child 
 killed, its points so far kept). The peak memory is the child's maximum resident set
 size from ``os.wait4`` (``ru_maxrss``): the interpreter, the libraries, the data, the
 method's state and the evaluations' working memory together.
+
+The rule (:func:`tune_rates`, :func:`choose_rates`): every method with a rate chooses
+among its candidates (:func:`candidates`: each rate of its grid times each of its
+structural options, the same number for every method in notebook 12) by the lowest exact
+log-loss on held-out rows of the training split after a short budget; the test split is
+never looked at. Whether a run used its threads is measured, not assumed: the process's
+CPU seconds (all threads) per training second (``cpu_per_second`` of
+:func:`run_final`'s runs; ``used_threads`` from :data:`USED_THREADS_RATIO`).
 
 Time to quality: :func:`time_to_quality` takes the curves and gives, per data set and
 method, the first checkpoint's training seconds at which the test log-loss is within a
