@@ -786,3 +786,16 @@ def test_the_rule_over_structures_end_to_end(tmp_path):
     table, _ = P.peer_table(runs, rates, curves, datasets=[path], methods=["umax"],
                             shown={path: "p"}, tolerances=[0.05])
     assert table.config.iloc[0] == rates.config.iloc[0] and table.candidates.iloc[0] == 4
+
+
+def test_softmax_sgd_stops_inside_an_epoch_at_the_cap():
+    """Its epoch runs in pieces of whole minibatches (the same steps, see the structural
+    option test above), so a run whose epoch outlasts the cap stops at the first piece
+    past it, with a point there."""
+    X, y, K = _problem(N=3000, K=8)
+    res = P.run_job(_job("softmax-sgd", 0.5, cap=1e-9, max_epochs=3,
+                         options={"batch_size": 10}), problem=(X, y, K, _sets(X, y)))
+    assert res["status"] == "time cap", res["reason"]
+    assert "after 100 of 3000 points" in res["reason"]
+    last = res["points"][-1]
+    assert last["epoch"] == pytest.approx(100 / 3000)

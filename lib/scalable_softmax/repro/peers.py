@@ -118,6 +118,8 @@ _OUR_PROTOCOL = "paper-text"
 #: (and alone when a trainer does not know ``threads``): U-max's Hogwild kernel and
 #: softmax SGD's class-parallel one; see :func:`_our_trainer`
 _LEGACY_THREAD_OPTIONS = {"umax": {"hogwild": True}, "softmax-sgd": {"parallel": True}}
+#: the pieces an epoch of softmax SGD is cut into, so that its run stops near the cap
+EPOCH_PIECES = 32
 #: a run "used its threads" when its process spent at least this many CPU seconds per
 #: training second (the second of 2 threads busy at least 30% of the time)
 USED_THREADS_RATIO = 1.3
@@ -445,10 +447,35 @@ def _run_ours(job, X, y, K, rec):
     N = X.shape[0]
     rec.record_start(tr.weights(), epoch=0)
     status, reason = "completed", f"{job.max_epochs} epochs"
+    # softmax SGD draws nothing, so an epoch cut at multiples of its minibatch takes the
+    # same steps: it is run in about EPOCH_PIECES pieces and stops at the first piece
+    # past the cap (as PyTorch's runs stop at the first minibatch past it), since its
+    # epoch costs O(N K D) and can outlast the cap many times at large K
+    piece = N if job.method != "softmax-sgd" else \
+        tr.batch_size * max(1, math.ceil(N / tr.batch_size / EPOCH_PIECES))
     for e in range(1, job.max_epochs + 1):
         rec.start()
         idx = make_order(rng, N, order)
-        rep = tr.run_epoch(idx, job.lr * decay ** (e - 1), int(rng.integers(0, 2 ** 63 - 1)))
+        lr, seed = job.lr * decay ** (e - 1), int(rng.integers(0, 2 ** 63 - 1))
+        if piece < N:
+            for a in range(0, N, piece):
+                if a:
+                    rec.start()
+                rep = tr.run_epoch(idx[a:a + piece], lr, seed)
+                rec.stop()
+                done = min(a + piece, N)
+                if rep.diverged_at is not None and rep.diverged_at >= 0:
+                    rec.record(None, epoch=e - 1 + done / N)
+                    return "diverged", f"non-finite parameters in epoch {e}", dict(
+                        run_info, epochs=e)
+                if done < N and rec.over():
+                    rec.record(tr.weights(), epoch=e - 1 + done / N)
+                    return "time cap", (f"stopped at the cap in epoch {e} after {done} of "
+                                        f"{N} points"), dict(run_info, epochs=e - 1 + done / N)
+                if done < N and rec.due():
+                    rec.record(tr.weights(), epoch=e - 1 + done / N)
+        else:
+            rep = tr.run_epoch(idx, lr, seed)
         rec.stop()
         if rep.diverged_at is not None and rep.diverged_at >= 0 or \
                 (tr.u is not None and not np.all(np.isfinite(tr.u))):
