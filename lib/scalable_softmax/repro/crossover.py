@@ -116,7 +116,8 @@ def build_problems(Ks, max_points, workdir, *, seed=0, dataset=DATASET, **load_o
 
 
 def race(paths, methods, *, grids, structures, caps, tune_fraction, max_epochs, eval_rows,
-         holdout, seed, memory_cap_gb, threads, options, isolate="method", say=print):
+         holdout, seed, memory_cap_gb, threads, options, isolate="method",
+         first_checkpoint=1 / 256, wall_extra=90.0, say=print):
     """Notebook 12's race at every ``K`` of ``paths`` (:func:`build_problems`): the
     candidates of every method with a rate tuned on held-out rows
     (:func:`~scalable_softmax.repro.peers.tune_rates` for ``tune_fraction * caps[K]``
@@ -126,6 +127,10 @@ def race(paths, methods, *, grids, structures, caps, tune_fraction, max_epochs, 
 
     Returns ``(tuning, rates, curves, runs)`` with a ``K`` column added to each (their
     ``dataset`` column is the problem's file; :func:`crossover_table` drops it).
+    ``first_checkpoint`` (a fraction of the cap) is where the checkpoints, ``sqrt(2)``
+    apart, start; ``wall_extra`` the seconds each child process may take beyond three
+    times its training seconds (at large K most of a run's wall time is the exact
+    evaluations at the checkpoints, which the training clock excludes).
     """
     Ks = list(paths)
     data = [paths[K] for K in Ks]
@@ -138,13 +143,15 @@ def race(paths, methods, *, grids, structures, caps, tune_fraction, max_epochs, 
                                   max_epochs=max_epochs, eval_rows=eval_rows,
                                   holdout=holdout, seed=seed, memory_cap_gb=memory_cap_gb,
                                   threads=threads, options=options, structures=structures,
-                                  progress=False)
+                                  wall_extra=wall_extra, progress=False)
         rates = peers.chosen_rates(tuning)
         say(f"K = {K:,}: {len(tuning)} tuning runs")
         curves, runs = peers.run_final([d], methods, rates, {d: kcap[d]},
                                        max_epochs=max_epochs, eval_rows=eval_rows, seed=seed,
                                        memory_cap_gb=memory_cap_gb, threads=threads,
-                                       options=options, isolate=isolate, progress=False)
+                                       options=options, isolate=isolate,
+                                       first_checkpoint=first_checkpoint,
+                                       wall_extra=wall_extra, progress=False)
         for r in runs.itertuples():
             say(f"K = {K:,} / {r.method}: {r.status}, {r.points} points")
         tunings.append(tuning)
