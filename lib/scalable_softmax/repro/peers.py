@@ -1275,6 +1275,25 @@ PEER_STYLES = {"sklearn-lbfgs": (2, "--", "D"), "sklearn-saga": (3, "--", "v"),
                "torch-sampled": (7, ":", "^")}
 
 
+#: our methods drawn in a series colour instead of their method colour (index into the
+#: collection's series colours): softmax SGD's method colour is the exact softmax's
+#: black, which L-BFGS (``exact``) has too; its grey is 35 or more (CIE76) from every
+#: other series of the figures
+OUR_SERIES_COLORS = {"softmax-sgd": 0}
+
+
+def series_color(method: str) -> str:
+    """The colour of ``method``'s series in notebook 12's figures: the peers' from
+    :data:`PEER_STYLES`, ours from :data:`OUR_SERIES_COLORS` or the method styles."""
+    from scalable_softmax.repro import style
+
+    if method in PEER_STYLES:
+        return style.SERIES_COLORS[PEER_STYLES[method][0]]
+    if method in OUR_SERIES_COLORS:
+        return style.SERIES_COLORS[OUR_SERIES_COLORS[method]]
+    return style.color(method)
+
+
 def plan_methods(methods, datasets, caps):
     """Check the requested ``methods`` and ``caps`` and find which methods can run here.
 
@@ -1380,7 +1399,7 @@ def peer_table(runs, rates, curves, *, datasets, methods, shown, tolerances):
                    "-" if m in RATE_METHODS else "no rate"
                    for v, m in zip(table.lr, table.method)]
     for col in ("at_grid_edge", "layout", "rss_scope", "grid", "config", "used_threads"):
-        table[col] = table[col].fillna("").astype(str)
+        table[col] = table[col].astype(object).where(table[col].notna(), "").astype(str)
     order = {v: i for i, v in enumerate(list(datasets) + list(methods))}
     table = table.sort_values(["dataset", "method"], key=lambda c: c.map(order))
     return table.reset_index(drop=True), ttq
@@ -1498,7 +1517,7 @@ def curve_figure(curves, ttq, metric, title, *, datasets, methods, shown, shapes
                 col, ls, mk = PEER_STYLES[m]
                 kw = dict(color=style.SERIES_COLORS[col], ls=ls, marker=mk, label=LABELS[m])
             else:
-                kw = style.line(m, label=LABELS[m])
+                kw = style.line(m, label=LABELS[m], color=series_color(m))
             ax.plot(c.seconds, c[metric], ms=3, lw=1.3, **kw)
             # a run stops at the first epoch or fit that ends past the cap; one far past
             # it (a single scikit-learn fit cannot be stopped) is drawn where it ended,
