@@ -90,7 +90,8 @@ def problems(nb: dict, root: Path = paths.ROOT) -> list[str]:
                                  f"{text[:60]!r}")
                 m = _BAR.search(text)
                 if m:
-                    found.append(f"{where}: progress bar {text[max(0, m.start() - 30):m.end() + 10]!r}")
+                    bar = text[max(0, m.start() - 30):m.end() + 10]
+                    found.append(f"{where}: progress bar {bar!r}")
                 m = (_WORKER.search(text) or _PY_WARNING.search(text)) \
                     if output.get("output_type") == "stream" else None
                 if m:

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax.repro import peers as P
 from scalable_softmax.evaluate import evaluate
+from scalable_softmax.repro import peers as P
 
 
 def _problem(N=300, D=12, K=4, seed=0, separable=False):
@@ -224,7 +224,8 @@ def test_minibatch_findings_compare_with_one_datapoint_one_class():
     assert lines[0] == (
         "**A**, Implicit SGD (n, m chosen) against n = m = 1: best test log-loss 2 against 2.2 "
         "(ratios to the best of any method 1 and 1.1); seconds to within 5% of the best: 3 s "
-        "against never; seconds to within 1% of the best: 4 s against never; 4 against 10 epochs at 2 against 0.1 training "
+        "against never; seconds to within 1% of the best: 4 s against never; 4 against 10 "
+        "epochs at 2 against 0.1 training "
         "seconds per epoch (20x).")
 
 

@@ -88,7 +88,8 @@ __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_
            "run_jobs", "run_isolated", "time_to_quality", "available", "split_for_tuning",
            "torch_layouts", "classify_failure", "tune_rates", "choose_rates", "run_final",
            "save_problem", "STATUSES", "PEER_STYLES", "plan_methods", "dataset_shapes",
-           "chosen_rates", "add_skipped", "BATCH_IMPLICIT", "minibatch_findings", "peer_table", "table_columns", "table_preamble",
+           "chosen_rates", "add_skipped", "BATCH_IMPLICIT", "minibatch_findings", "peer_table",
+           "table_columns", "table_preamble",
            "log_axis_ticks", "curve_figure", "findings", "check_results", "worst_of_ours",
            "config_label", "candidates", "candidate_counts", "USED_THREADS_RATIO"]
 
@@ -104,7 +105,8 @@ LABELS = {
     "implicit": "Implicit SGD", "umax": "U-max",
     "implicit-batch": "Implicit SGD (n, m chosen)", "implicit-batch-5": "Implicit SGD (n=m=5)",
     "is": "IS (n=100)",
-    "exact": "L-BFGS (ours, exact)", "softmax-sgd": "softmax SGD (ours, full softmax)", "sklearn-lbfgs": "sklearn lbfgs",
+    "exact": "L-BFGS (ours, exact)", "softmax-sgd": "softmax SGD (ours, full softmax)",
+    "sklearn-lbfgs": "sklearn lbfgs",
     "sklearn-saga": "sklearn saga", "torch-sgd": "torch SGD (full softmax)",
     "torch-adam": "torch Adam (full softmax)",
     "torch-sampled": "torch sampled softmax (uniform)",
@@ -881,7 +883,7 @@ def run_jobs(jobs, out_path=None):
 
     for job in jobs:
         current = {"job": asdict(job), "status": "running", "reason": "", "points": []}
-        res = run_job(job, on_point=lambda pts: flush(dict(current, points=list(pts))))
+        res = run_job(job, on_point=lambda pts, cur=current: flush(dict(cur, points=list(pts))))
         results.append(res)
         flush()
     return results
@@ -1442,7 +1444,8 @@ def table_preamble(*, datasets, caps, threads, memory_cap_gb, isolate, machine, 
         "rate at the end of its grid. `threads`: the threads the method ran with (ours "
         "fall back to 1 where the trainer has no threaded kernel for the configuration); "
         f"`used_threads`: yes when its process spent at least {USED_THREADS_RATIO:g} CPU "
-        "seconds per training second (`cpu_per_second` in the CSV). No penalty (mu = 0, sklearn C = inf), no intercept. Rows "
+        "seconds per training second (`cpu_per_second` in the CSV). No penalty (mu = 0, "
+        "sklearn C = inf), no intercept. Rows "
         "marked SYNTHETIC are surrogates of the real data set, not the real data. Machine: "
         f"{machine['cpu_model']}, load average at the start {machine['load_average']}; library "
         f"versions {versions}.")
@@ -1652,7 +1655,8 @@ def minibatch_findings(table, runs, *, datasets, shown, tolerances):
                 f"{row['ratio_to_best_single']:.3g}); {reach}; "
                 f"{row['epochs']:.0f} against {row['epochs_single']:.0f} epochs at "
                 f"{row['s_per_epoch']:.3g} against {row['s_per_epoch_single']:.3g} training "
-                f"seconds per epoch ({np.float64(row['s_per_epoch']) / row['s_per_epoch_single']:.3g}x).")
+                f"seconds per epoch "
+                f"({np.float64(row['s_per_epoch']) / row['s_per_epoch_single']:.3g}x).")
     return pd.DataFrame(rows), lines
 
 
