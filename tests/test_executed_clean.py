@@ -90,7 +90,8 @@ def problems(nb: dict, root: Path = paths.ROOT) -> list[str]:
                                  f"{text[:60]!r}")
                 m = _BAR.search(text)
                 if m:
-                    found.append(f"{where}: progress bar {text[max(0, m.start() - 30):m.end() + 10]!r}")
+                    bar = text[max(0, m.start() - 30):m.end() + 10]
+                    found.append(f"{where}: progress bar {bar!r}")
                 m = (_WORKER.search(text) or _PY_WARNING.search(text)) \
                     if output.get("output_type") == "stream" else None
                 if m:
@@ -195,6 +196,21 @@ def test_committed_executed_notebook_is_clean(path):
     found = problems(json.loads(path.read_text()))
     assert not found, (f"{path.relative_to(paths.ROOT)} ({len(found)}; republish it with "
                        "make reproduce):\n" + "\n".join(found[:40]))
+
+
+def test_every_notebook_has_its_committed_executed_copy_or_awaits_the_record():
+    """The record is one run of every notebook: each has ``notebooks/executed/NAME.ipynb``
+    except those added since, listed in one place (``runner.AWAITING_RECORD``) until the
+    next record run publishes them, when they must leave the list."""
+    from scalable_softmax.repro import runner
+
+    names = runner.known_notebooks()
+    assert set(runner.AWAITING_RECORD) <= set(names), runner.AWAITING_RECORD
+    missing = sorted(n for n in names if not (EXECUTED / f"{n}.ipynb").exists())
+    assert missing == sorted(runner.AWAITING_RECORD), (
+        f"notebooks without an executed copy: {missing}; awaiting the record: "
+        f"{list(runner.AWAITING_RECORD)} (a new notebook goes into runner.AWAITING_RECORD "
+        "until make reproduce publishes it; a published one leaves it)")
 
 
 @pytest.fixture(scope="module")

@@ -4,15 +4,17 @@ memory and wall-clock limits. The sklearn and torch tests need the optional `pee
 extra and are skipped without it."""
 from __future__ import annotations
 
+import json
 import math
+import time
 
 import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax.repro import peers as P
 from scalable_softmax.evaluate import evaluate
+from scalable_softmax.repro import peers as P
 
 
 def _problem(N=300, D=12, K=4, seed=0, separable=False):
@@ -220,9 +222,10 @@ def test_minibatch_findings_compare_with_one_datapoint_one_class():
     assert r.s_per_epoch == 2.0 and r.s_per_epoch_single == 0.1
     assert r.seconds_to_5pct == 3.0 and math.isnan(r.seconds_to_5pct_single)
     assert lines[0] == (
-        "**A**, Implicit SGD (n=m=10) against n = m = 1: best test log-loss 2 against 2.2 "
+        "**A**, Implicit SGD (n, m chosen) against n = m = 1: best test log-loss 2 against 2.2 "
         "(ratios to the best of any method 1 and 1.1); seconds to within 5% of the best: 3 s "
-        "against never; seconds to within 1% of the best: 4 s against never; 4 against 10 epochs at 2 against 0.1 training "
+        "against never; seconds to within 1% of the best: 4 s against never; 4 against 10 "
+        "epochs at 2 against 0.1 training "
         "seconds per epoch (20x).")
 
 
@@ -633,3 +636,167 @@ def test_minibatch_implicit_takes_n_and_m_from_the_job_options_when_given():
     n, m = P.BATCH_IMPLICIT["implicit-batch"]
     assert final({}) == final({"batch_size": n, "n_sampled": m})
     assert final({}) != final({"batch_size": 5, "n_sampled": 3})
+
+
+# ---------------------------------------------------------------------------
+# one rule over equal candidate sets, softmax SGD, threads
+# ---------------------------------------------------------------------------
+
+def test_candidates_are_every_rate_times_every_structural_option():
+    grids = {"umax": [0.01, 0.1], "exact": None}
+    structures = {"umax": [{"n_sampled": 1}, {"n_sampled": 5}]}
+    got = P.candidates("umax", grids, structures)
+    assert got == [(0.01, {"n_sampled": 1}), (0.1, {"n_sampled": 1}),
+                   (0.01, {"n_sampled": 5}), (0.1, {"n_sampled": 5})]
+    assert P.candidates("umax", grids) == [(0.01, {}), (0.1, {})]
+    assert P.candidate_counts(["umax", "exact"], grids, structures) == {"umax": 4}
+    assert P.config_label({"batch_size": 5, "n_sampled": 20}) == "n=5 m=20"
+    assert P.config_label({"negatives": 100}) == "negatives=100"
+    assert P.config_label({}) == ""
+
+
+def test_choose_rates_chooses_the_rate_and_the_structure_together():
+    rows = [("n=1 m=1", 1.0, 3.0), ("n=1 m=1", 10.0, 2.5), ("n=5 m=20", 1.0, 2.4),
+            ("n=5 m=20", 10.0, 2.6), ("n=10 m=10", 1.0, 2.4), ("n=10 m=10", 10.0, np.inf)]
+    tuning = pd.DataFrame([dict(dataset="a", method="implicit-batch", config=c, lr=lr,
+                                options=json.dumps({"c": c}), val_log_loss=v, layout="")
+                           for c, lr, v in rows])
+    r = P.choose_rates(tuning).iloc[0]
+    # the lowest score wins; its tie with n=10 m=10 goes to the structure tried first
+    assert (r.config, r.lr, r.val_log_loss) == ("n=5 m=20", 1.0, 2.4)
+    assert json.loads(r.options) == {"c": "n=5 m=20"}
+    assert r.candidates == 6 and r.configs == "n=1 m=1 | n=5 m=20 | n=10 m=10"
+    assert r.grid == "1 10" and r.at_grid_edge == "lowest"
+    # a table without structures is chosen as before (one candidate per rate)
+    plain = P.choose_rates(tuning[tuning.config == "n=1 m=1"].drop(columns=["config",
+                                                                          "options"]))
+    assert plain.iloc[0].lr == 10.0 and plain.iloc[0].config == ""
+
+
+def test_our_trainer_asks_for_threads_then_falls_back(monkeypatch):
+    """threads > 1: the trainer is asked with threads and its older switch, then threads
+    alone, then the switch alone, then neither (one thread); threads = 1 asks nothing."""
+    import scalable_softmax.methods as M
+
+    asked = []
+
+    def fake(accepts):
+        class T:
+            def __init__(self, X, y, K, *, mu, batch_size, n_sampled, **opts):
+                asked.append(dict(opts))
+                if not set(opts) <= accepts:
+                    raise ValueError(f"unknown option(s) {sorted(set(opts) - accepts)}")
+                self.batch_size, self.n_sampled = batch_size or 1, n_sampled or 1
+        return T
+
+    X, y, K = _problem(N=50, K=4)
+    for accepts, used, opts in [({"threads", "hogwild"}, 2, {"hogwild": True, "threads": 2}),
+                                ({"threads"}, 2, {"threads": 2}),
+                                ({"hogwild"}, 2, {"hogwild": True}),
+                                (set(), 1, {})]:
+        asked.clear()
+        monkeypatch.setattr(M, "get_trainer_class", lambda name, a=accepts: fake(a))
+        tr, got, got_opts, note = P._our_trainer("umax", "umax", X, y, K, 2,
+                                                 batch_size=None, n_sampled=1, kw={})
+        assert (got, got_opts) == (used, opts), accepts
+        assert asked[-1] == opts and (note == "") == (len(asked) == 1)
+    asked.clear()
+    P._our_trainer("implicit", "implicit", X, y, K, 1, batch_size=None, n_sampled=None,
+                   kw={})
+    assert asked == [{}]
+    # a genuine error of the last request is raised, not hidden
+    monkeypatch.setattr(M, "get_trainer_class", lambda name: fake(set()))
+    with pytest.raises(ValueError, match="unknown option"):
+        P._our_trainer("is", "is", X, y, K, 2, batch_size=None, n_sampled=None,
+                       kw={"bogus": 1})
+
+
+def test_implicit_batch_with_one_point_and_one_class_is_implicit_sgd():
+    X, y, K = _problem(N=300, K=8)
+    problem = (X, y, K, _sets(X, y))
+    one = P.run_job(_job("implicit-batch", 1.0, max_epochs=2,
+                         options={"batch_size": 1, "n_sampled": 1}), problem=problem)
+    ref = P.run_job(_job("implicit", 1.0, max_epochs=2), problem=problem)
+    assert one["status"] == ref["status"] == "completed", (one["reason"], ref["reason"])
+    assert one["info"]["library"] == "implicit"
+    assert [p["train_log_loss"] for p in one["points"]] == \
+        [p["train_log_loss"] for p in ref["points"]]
+
+
+@pytest.mark.parametrize("method,options,library_kw", [
+    ("softmax-sgd", {"batch_size": 30}, {"batch_size": 30}),
+    ("umax", {"n_sampled": 3}, {"n_sampled": 3}),
+    ("is", {"n_sampled": 2}, {"batch_size": 100, "n_sampled": 2})])
+def test_a_structural_option_reaches_our_trainer(method, options, library_kw):
+    """A job's structural option is the library trainer's: replaying the same epochs
+    through ``fit``'s trainer with those settings gives the job's last point."""
+    from scalable_softmax.fit import make_order
+    from scalable_softmax.methods import get_trainer_class
+
+    X, y, K = _problem(N=300, K=8)
+    res = P.run_job(_job(method, 0.5, max_epochs=2, options=options),
+                    problem=(X, y, K, _sets(X, y)))
+    assert res["status"] == "completed", res["reason"]
+    info = res["info"]
+    assert {k: info[k] for k in library_kw} == library_kw
+    assert 1 <= info["threads_used"] <= 2
+    if info["threads_used"] > 1 and method != "softmax-sgd":
+        return    # lock-free on 2 threads: not reproducible step by step
+    tr = get_trainer_class(method)(X, y, K, mu=0.0, **library_kw, **info["thread_options"])
+    tr.init_params("zero" if method == "softmax-sgd" else "logK")
+    rng = np.random.default_rng(0)
+    for e in (1, 2):
+        tr.run_epoch(make_order(rng, X.shape[0], "shuffle"), 0.5 * 0.9 ** (e - 1),
+                     int(rng.integers(0, 2 ** 63 - 1)))
+    last = res["points"][-1]
+    assert last["train_log_loss"] == pytest.approx(evaluate(X, y, tr.weights()).log_loss,
+                                                   rel=1e-9)
+
+
+def test_the_recorder_counts_the_process_cpu_seconds_while_training():
+    rec = P._Recorder({}, [], 10.0)
+    rec.start()
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.05:
+        pass
+    rec.stop()
+    assert rec.busy_seconds == rec.seconds > 0.04
+    assert 0 < rec.cpu_seconds
+    rec.add_busy(1.0, 2.0)
+    assert rec.busy_seconds == pytest.approx(rec.seconds + 1.0)
+
+
+def test_the_rule_over_structures_end_to_end(tmp_path):
+    X, y, K = _problem(N=400, K=8)
+    path = str(tmp_path / "p.npz")
+    P.save_problem(path, X, y, X[:100], y[:100], K)
+    structures = {"umax": [{"n_sampled": 1}, {"n_sampled": 3}]}
+    tuning = P.tune_rates([path], ["umax"], {"umax": [0.01, 0.1]}, {path: 0.5},
+                          max_epochs=2, eval_rows=None, structures=structures,
+                          progress=False)
+    assert list(tuning.config) == ["n_sampled=1"] * 2 + ["n_sampled=3"] * 2
+    rates = P.choose_rates(tuning)
+    best = tuning.loc[tuning.val_log_loss.idxmin()]
+    assert (rates.lr.iloc[0], rates.config.iloc[0]) == (best.lr, best.config)
+    curves, runs = P.run_final([path], ["umax"], rates, {path: 2.0}, max_epochs=2,
+                               eval_rows=None, progress=False)
+    info = json.loads(runs["info"].iloc[0])
+    assert info["n_sampled"] == json.loads(rates.options.iloc[0])["n_sampled"]
+    assert runs.threads.iloc[0] == info["threads_used"]
+    assert runs.used_threads.iloc[0] in ("yes", "no") and runs.cpu_per_second.iloc[0] > 0
+    table, _ = P.peer_table(runs, rates, curves, datasets=[path], methods=["umax"],
+                            shown={path: "p"}, tolerances=[0.05])
+    assert table.config.iloc[0] == rates.config.iloc[0] and table.candidates.iloc[0] == 4
+
+
+def test_softmax_sgd_stops_inside_an_epoch_at_the_cap():
+    """Its epoch runs in pieces of whole minibatches (the same steps, see the structural
+    option test above), so a run whose epoch outlasts the cap stops at the first piece
+    past it, with a point there."""
+    X, y, K = _problem(N=3000, K=8)
+    res = P.run_job(_job("softmax-sgd", 0.5, cap=1e-9, max_epochs=3,
+                         options={"batch_size": 10}), problem=(X, y, K, _sets(X, y)))
+    assert res["status"] == "time cap", res["reason"]
+    assert "after 100 of 3000 points" in res["reason"]
+    last = res["points"][-1]
+    assert last["epoch"] == pytest.approx(100 / 3000)

@@ -221,9 +221,9 @@ def test_figure_12_series_are_told_apart():
 
     from scalable_softmax.repro import peers
 
-    colours = {m: (style.color(m) if family == "ours"
-                   else style.SERIES_COLORS[peers.PEER_STYLES[m][0]])
-               for m, family in peers.METHODS.items()}
+    colours = {m: peers.series_color(m) for m in peers.METHODS}
+    assert all(colours[m] == style.SERIES_COLORS[peers.PEER_STYLES[m][0]]
+               for m, family in peers.METHODS.items() if family != "ours")
     assert set(colours) == set(peers.METHODS)
     close = [(a, b, round(style.color_distance(colours[a], colours[b]), 1))
              for a, b in itertools.combinations(colours, 2)

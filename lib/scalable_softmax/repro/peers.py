@@ -5,21 +5,26 @@ Every method is trained with a cap on its training seconds and evaluated, exactl
 checkpoints spaced geometrically in training seconds. The clock runs only while the
 method trains: evaluations pause it (as ``fit``'s ``seconds`` column does).
 
-Methods (:data:`METHODS`), every one with 2 threads where it can use them:
+Methods (:data:`METHODS`), every one given the same ``threads`` (2 in notebook 12):
 
 * ours, through the library's trainers (:mod:`scalable_softmax.methods`) under the
-  ``"paper-text"`` protocol (:mod:`scalable_softmax.protocols`), ``mu = 0``:
-  ``implicit`` (Implicit SGD; its kernel is serial), ``umax`` (U-max, Hogwild on 2
-  threads), ``is`` (importance sampling, n = 100, m = 5; the library's default serial
-  kernel, see ``_OUR_THREAD_OPTIONS``), ``implicit-batch`` and ``implicit-batch-5``
-  (the library's minibatch Implicit SGD, ``fit(..., "implicit-batch", ...)``, with
-  n = m = 10 and n = m = 5 datapoints and sampled classes per step, its serial kernel,
-  the paper-text settings of ``implicit``: shuffled data, ``u = log K``; see
-  :data:`BATCH_IMPLICIT`), all at ``lr * 0.9**(epoch - 1)`` for at most
-  ``max_epochs`` epochs; and ``exact``: full-batch L-BFGS on the exact objective
-  (the library's :class:`~scalable_softmax.methods.full.ExactTrainer` objective kernel,
-  driven here by one ``scipy.optimize.minimize(method="L-BFGS-B")`` call whose callback
-  evaluates at the checkpoints, so the curvature pairs are kept throughout);
+  ``"paper-text"`` protocol (:mod:`scalable_softmax.protocols`), ``mu = 0``, all at
+  ``lr * 0.9**(epoch - 1)`` for at most ``max_epochs`` epochs: ``implicit`` (Implicit
+  SGD), ``umax`` (U-max), ``is`` (importance sampling, minibatches of 100),
+  ``implicit-batch`` and ``implicit-batch-5`` (the library's minibatch Implicit SGD,
+  ``fit(..., "implicit-batch", ...)``, with the paper-text settings of ``implicit``:
+  shuffled data, ``u = log K``; n and m from the job's options, else
+  :data:`BATCH_IMPLICIT`; n = m = 1 runs Implicit SGD's own single-point kernel, the same
+  step at ``mu = 0``), ``softmax-sgd`` (the library's exact full-softmax minibatch SGD,
+  minibatches of 100 unless the job says otherwise, shuffled data); a job's
+  ``batch_size`` / ``n_sampled`` options set the points and classes per step. Threads:
+  :func:`_our_trainer` asks each trainer for ``threads`` (with the older switch of its
+  threaded kernel, :data:`_LEGACY_THREAD_OPTIONS`) and falls back to one thread where
+  the trainer refuses; the run's ``info`` says what it got. And ``exact``: full-batch
+  L-BFGS on the exact objective (the library's
+  :class:`~scalable_softmax.methods.full.ExactTrainer` objective kernel, driven here by
+  one ``scipy.optimize.minimize(method="L-BFGS-B")`` call whose callback evaluates at the
+  checkpoints, so the curvature pairs are kept throughout);
 * scikit-learn ``LogisticRegression`` (multinomial, no penalty ``C=inf``, no intercept):
   ``sklearn-lbfgs`` and ``sklearn-saga``. ``fit`` has no callback, so (as benchopt
   does for such solvers) the curve is made of separate fits from scratch with
@@ -49,6 +54,14 @@ killed, its points so far kept). The peak memory is the child's maximum resident
 size from ``os.wait4`` (``ru_maxrss``): the interpreter, the libraries, the data, the
 method's state and the evaluations' working memory together.
 
+The rule (:func:`tune_rates`, :func:`choose_rates`): every method with a rate chooses
+among its candidates (:func:`candidates`: each rate of its grid times each of its
+structural options, the same number for every method in notebook 12) by the lowest exact
+log-loss on held-out rows of the training split after a short budget; the test split is
+never looked at. Whether a run used its threads is measured, not assumed: the process's
+CPU seconds (all threads) per training second (``cpu_per_second`` of
+:func:`run_final`'s runs; ``used_threads`` from :data:`USED_THREADS_RATIO`).
+
 Time to quality: :func:`time_to_quality` takes the curves and gives, per data set and
 method, the first checkpoint's training seconds at which the test log-loss is within a
 relative tolerance of the best test log-loss any method reached on that data set.
@@ -75,34 +88,43 @@ __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_
            "run_jobs", "run_isolated", "time_to_quality", "available", "split_for_tuning",
            "torch_layouts", "classify_failure", "tune_rates", "choose_rates", "run_final",
            "save_problem", "STATUSES", "PEER_STYLES", "plan_methods", "dataset_shapes",
-           "chosen_rates", "add_skipped", "BATCH_IMPLICIT", "minibatch_findings", "peer_table", "table_columns", "table_preamble",
-           "log_axis_ticks", "curve_figure", "findings", "check_results", "worst_of_ours"]
+           "chosen_rates", "add_skipped", "BATCH_IMPLICIT", "minibatch_findings", "peer_table",
+           "table_columns", "table_preamble",
+           "log_axis_ticks", "curve_figure", "findings", "check_results", "worst_of_ours",
+           "config_label", "candidates", "candidate_counts", "USED_THREADS_RATIO"]
 
 #: method -> family ("ours", "sklearn", "torch")
 METHODS = {
     "implicit": "ours", "umax": "ours", "is": "ours", "exact": "ours",
-    "implicit-batch": "ours", "implicit-batch-5": "ours",
+    "implicit-batch": "ours", "implicit-batch-5": "ours", "softmax-sgd": "ours",
     "sklearn-lbfgs": "sklearn", "sklearn-saga": "sklearn",
     "torch-sgd": "torch", "torch-adam": "torch", "torch-sampled": "torch",
 }
 #: labels for tables and figures
 LABELS = {
     "implicit": "Implicit SGD", "umax": "U-max",
-    "implicit-batch": "Implicit SGD (n=m=10)", "implicit-batch-5": "Implicit SGD (n=m=5)", "is": "IS (n=100, m=5)",
-    "exact": "L-BFGS (ours, exact)", "sklearn-lbfgs": "sklearn lbfgs",
+    "implicit-batch": "Implicit SGD (n, m chosen)", "implicit-batch-5": "Implicit SGD (n=m=5)",
+    "is": "IS (n=100)",
+    "exact": "L-BFGS (ours, exact)", "softmax-sgd": "softmax SGD (ours, full softmax)",
+    "sklearn-lbfgs": "sklearn lbfgs",
     "sklearn-saga": "sklearn saga", "torch-sgd": "torch SGD (full softmax)",
     "torch-adam": "torch Adam (full softmax)",
     "torch-sampled": "torch sampled softmax (uniform)",
 }
 #: methods with a learning rate to choose
-RATE_METHODS = ("implicit", "umax", "is", "implicit-batch", "implicit-batch-5", "torch-sgd", "torch-adam", "torch-sampled")
+RATE_METHODS = ("implicit", "umax", "is", "implicit-batch", "implicit-batch-5", "softmax-sgd",
+                "torch-sgd", "torch-adam", "torch-sampled")
 
 _OUR_PROTOCOL = "paper-text"
-#: thread options of our trainers: U-max runs Hogwild on 2 threads; Implicit's kernel is
-#: serial; IS keeps the library's default serial kernel (its threaded variant synchronises
-#: twice per minibatch and was 5-50x slower per epoch on Bibtex on this shared machine)
-_OUR_THREAD_OPTIONS = {"umax": dict(threads=2), "is": {}, "implicit": {},
-                       "implicit-batch": {}, "implicit-batch-5": {}}
+#: the older switches of our trainers' threaded kernels, tried together with ``threads``
+#: (and alone when a trainer does not know ``threads``): U-max's Hogwild kernel and
+#: softmax SGD's class-parallel one; see :func:`_our_trainer`
+_LEGACY_THREAD_OPTIONS = {"umax": {"hogwild": True}, "softmax-sgd": {"parallel": True}}
+#: the pieces an epoch of softmax SGD is cut into, so that its run stops near the cap
+EPOCH_PIECES = 32
+#: a run "used its threads" when its process spent at least this many CPU seconds per
+#: training second (the second of 2 threads busy at least 30% of the time)
+USED_THREADS_RATIO = 1.3
 
 #: minibatch Implicit SGD of notebook 12: method -> (batch_size n, n_sampled m); the
 #: library trainer is ``implicit-batch``, with the paper-text settings of ``implicit``
@@ -210,15 +232,27 @@ class _Recorder:
         self.on_point = on_point
         self.start_point = True
         self.eval_seconds = 0.0
+        self.busy_seconds = 0.0               # wall seconds between start and stop
+        self.cpu_seconds = 0.0                # the process's CPU seconds (all threads) then
         self._t = None
+        self._c = None
 
     def start(self):
+        self._c = time.process_time()
         self._t = time.perf_counter()
 
     def stop(self):
         if self._t is not None:
-            self.seconds += time.perf_counter() - self._t
+            dt = time.perf_counter() - self._t
+            self.seconds += dt
+            self.add_busy(dt, time.process_time() - self._c)
             self._t = None
+
+    def add_busy(self, wall, cpu):
+        """Count ``wall`` training seconds during which the process used ``cpu`` CPU
+        seconds (all its threads): their ratio says whether a run used its threads."""
+        self.busy_seconds += float(wall)
+        self.cpu_seconds += float(cpu)
 
     def now(self):
         return self.seconds + (time.perf_counter() - self._t if self._t is not None else 0.0)
@@ -244,8 +278,10 @@ class _Recorder:
         while self.pending and self.pending[0] <= self.seconds:
             self.pending.pop(0)
         row = dict(seconds=self.seconds, **info)
+        # once per point, not per set: at K = 30,000 a pass over W is 2.4 GB
+        bad = W is None or not np.all(np.isfinite(W))
         for name, (Xe, ye) in self.sets.items():
-            if W is None or not np.all(np.isfinite(W)):
+            if bad:
                 row[f"{name}_log_loss"] = math.inf
                 row[f"{name}_error"] = math.nan
             else:
@@ -338,49 +374,127 @@ def _make_problem(job: Job):
 # runners: each returns (status, reason, info) and records points
 # ---------------------------------------------------------------------------
 
+def _our_trainer(method, library, X, y, K, threads, *, batch_size, n_sampled, kw):
+    """Our ``library`` trainer for a job of ``method`` on ``threads`` threads.
+
+    With ``threads > 1`` the trainer is asked for them by its ``threads`` option,
+    together with the older switch of its threaded kernel (:data:`_LEGACY_THREAD_OPTIONS`);
+    a trainer that refuses that (it does not know ``threads``, or not with its other
+    options) is asked with ``threads`` alone, then with the older switch alone (which
+    runs on the process's numba threads, ``threads`` of them in a child of
+    :func:`run_isolated`), and at last with neither: it then runs on one thread.
+
+    Returns ``(trainer, threads_used, thread_options, note)``: ``note`` says which
+    requests were refused and why ("" if the first was taken).
+    """
+    from scalable_softmax.methods import get_trainer_class
+
+    cls = get_trainer_class(library)
+    legacy = dict(_LEGACY_THREAD_OPTIONS.get(method, {}))
+    tries = [({}, 1)] if threads <= 1 else \
+        [(dict(legacy, threads=threads), threads), ({"threads": threads}, threads)] \
+        + ([(legacy, threads)] if legacy else []) + [({}, 1)]
+    refused = []
+    for i, (opts, used) in enumerate(tries):
+        try:
+            tr = cls(X, y, K, mu=0.0, batch_size=batch_size, n_sampled=n_sampled,
+                     **dict(kw, **opts))
+        except (ValueError, TypeError) as exc:
+            if i == len(tries) - 1:
+                raise
+            refused.append(f"{opts}: {str(exc)[:160]}")
+            continue
+        return tr, used, opts, "; ".join(refused)
+    raise AssertionError("unreachable")
+
+
 def _run_ours(job, X, y, K, rec):
     from scalable_softmax.fit import make_order
-    from scalable_softmax.methods import get_trainer_class
     from scalable_softmax.protocols import fit_kwargs
 
-    library = "implicit-batch" if job.method in BATCH_IMPLICIT else job.method
-    kw = fit_kwargs(_OUR_PROTOCOL, "implicit" if job.method in BATCH_IMPLICIT else job.method)
+    options = dict(job.options)
+    batched = job.method in BATCH_IMPLICIT
+    if batched:
+        # a job's options may set n and m (notebook 12's candidate configurations,
+        # benchmarks/bench_peers_configs.py); without them, BATCH_IMPLICIT's
+        n = options.pop("batch_size", BATCH_IMPLICIT[job.method][0])
+        m = options.pop("n_sampled", BATCH_IMPLICIT[job.method][1])
+    # n = m = 1 is Implicit SGD's own step (mu = 0): its single-point kernel runs it
+    library = job.method if not batched else "implicit" if (n, m) == (1, 1) \
+        else "implicit-batch"
+    # minibatch Implicit SGD and softmax SGD run with Implicit SGD's paper-text settings
+    # (shuffled data, lr * 0.9**(epoch - 1); softmax SGD has no u)
+    kw = fit_kwargs(_OUR_PROTOCOL, "implicit" if batched or job.method == "softmax-sgd"
+                    else job.method)
     order, u_init, decay = kw.pop("order"), kw.pop("u_init"), kw.pop("lr_decay")
     batch_size, n_sampled = kw.pop("batch_size", None), kw.pop("n_sampled", None)
-    options = dict(job.options)
-    if job.method in BATCH_IMPLICIT:
-        # opt-in: a job's options may set n and m (benchmarks/bench_peers_configs.py);
-        # the notebook's jobs carry none, so they run BATCH_IMPLICIT's
-        batch_size = options.pop("batch_size", BATCH_IMPLICIT[job.method][0])
-        n_sampled = options.pop("n_sampled", BATCH_IMPLICIT[job.method][1])
-    kw.update(_OUR_THREAD_OPTIONS[job.method])
+    if batched:
+        batch_size, n_sampled = (None, None) if library == "implicit" else (n, m)
+    else:
+        # the structural option of a candidate configuration (points or classes per step)
+        batch_size = options.pop("batch_size", batch_size)
+        n_sampled = options.pop("n_sampled", n_sampled)
+    if job.method == "softmax-sgd":
+        u_init = "zero"
     kw.update(options)
-    tr = get_trainer_class(library)(X, y, K, mu=0.0, batch_size=batch_size,
-                                    n_sampled=n_sampled, **kw)
+    tr, used, thread_opts, note = _our_trainer(job.method, library, X, y, K, job.threads,
+                                               batch_size=batch_size, n_sampled=n_sampled,
+                                               kw=kw)
+    run_info = {"library": library, "batch_size": int(tr.batch_size),
+                "n_sampled": int(tr.n_sampled), "threads_used": int(used),
+                "thread_options": thread_opts}
+    if note:
+        run_info["threads_refused"] = note
     tr.init_params(u_init)
     tr.warmup()
     rng = np.random.default_rng(job.seed)
     N = X.shape[0]
     rec.record_start(tr.weights(), epoch=0)
     status, reason = "completed", f"{job.max_epochs} epochs"
+    # softmax SGD draws nothing, so an epoch cut at multiples of its minibatch takes the
+    # same steps: it is run in about EPOCH_PIECES pieces and stops at the first piece
+    # past the cap (as PyTorch's runs stop at the first minibatch past it), since its
+    # epoch costs O(N K D) and can outlast the cap many times at large K
+    piece = N if job.method != "softmax-sgd" else \
+        tr.batch_size * max(1, math.ceil(N / tr.batch_size / EPOCH_PIECES))
     for e in range(1, job.max_epochs + 1):
         rec.start()
         idx = make_order(rng, N, order)
-        rep = tr.run_epoch(idx, job.lr * decay ** (e - 1), int(rng.integers(0, 2 ** 63 - 1)))
+        lr, seed = job.lr * decay ** (e - 1), int(rng.integers(0, 2 ** 63 - 1))
+        if piece < N:
+            for a in range(0, N, piece):
+                if a:
+                    rec.start()
+                rep = tr.run_epoch(idx[a:a + piece], lr, seed)
+                rec.stop()
+                done = min(a + piece, N)
+                if rep.diverged_at is not None and rep.diverged_at >= 0:
+                    rec.record(None, epoch=e - 1 + done / N)
+                    return "diverged", f"non-finite parameters in epoch {e}", dict(
+                        run_info, epochs=e)
+                if done < N and rec.over():
+                    rec.record(tr.weights(), epoch=e - 1 + done / N)
+                    return "time cap", (f"stopped at the cap in epoch {e} after {done} of "
+                                        f"{N} points"), dict(run_info, epochs=e - 1 + done / N)
+                if done < N and rec.due():
+                    rec.record(tr.weights(), epoch=e - 1 + done / N)
+        else:
+            rep = tr.run_epoch(idx, lr, seed)
         rec.stop()
         if rep.diverged_at is not None and rep.diverged_at >= 0 or \
                 (tr.u is not None and not np.all(np.isfinite(tr.u))):
             rec.record(None, epoch=e)
-            return "diverged", f"non-finite parameters in epoch {e}", {"epochs": e}
+            return "diverged", f"non-finite parameters in epoch {e}", dict(run_info, epochs=e)
         last = e == job.max_epochs
         if rec.over() and not last:
             rec.record(tr.weights(), epoch=e)
-            return "time cap", f"stopped after epoch {e} at the cap", {"epochs": e}
+            return "time cap", f"stopped after epoch {e} at the cap", dict(run_info, epochs=e)
         if rec.due() or last:
             row = rec.record(tr.weights(), epoch=e)
             if not math.isfinite(next(v for k, v in row.items() if k.endswith("_log_loss"))):
-                return "diverged", f"non-finite weights after epoch {e}", {"epochs": e}
-    return status, reason, {"epochs": job.max_epochs}
+                return "diverged", f"non-finite weights after epoch {e}", dict(run_info,
+                                                                               epochs=e)
+    return status, reason, dict(run_info, epochs=job.max_epochs)
 
 
 class _CapReached(Exception):
@@ -476,9 +590,10 @@ def _run_sklearn(job, X, y, K, rec):
                                  **job.options)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             clf.fit(X, y)
             last_fit = time.perf_counter() - t0
+            rec.add_busy(last_fit, time.process_time() - c0)
         info["fits"] += 1
         n_iter = int(np.max(clf.n_iter_))
         # the point's seconds are this fit's wall time (from scratch)
@@ -750,6 +865,8 @@ def run_job(job: Job, on_point=None, problem=None) -> dict:
         out["points"] = rec.points
         out["eval_seconds"] = rec.eval_seconds
         out["train_seconds"] = rec.seconds
+        out["busy_seconds"] = rec.busy_seconds
+        out["cpu_seconds"] = rec.cpu_seconds
     out["seconds_total"] = time.perf_counter() - t0
     return out
 
@@ -766,7 +883,7 @@ def run_jobs(jobs, out_path=None):
 
     for job in jobs:
         current = {"job": asdict(job), "status": "running", "reason": "", "points": []}
-        res = run_job(job, on_point=lambda pts: flush(dict(current, points=list(pts))))
+        res = run_job(job, on_point=lambda pts, cur=current: flush(dict(cur, points=list(pts))))
         results.append(res)
         flush()
     return results
@@ -893,18 +1010,47 @@ def _per(v, d):
     return v.get(d) if isinstance(v, dict) else v
 
 
+def config_label(options) -> str:
+    """A candidate configuration's structural options as text (``""`` for none):
+    ``n=5 m=20`` for minibatch Implicit SGD's ``batch_size`` and ``n_sampled``, else
+    ``name=value`` pairs (``batch_size=100``, ``negatives=100``, ``n_sampled=5``)."""
+    options = dict(options or {})
+    if set(options) == {"batch_size", "n_sampled"}:
+        return f"n={options['batch_size']} m={options['n_sampled']}"
+    return " ".join(f"{k}={v}" for k, v in sorted(options.items()))
+
+
+def candidates(method, grids, structures=None):
+    """The candidate configurations of ``method`` under notebook 12's rule: every rate
+    of ``grids[method]`` times every structural option of ``structures[method]`` (a list
+    of option dicts; none: one, ``{}``), as ``[(lr, options), ...]`` in structure-major
+    order."""
+    structs = (structures or {}).get(method) or [{}]
+    return [(float(lr), dict(s)) for s in structs for lr in grids[method]]
+
+
+def candidate_counts(methods, grids, structures=None) -> dict:
+    """``{method: number of candidate configurations}`` for the methods with a rate."""
+    return {m: len(candidates(m, grids, structures)) for m in methods if m in RATE_METHODS}
+
+
 def tune_rates(datasets, methods, grids, tune_seconds, *, max_epochs=50, eval_rows=5000,
                holdout=0.2, seed=0, memory_cap_gb=8.0, threads=2, options=None,
-               wall_factor=3.0, wall_extra=90.0, progress=True) -> pd.DataFrame:
-    """Every rate of ``grids[method]`` for every method of ``methods`` with a rate
-    (:data:`RATE_METHODS`) on every data set: trained on ``1 - holdout`` of the
-    training split for ``tune_seconds[dataset]`` training seconds (or ``max_epochs``,
-    whichever ends first), scored by the exact log-loss on the held-out rows at the
-    end. One child process per data set and family (:func:`run_isolated`).
+               structures=None, wall_factor=3.0, wall_extra=90.0,
+               progress=True) -> pd.DataFrame:
+    """Every candidate configuration (:func:`candidates`: a rate of ``grids[method]``
+    times a structural option of ``structures[method]``, if any) of every method of
+    ``methods`` with a rate (:data:`RATE_METHODS`) on every data set: trained on ``1 -
+    holdout`` of the training split for ``tune_seconds[dataset]`` training seconds (or
+    ``max_epochs``, whichever ends first), scored by the exact log-loss on the
+    held-out rows at the end. One child process per data set and family
+    (:func:`run_isolated`). A structural option is merged over ``options[method]``.
 
-    Returns one row per run: ``dataset``, ``method``, ``lr``, ``val_log_loss`` (inf if
-    the run diverged or failed), ``status``, ``reason``, ``train_seconds``, ``epochs``
-    (the last evaluated epoch) and ``layout`` (torch full softmax).
+    Returns one row per run: ``dataset``, ``method``, ``lr``, ``config``
+    (:func:`config_label`), ``options`` (the structural options as JSON),
+    ``val_log_loss`` (inf if the run diverged or failed), ``status``, ``reason``,
+    ``train_seconds``, ``epochs`` (the last evaluated epoch) and ``layout`` (torch
+    full softmax).
     """
     rows = []
     options = options or {}
@@ -913,20 +1059,26 @@ def tune_rates(datasets, methods, grids, tune_seconds, *, max_epochs=50, eval_ro
             ms = [m for m in methods if m in RATE_METHODS and METHODS[m] == family]
             if not ms:
                 continue
-            jobs = [Job(d, m, float(lr), float(tune_seconds[d]), split="tune",
-                        max_epochs=max_epochs, eval_rows=_per(eval_rows, d), holdout=holdout,
-                        seed=seed, threads=threads, options=dict(options.get(m, {})))
-                    for m in ms for lr in grids[m]]
+            jobs, structs = [], []
+            for m in ms:
+                for lr, st in candidates(m, grids, structures):
+                    jobs.append(Job(d, m, lr, float(tune_seconds[d]), split="tune",
+                                    max_epochs=max_epochs, eval_rows=_per(eval_rows, d),
+                                    holdout=holdout, seed=seed, threads=threads,
+                                    options=dict(options.get(m, {}), **st)))
+                    structs.append(st)
             t0 = time.perf_counter()
             out = run_isolated(jobs, memory_cap_gb=memory_cap_gb, threads=threads,
                                wall_seconds=wall_extra + wall_factor * sum(
                                    j.cap_seconds for j in jobs))
-            for r in out["results"]:
+            for r, st in zip(out["results"], structs):
                 j, pts = r["job"], r["points"]
                 last = pts[-1] if pts else {}
                 val = last.get("val_log_loss", math.inf) if r["status"] in (
                     "completed", "time cap") else math.inf
                 rows.append(dict(dataset=d, method=j["method"], lr=j["lr"],
+                                 config=config_label(st),
+                                 options=json.dumps(st, sort_keys=True),
                                  val_log_loss=float(val), status=r["status"],
                                  reason=r["reason"], train_seconds=last.get("seconds"),
                                  epochs=last.get("epoch"),
@@ -937,23 +1089,40 @@ def tune_rates(datasets, methods, grids, tune_seconds, *, max_epochs=50, eval_ro
 
 
 def choose_rates(tuning: pd.DataFrame) -> pd.DataFrame:
-    """The rule: per data set and method, the rate with the lowest held-out log-loss at
-    the end of the tuning budget (ties: the smaller rate; a diverged or failed run
-    scores inf). Columns ``dataset``, ``method``, ``lr``, ``val_log_loss``, ``grid``,
-    ``at_grid_edge`` (``"lowest"``, ``"highest"`` or ``""``), ``layout`` and
-    ``all_failed`` (every rate scored inf: the smallest rate is used)."""
+    """The rule: per data set and method, the candidate configuration (rate, and
+    structural option when ``tuning`` has a ``config`` column) with the lowest held-out
+    log-loss at the end of the tuning budget (ties: the first structural option in the
+    order tried, then the smaller rate; a diverged or failed run scores inf).
+
+    Columns ``dataset``, ``method``, ``lr``, ``val_log_loss``, ``grid`` (the rates of
+    the chosen structural option), ``at_grid_edge`` (the chosen rate at the
+    ``"lowest"`` or ``"highest"`` end of that grid, or ``""``), ``layout``,
+    ``all_failed`` (every candidate scored inf: the first structural option's smallest
+    rate is used), ``config``, ``options`` (JSON of the chosen structural options,
+    ``"{}"`` for none), ``candidates`` (how many were tried) and ``configs`` (the
+    structural options tried, ``" | "``-separated)."""
     out = []
+    tuning = tuning.copy()
+    if "config" not in tuning:
+        tuning["config"], tuning["options"] = "", "{}"
     for (d, m), g in tuning.groupby(["dataset", "method"], sort=False):
-        g = g.sort_values("lr", kind="stable")
+        configs = list(dict.fromkeys(g.config))
+        g = g.assign(_c=g.config.map({c: i for i, c in enumerate(configs)}))
+        g = g.sort_values(["_c", "lr"], kind="stable")
         v = g.val_log_loss.to_numpy(dtype=float)
         i = int(np.argmin(np.where(np.isfinite(v), v, np.inf))) if np.isfinite(v).any() else 0
-        lrs = g.lr.to_list()
-        edge = "" if len(lrs) < 2 else ("lowest" if i == 0 else
-                                        "highest" if i == len(lrs) - 1 else "")
-        out.append(dict(dataset=d, method=m, lr=float(lrs[i]), val_log_loss=float(v[i]),
+        best = g.iloc[i]
+        same = g[g.config == best.config]
+        lrs = same.lr.to_list()
+        j = lrs.index(best.lr)
+        edge = "" if len(lrs) < 2 else ("lowest" if j == 0 else
+                                        "highest" if j == len(lrs) - 1 else "")
+        out.append(dict(dataset=d, method=m, lr=float(best.lr), val_log_loss=float(v[i]),
                         grid=" ".join(f"{x:g}" for x in lrs), at_grid_edge=edge,
-                        layout=g.layout.iloc[i] if "layout" in g else "",
-                        all_failed=not np.isfinite(v).any()))
+                        layout=best.layout if "layout" in g else "",
+                        all_failed=not np.isfinite(v).any(), config=best.config,
+                        options=best.options, candidates=len(g),
+                        configs=" | ".join(configs)))
     return pd.DataFrame(out)
 
 
@@ -993,6 +1162,9 @@ def run_final(datasets, methods, rates, caps, *, max_epochs=50, eval_rows=5000, 
             if m in RATE_METHODS:
                 r = rate[(d, m)]
                 lr = float(r.lr)
+                chosen = getattr(r, "options", "{}")
+                opts.update(json.loads(chosen) if isinstance(chosen, str) and chosen
+                            else {})
                 if m in ("torch-sgd", "torch-adam") and getattr(r, "layout", "") \
                         and "layout" not in opts:
                     opts["layout"] = r.layout
@@ -1020,8 +1192,15 @@ def run_final(datasets, methods, rates, caps, *, max_epochs=50, eval_rows=5000, 
                 reason = res["reason"]
                 if res["status"] == "memory":
                     reason += f" [address-space cap {memory_cap_gb:g} GiB]"
+                busy, cpu = res.get("busy_seconds", 0.0), res.get("cpu_seconds", 0.0)
+                ratio = cpu / busy if busy and busy > 0 else math.nan
                 runs.append(dict(dataset=d, method=m, lr=res["job"]["lr"],
                                  status=res["status"], reason=reason,
+                                 threads=int(info.get("threads_used", res["job"]["threads"])),
+                                 cpu_per_second=ratio,
+                                 used_threads=("" if not np.isfinite(ratio) else
+                                               "yes" if ratio >= USED_THREADS_RATIO
+                                               else "no"),
                                  layout=info.get("layout", ""),
                                  peak_rss_gb=out["max_rss_bytes"] / 2 ** 30, rss_scope=scope,
                                  train_seconds=res.get("train_seconds", math.nan),
@@ -1098,6 +1277,25 @@ PEER_STYLES = {"sklearn-lbfgs": (2, "--", "D"), "sklearn-saga": (3, "--", "v"),
                "torch-sampled": (7, ":", "^")}
 
 
+#: our methods drawn in a series colour instead of their method colour (index into the
+#: collection's series colours): softmax SGD's method colour is the exact softmax's
+#: black, which L-BFGS (``exact``) has too; its grey is 35 or more (CIE76) from every
+#: other series of the figures
+OUR_SERIES_COLORS = {"softmax-sgd": 0}
+
+
+def series_color(method: str) -> str:
+    """The colour of ``method``'s series in notebook 12's figures: the peers' from
+    :data:`PEER_STYLES`, ours from :data:`OUR_SERIES_COLORS` or the method styles."""
+    from scalable_softmax.repro import style
+
+    if method in PEER_STYLES:
+        return style.SERIES_COLORS[PEER_STYLES[method][0]]
+    if method in OUR_SERIES_COLORS:
+        return style.SERIES_COLORS[OUR_SERIES_COLORS[method]]
+    return style.color(method)
+
+
 def plan_methods(methods, datasets, caps):
     """Check the requested ``methods`` and ``caps`` and find which methods can run here.
 
@@ -1154,7 +1352,8 @@ def chosen_rates(tuning: pd.DataFrame) -> pd.DataFrame:
     if len(tuning):
         return choose_rates(tuning)
     return pd.DataFrame(columns=["dataset", "method", "lr", "val_log_loss", "grid",
-                                 "at_grid_edge", "layout", "all_failed"])
+                                 "at_grid_edge", "layout", "all_failed", "config",
+                                 "options", "candidates", "configs"])
 
 
 def add_skipped(runs: pd.DataFrame, skipped: dict, datasets) -> pd.DataFrame:
@@ -1178,12 +1377,15 @@ def peer_table(runs, rates, curves, *, datasets, methods, shown, tolerances):
     ttq = time_to_quality(curves, tolerances=tolerances) if len(curves) else pd.DataFrame()
     best_train = curves.groupby(["dataset", "method"]).train_log_loss.min() if len(curves) \
         else pd.Series(dtype=float)
-    table = runs[["dataset", "method", "status", "reason", "lr", "layout", "peak_rss_gb",
-                  "rss_scope", "train_seconds", "points"]].copy()
+    table = runs.reindex(columns=["dataset", "method", "status", "reason", "lr", "threads",
+                                  "used_threads", "cpu_per_second", "layout",
+                                  "peak_rss_gb", "rss_scope", "train_seconds",
+                                  "points"]).copy()
     table.insert(1, "data", [shown[d] for d in table.dataset])
     table.insert(3, "label", [LABELS[m] for m in table.method])
-    table = table.merge(rates[["dataset", "method", "grid", "at_grid_edge"]], how="left",
-                        on=["dataset", "method"])
+    table = table.merge(rates.reindex(columns=["dataset", "method", "config", "grid",
+                                               "at_grid_edge", "candidates"]),
+                        how="left", on=["dataset", "method"])
     if len(ttq):
         table = table.merge(ttq, how="left", on=["dataset", "method"])
     table["best_train_log_loss"] = [best_train.get((d, m), math.nan)
@@ -1198,8 +1400,8 @@ def peer_table(runs, rates, curves, *, datasets, methods, shown, tolerances):
     table["lr"] = [f"{v:g}" if isinstance(v, (int, float)) and np.isfinite(v) else
                    "-" if m in RATE_METHODS else "no rate"
                    for v, m in zip(table.lr, table.method)]
-    for col in ("at_grid_edge", "layout", "rss_scope", "grid"):
-        table[col] = table[col].fillna("")
+    for col in ("at_grid_edge", "layout", "rss_scope", "grid", "config", "used_threads"):
+        table[col] = table[col].astype(object).where(table[col].notna(), "").astype(str)
     order = {v: i for i, v in enumerate(list(datasets) + list(methods))}
     table = table.sort_values(["dataset", "method"], key=lambda c: c.map(order))
     return table.reset_index(drop=True), ttq
@@ -1208,7 +1410,8 @@ def peer_table(runs, rates, curves, *, datasets, methods, shown, tolerances):
 def table_columns(tolerances, isolate="method"):
     """The columns of notebook 12's Markdown table (``rss_scope`` only when methods
     shared a child process)."""
-    cols = (["data", "label", "status", "lr", "at_grid_edge", "layout"]
+    cols = (["data", "label", "status", "lr", "config", "at_grid_edge", "threads",
+             "used_threads", "layout"]
             + [f"within_{_pct(t)}pct" for t in tolerances]
             + ["best_test_log_loss", "ratio_to_best", "best_train_log_loss", "peak_rss_gb",
                "train_seconds", "reason"])
@@ -1234,9 +1437,15 @@ def table_preamble(*, datasets, caps, threads, memory_cap_gb, isolate, machine, 
         + ", ".join(f"{d}: {caps[d]:g} s" for d in datasets) + "); `peak_rss_gb` is that "
         "process's maximum resident set size (ru_maxrss: interpreter, libraries, data, "
         "the method's state and the evaluations); its address space was capped at "
-        f"{memory_cap_gb:g} GiB. `lr` was chosen by the lowest held-out log-loss after a "
-        "short budget (tables/12-peers-rates.md); `at_grid_edge` flags a winner at the "
-        "end of its grid. No penalty (mu = 0, sklearn C = inf), no intercept. Rows "
+        f"{memory_cap_gb:g} GiB. `lr` and `config` (the method's structural option: "
+        "points and classes per step, minibatch size or negatives) were chosen together "
+        "among the same number of candidates for every method by the lowest held-out "
+        "log-loss after a short budget (tables/12-peers-rates.md); `at_grid_edge` flags a "
+        "rate at the end of its grid. `threads`: the threads the method ran with (ours "
+        "fall back to 1 where the trainer has no threaded kernel for the configuration); "
+        f"`used_threads`: yes when its process spent at least {USED_THREADS_RATIO:g} CPU "
+        "seconds per training second (`cpu_per_second` in the CSV). No penalty (mu = 0, "
+        "sklearn C = inf), no intercept. Rows "
         "marked SYNTHETIC are surrogates of the real data set, not the real data. Machine: "
         f"{machine['cpu_model']}, load average at the start {machine['load_average']}; library "
         f"versions {versions}.")
@@ -1311,7 +1520,7 @@ def curve_figure(curves, ttq, metric, title, *, datasets, methods, shown, shapes
                 col, ls, mk = PEER_STYLES[m]
                 kw = dict(color=style.SERIES_COLORS[col], ls=ls, marker=mk, label=LABELS[m])
             else:
-                kw = style.line(m, label=LABELS[m])
+                kw = style.line(m, label=LABELS[m], color=series_color(m))
             ax.plot(c.seconds, c[metric], ms=3, lw=1.3, **kw)
             # a run stops at the first epoch or fit that ends past the cap; one far past
             # it (a single scikit-learn fit cannot be stopped) is drawn where it ended,
@@ -1446,7 +1655,8 @@ def minibatch_findings(table, runs, *, datasets, shown, tolerances):
                 f"{row['ratio_to_best_single']:.3g}); {reach}; "
                 f"{row['epochs']:.0f} against {row['epochs_single']:.0f} epochs at "
                 f"{row['s_per_epoch']:.3g} against {row['s_per_epoch_single']:.3g} training "
-                f"seconds per epoch ({np.float64(row['s_per_epoch']) / row['s_per_epoch_single']:.3g}x).")
+                f"seconds per epoch "
+                f"({np.float64(row['s_per_epoch']) / row['s_per_epoch_single']:.3g}x).")
     return pd.DataFrame(rows), lines
 
 
@@ -1478,9 +1688,11 @@ def check_results(table, curves, ttq, *, n_rows, tolerances):
 
 
 def worst_of_ours(table, methods):
-    """Per data set, which of our stochastic methods (Implicit, U-max, IS among
-    ``methods``) has the worst best test log-loss: ``{dataset: method}``."""
-    sgd_ours = [m for m in methods if m in ("implicit", "umax", "is")]
+    """Per data set, which of our stochastic methods (Implicit SGD, minibatch Implicit
+    SGD, U-max, IS, softmax SGD among ``methods``) has the worst best test log-loss:
+    ``{dataset: method}``."""
+    sgd_ours = [m for m in methods if m in ("implicit", "implicit-batch", "implicit-batch-5",
+                                            "umax", "is", "softmax-sgd")]
     mine = table[table.method.isin(sgd_ours)].dropna(subset=["best_test_log_loss"])
     worst = mine.groupby("dataset").best_test_log_loss.idxmax()
     return {d: table.method[i] for d, i in worst.dropna().items()}

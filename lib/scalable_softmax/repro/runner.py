@@ -916,7 +916,13 @@ def _record_duration(name: str, profile: str, seconds: float) -> None:
 
 
 #: notebooks run by ``make reproduce-extra`` only (the Makefile's EXTRA_NAMES)
-EXTENSIONS = ("11-tuned-rates", "12-peers", "13-real-large-k")
+EXTENSIONS = ("11-tuned-rates", "12-peers", "13-real-large-k", "14-crossover")
+
+#: notebooks added since the committed record was made: they have no executed copy in
+#: ``notebooks/executed/`` and no tables in ``tables/`` until the next ``make reproduce``
+#: / ``make reproduce-extra`` publishes them (then their names leave this list; the
+#: tests check both ways: every other notebook has its committed copy, none of these has)
+AWAITING_RECORD = ("14-crossover",)
 
 
 def _make_runs_log(profile: str) -> Path:
