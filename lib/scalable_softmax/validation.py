@@ -270,7 +270,7 @@ def check_options(schema: dict, given: dict, owner: str) -> dict:
 # ---------------------------------------------------------------------------
 
 def _real_dtype(dtype) -> bool:
-    return (np.issubdtype(dtype, np.number) or dtype == bool) \
+    return (np.issubdtype(dtype, np.number) or np.dtype(dtype) == np.dtype(bool)) \
         and not np.issubdtype(dtype, np.complexfloating)
 
 

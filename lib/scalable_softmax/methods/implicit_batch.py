@@ -69,9 +69,9 @@ Gram matrix ``G = X_S X_Sᵀ``, so ``x_iᵀ V = b_iᵀ``: from its Cholesky fact
 ``G = L Lᵀ`` (``U_r = L⁻ᵀ``, ``B = L``) when no point is nearly in the span of the
 ones before it, else from its eigendecomposition ``G = U Λ Uᵀ`` (``U_r = U Λ^{-1/2}``,
 ``B = U Λ^{1/2}``, eigenvalues below ``1e-12·λ_max`` dropped: duplicate or collinear
-points); see :func:`~scalable_softmax.kernels.implicit_batch.span_basis`. Write ``P w_k = P w̃_k + V c_k`` and
-``g_k = Vᵀ w̃_k = U_rᵀ (X_S w̃_k)``. The reduced problem in ``C = [c_k]_{k∈T_j}`` (``|T_j|·rank ≤ n(n+m)``
-unknowns) is
+points); see :func:`~scalable_softmax.kernels.implicit_batch.span_basis`. Write
+``P w_k = P w̃_k + V c_k`` and ``g_k = Vᵀ w̃_k = U_rᵀ (X_S w̃_k)``. The reduced problem in
+``C = [c_k]_{k∈T_j}`` (``|T_j|·rank ≤ n(n+m)`` unknowns) is
 
 .. math::
 
@@ -312,7 +312,8 @@ def reference_step(X, y, W, u, batch, classes, lr, *, mu=0.0, beta=None, tol=1e-
 
     Cm = np.zeros((q, r))
     it = 0
-    for it in range(1, max_iter + 1):
+    for _ in range(max_iter):
+        it += 1
         if q * r == 0:
             break
         f, uu, grad, H = evaluate(Cm, 2)

@@ -221,7 +221,7 @@ def lbfgs(fun, x0, *, gtol=1e-8, maxiter=15000, memory=10, maxfun=None, callback
             message = f"maximum number of evaluations ({maxfun}) reached"
             break
         alpha = None
-        for attempt in (0, 1):
+        for _attempt in (0, 1):
             d = -two_loop(g, S, Y, rho, order)
             slope = float(g @ d)
             if not slope < 0.0:        # not a descent direction: restart from -g

@@ -47,8 +47,8 @@ Implementation
   ``t + 6`` are prefetched earlier still. A ``W`` of at most 512 KiB stays in cache and
   only the data are prefetched. Prefetches are hints: the arithmetic is exactly that of
   the plain loop (``prefetch=False``), and the random draws happen in step order, so
-  every mode gives bit-identical results. The ``m > 1`` kernel (:func:`scalable_softmax.kernels.sgd.epoch_multi`)
-  is pipelined the same way, one step ahead (a step of ``m + 1`` rows
+  every mode gives bit-identical results. The ``m > 1`` kernel
+  (:func:`scalable_softmax.kernels.sgd.epoch_multi`) is pipelined the same way, one step ahead (a step of ``m + 1`` rows
   lasts longer than a memory access, and two steps' rows would overflow the L1 cache):
   its ``m`` classes drawn a step ahead, the ``m + 1`` rows of step ``t + 1`` prefetched
   one per dot-product loop of step ``t``; it too is

@@ -92,7 +92,8 @@ from scalable_softmax.validation import check
 
 __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories_frame",
            "CODE_VERSION", "default_cache_dir", "PAPER_METHODS", "PAPER_DATASETS",
-           "PAPER_TABLE2", "PAPER_TABLE3", "EXTENSION_DATASETS", "dataset_for", "load_split", "key_inputs",
+           "PAPER_TABLE2", "PAPER_TABLE3", "EXTENSION_DATASETS", "dataset_for", "load_split",
+           "key_inputs",
            "data_fingerprint", "run_modules", "RunCacheWarning", "PREPROCESSING",
            "dask_scheduler", "WorkerMismatchError", "RunCancelled", "worker_report",
            "check_worker", "library_versions", "machine_cores", "threads_per_task",

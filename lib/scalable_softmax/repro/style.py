@@ -39,7 +39,8 @@ from dataclasses import dataclass
 __all__ = ["METHODS", "METHOD_ORDER", "FIG_WIDTH", "use", "label", "color", "text_color",
            "marker",
            "line", "ordered", "handles", "rate_colors", "dataset_label", "panel_grid",
-           "legend_below", "legend_right", "legend_panel", "bars_from_zero", "log_ticks", "show", "save",
+           "legend_below", "legend_right", "legend_panel", "bars_from_zero", "log_ticks",
+           "show", "save",
            "SERIES_COLORS", "color_distance", "stacked"]
 
 #: width of a full-width figure, inches (1,080 px at the 150 dpi of the saved PNGs)
