@@ -48,8 +48,9 @@ Implementation
   only the data are prefetched. Prefetches are hints: the arithmetic is exactly that of
   the plain loop (``prefetch=False``), and the random draws happen in step order, so
   every mode gives bit-identical results. The ``m > 1`` kernel
-  (:func:`scalable_softmax.kernels.sgd.epoch_multi`) is pipelined the same way, one step ahead (a step of ``m + 1`` rows
-  lasts longer than a memory access, and two steps' rows would overflow the L1 cache):
+  (:func:`scalable_softmax.kernels.sgd.epoch_multi`) is pipelined the same way, one step
+  ahead (a step of ``m + 1`` rows lasts longer than a memory access, and two steps' rows
+  would overflow the L1 cache):
   its ``m`` classes drawn a step ahead, the ``m + 1`` rows of step ``t + 1`` prefetched
   one per dot-product loop of step ``t``; it too is
   bit-identical to its plain loop (``prefetch=False``) and to the kernel before it was
