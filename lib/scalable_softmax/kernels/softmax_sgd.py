@@ -39,9 +39,8 @@ Names (numba code, except where said):
 ``softmax_sgd_epoch(indptr, indices, data, y, order, VT, cs, n, lr, muN, nchunk)``
     one epoch over ``order`` in minibatches of ``n``; ``VT`` and ``cs`` updated in
     place; returns ``(steps, diverged_at)`` (``-1``: every written weight finite).
-``batch_by_feature(indptr, indices, data, order, b0, nb, cnt, fptr, feat, tt, vv)``
-    the minibatch regrouped by feature (the distinct features, sorted, and each one's
-    entries in minibatch order).
+(The minibatch is regrouped by feature with the class-major kernel's own
+:func:`scalable_softmax.kernels.full.batch_transpose`.)
 ``row_scores(indices, data, p0, p1, VT, c, s)``
     ``s = c sum_p data[p] VT[indices[p], :]``.
 ``softmax_gradient(s, y)``
@@ -62,7 +61,10 @@ import numpy as np
 
 from scalable_softmax._kernels import JIT, PJIT
 
-__all__ = ["softmax_sgd_epoch", "batch_by_feature", "row_scores", "softmax_gradient",
+# the minibatch as lists by feature: the class-major kernel's own transpose, shared
+from scalable_softmax.kernels.full import batch_transpose
+
+__all__ = ["softmax_sgd_epoch", "row_scores", "softmax_gradient",
            "update_classes", "fold_classes", "class_bounds", "TILE"]
 
 #: classes per tile of the scores and of the update (a tile of every minibatch row's
@@ -80,39 +82,6 @@ def class_bounds(K, nchunk, q):
     k0 = ((q * K // nchunk + 7) // 8) * 8
     k1 = ((((q + 1) * K) // nchunk + 7) // 8) * 8
     return min(k0, K), (K if q == nchunk - 1 else min(k1, K))
-
-
-@numba.njit(**JIT)
-def batch_by_feature(indptr, indices, data, order, b0, nb, cnt, fptr, feat, tt, vv):
-    """The minibatch ``order[b0:b0+nb]`` as lists by feature: the ``nf`` distinct
-    features in increasing order (``feat``), and for feature ``feat[a]`` the entries
-    ``fptr[a]..fptr[a+1]-1`` of ``tt`` (position in the minibatch) and ``vv`` (value),
-    in minibatch order. ``cnt`` (length ``D``, zero) is left zero. Returns ``nf``."""
-    nf = 0
-    for t in range(nb):
-        i = order[b0 + t]
-        for p in range(indptr[i], indptr[i + 1]):
-            f = indices[p]
-            if cnt[f] == 0:
-                feat[nf] = f
-                nf += 1
-            cnt[f] += 1
-    feat[:nf].sort()
-    fptr[0] = 0
-    for a in range(nf):
-        fptr[a + 1] = fptr[a] + cnt[feat[a]]
-        cnt[feat[a]] = fptr[a]  # next free slot of feature feat[a]
-    for t in range(nb):
-        i = order[b0 + t]
-        for p in range(indptr[i], indptr[i + 1]):
-            f = indices[p]
-            q = cnt[f]
-            tt[q] = t
-            vv[q] = data[p]
-            cnt[f] = q + 1
-    for a in range(nf):
-        cnt[feat[a]] = 0
-    return nf
 
 
 @numba.njit(**JIT)
@@ -249,7 +218,7 @@ def softmax_sgd_epoch(indptr, indices, data, y, order, VT, cs, n, lr, muN, nchun
     steps = 0
     for b0 in range(0, N, n):
         nb = min(n, N - b0)
-        nf = batch_by_feature(indptr, indices, data, order, b0, nb, cnt, fptr, feat, tt, vv)
+        nf = batch_transpose(indptr, indices, data, order, b0, nb, cnt, fptr, feat, tt, vv)
         c = cs[0]
         for q in numba.prange(nchunk):
             for t in range(q * nb // nchunk, (q + 1) * nb // nchunk):
