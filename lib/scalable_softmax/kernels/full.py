@@ -59,6 +59,22 @@ def softmax_cols(ST, y, order, b0, t0, t1):
 
 
 @numba.njit(**JIT)
+def batch_buffers(indptr, order, D, n):
+    """The buffers of :func:`batch_transpose` for minibatches of ``n`` rows of
+    ``order``: ``(cnt, fptr, feat, tt, vv)``, sized by the largest row's non-zeros."""
+    cnt = np.zeros(D, dtype=np.int64)
+    fptr = np.zeros(D + 1, dtype=np.int64)
+    feat = np.zeros(D, dtype=np.int64)
+    mx_nnz = 0
+    for t in range(order.shape[0]):
+        i = order[t]
+        mx_nnz = max(mx_nnz, indptr[i + 1] - indptr[i])
+    tt = np.zeros(n * mx_nnz, dtype=np.int64)
+    vv = np.zeros(n * mx_nnz)
+    return cnt, fptr, feat, tt, vv
+
+
+@numba.njit(**JIT)
 def batch_transpose(indptr, indices, data, order, b0, nb, cnt, fptr, feat, tt, vv):
     """The minibatch as lists by feature: the ``nf`` distinct features in increasing
     order (``feat``), and for feature ``feat[a]`` the entries ``fptr[a]..fptr[a+1]-1``
@@ -174,15 +190,7 @@ def softmax_sgd_epoch(indptr, indices, data, y, order, V, cs, n, lr, muN, nchunk
     K, D = V.shape
     ST = np.zeros((K, n))
     bads = np.zeros(nchunk, dtype=np.int64)
-    cnt = np.zeros(D, dtype=np.int64)
-    fptr = np.zeros(D + 1, dtype=np.int64)
-    feat = np.zeros(D, dtype=np.int64)
-    mx_nnz = 0
-    for t in range(N):  # the largest minibatch's non-zeros, for the buffers
-        i = order[t]
-        mx_nnz = max(mx_nnz, indptr[i + 1] - indptr[i])
-    tt = np.zeros(n * mx_nnz, dtype=np.int64)
-    vv = np.zeros(n * mx_nnz)
+    cnt, fptr, feat, tt, vv = batch_buffers(indptr, order, D, n)
     factor = 1.0 - lr * muN
     steps = 0
     for b0 in range(0, N, n):

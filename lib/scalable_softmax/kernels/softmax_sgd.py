@@ -62,7 +62,7 @@ import numpy as np
 from scalable_softmax._kernels import JIT, PJIT
 
 # the minibatch as lists by feature: the class-major kernel's own transpose, shared
-from scalable_softmax.kernels.full import batch_transpose
+from scalable_softmax.kernels.full import batch_buffers, batch_transpose
 
 __all__ = ["softmax_sgd_epoch", "row_scores", "softmax_gradient",
            "update_classes", "fold_classes", "class_bounds", "TILE"]
@@ -205,15 +205,7 @@ def softmax_sgd_epoch(indptr, indices, data, y, order, VT, cs, n, lr, muN, nchun
     S = np.empty((n, K))
     bads = np.zeros(nchunk, dtype=np.int64)
     bufs = np.empty((nchunk, TILE))
-    cnt = np.zeros(D, dtype=np.int64)
-    fptr = np.zeros(D + 1, dtype=np.int64)
-    feat = np.zeros(D, dtype=np.int64)
-    mx_nnz = 0
-    for t in range(N):  # the largest row's non-zeros, for the buffers
-        i = order[t]
-        mx_nnz = max(mx_nnz, indptr[i + 1] - indptr[i])
-    tt = np.zeros(n * mx_nnz, dtype=np.int64)
-    vv = np.zeros(n * mx_nnz)
+    cnt, fptr, feat, tt, vv = batch_buffers(indptr, order, D, n)
     factor = 1.0 - lr * muN
     steps = 0
     for b0 in range(0, N, n):
