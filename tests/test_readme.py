@@ -302,3 +302,28 @@ def test_notebooks_point_to_readme_sections_that_exist():
         cited = set(re.findall(r"\(README: ([^)]+)\)", nb.read_text()))
         for section in cited:
             assert section in headings, f"{nb.name} cites the README section {section!r}"
+
+
+def test_peers_count_and_crossover_verdict_come_from_the_tables(tmp_path):
+    """The README's "N of 5" counts the data sets whose first method within 1% is ours,
+    and its crossover sentence is notebook 14's verdict, or says the record has none."""
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    rows = [("a", "implicit", 1.0, 2.0), ("a", "torch-sgd", 3.0, 1.0),
+            ("b", "softmax-sgd", 1.0, 0.5), ("b", "torch-adam", 2.0, 0.7),
+            ("c", "umax", None, 5.0), ("c", "torch-sgd", None, 4.0)]
+    pd.DataFrame(rows, columns=["dataset", "method", "seconds_to_1pct", "seconds_to_5pct"]
+                 ).to_csv(tables / "12-peers.csv", index=False)
+    t = numbers.Tables(tables)
+    assert t.peers_first("1") == "2 of 3"      # a and b: ours; c: nobody
+    assert t.peers_first("5") == "1 of 3"      # b only
+    assert t.crossover_verdict("1").startswith("not yet run")
+    pd.DataFrame({"K": [1000, 1000, 30000, 30000],
+                  "family": ["full-softmax", "double-sum", "full-softmax", "double-sum"],
+                  "method": ["softmax-sgd", "umax", "softmax-sgd", "implicit"],
+                  "label": ["softmax SGD", "U-max", "softmax SGD", "Implicit SGD"],
+                  "seconds_to_1pct": [1.0, 2.0, 9.0, 4.0]}
+                 ).to_csv(tables / "14-crossover.csv", index=False)
+    text = numbers.Tables(tables).crossover_verdict("1")
+    assert text.startswith("A double-sum method is first within 1% of the best test "
+                           "log-loss from K = 30,000 on"), text

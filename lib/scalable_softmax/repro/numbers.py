@@ -192,9 +192,27 @@ class Tables:
                 re.finditer(r"^\| `make ([\w-]+)` \| [^|]+ \| [^|]+ \| ([^|]+?) \|$", text, re.M)}
         return {"commit": commit.group(1)[:7], "seconds": seconds, "runs": runs}
 
+    def peers_first(self, tolerance_pct: str = "1") -> str:
+        """"N of M": on how many of notebook 12's data sets one of ours is first within
+        ``tolerance_pct`` percent of the best test log-loss (repro.peers)."""
+        from scalable_softmax.repro import peers
+        first = peers.first_per_dataset(self.table("12-peers"), tolerance_pct)
+        return f"{int(first.ours.sum())} of {len(first)}"
+
+    def crossover_verdict(self, tolerance_pct: str = "1") -> str:
+        """Notebook 14's verdict sentence (repro.crossover.verdict), or that the record
+        has no run of it yet."""
+        from scalable_softmax.repro import crossover
+        try:
+            table = self.table("14-crossover")
+        except LookupError:
+            return "not yet run for this record (notebook 14-crossover)."
+        return crossover.verdict(table, tolerance_pct)[1]
+
     def namespace(self) -> dict:
         return {"table": self.table, "rows": self.rows, "cell": self.cell,
                 "verdicts": self.verdicts, "provenance": self.provenance,
+                "peers_first": self.peers_first, "crossover_verdict": self.crossover_verdict,
                 "bench": self.bench, "np": np,
                 "len": len, "min": min, "max": max, "sum": sum, "abs": abs, "round": round,
                 "sorted": sorted, "int": int, "float": float, "str": str,
