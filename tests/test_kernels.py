@@ -135,3 +135,37 @@ def test_every_method_module_names_its_numpy_step_reference_step(module):
     old = {"_reference_step", "softmax_sgd_reference_step", "implicit_step_reference",
            "implicit_batch_step_reference"}
     assert not old & set(dir(module))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 130), (129, 65), (64, 64), (200, 7)])
+@pytest.mark.parametrize("c", [1.0, 0.37, -2.5])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_transpose_scaled_is_numpys_product_of_the_transpose(shape, c, threads):
+    # every entry is NumPy's own product (a copy at c = 1), whatever the tiles and threads
+    from scalable_softmax.kernels.common import transpose_scaled
+
+    rng = np.random.default_rng(sum(shape))
+    src = rng.standard_normal(shape)
+    out = np.full(shape[::-1], np.nan)
+    prev = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        transpose_scaled(src, c, out)
+    finally:
+        numba.set_num_threads(prev)
+    ref = src.T.copy() if c == 1.0 else np.multiply(src.T, c)
+    assert np.array_equal(out.view(np.int64), ref.view(np.int64))
+
+
+def test_feature_major_softmax_sgd_weights_are_the_transposed_store():
+    # FitResult.W of the feature-major layout: the D x K store transposed, times the
+    # lazy scale, bit for bit
+    X = sp.random(40, 70, density=0.1, format="csr", random_state=1)
+    y = np.arange(40) % 9
+    tr = full.SoftmaxSGDTrainer(X, y, 9, layout="feature", batch_size=7, mu=0.3)
+    tr.init_params()
+    tr.run_epoch(np.arange(40), 0.5, 0)
+    assert tr.cs[0] != 1.0
+    W = tr.weights()
+    assert W.shape == (9, 70) and W.flags.c_contiguous
+    assert np.array_equal(W, np.multiply(tr._store.T, tr.cs[0]))

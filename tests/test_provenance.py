@@ -83,3 +83,42 @@ def test_a_record_without_the_kernel_line_says_not_recorded():
     else:
         assert got == "not recorded"
     assert blaskernel.recorded_blas(None) == "not recorded"
+
+
+def test_a_record_from_two_commits_names_each_notebooks(tmp_path, monkeypatch):
+    # notebooks run at different commits: the table gets a commit column, the commit
+    # line says so; one commit: the plain two-column table
+    import yaml
+
+    from scalable_softmax.repro import runner
+
+    monkeypatch.setattr(runner.paths, "BUILD", tmp_path / "build")
+    folder = tmp_path / "build" / "executed" / "full"
+    folder.mkdir(parents=True)
+    (folder / "durations.yaml").write_text(yaml.safe_dump({"00-a": 1.5, "14-crossover": 2.0}))
+    head = runner._git_head()
+    (folder / "commits.yaml").write_text(yaml.safe_dump({"00-a": "a" * 40,
+                                                         "14-crossover": head}))
+    out = runner.write_provenance("full", out=tmp_path / "PROVENANCE.md")
+    text = out.read_text()
+    assert "| notebook | seconds | commit |" in text
+    assert f"| 00-a | 1.5 | {'a' * 12} |" in text
+    assert f"| 14-crossover | 2.0 | {head[:12]}" in text
+    assert "the commit column below" in text
+    assert "numba's target CPU: " in text
+    (folder / "commits.yaml").write_text(yaml.safe_dump({"00-a": head, "14-crossover": head}))
+    text = runner.write_provenance("full", out=tmp_path / "P2.md").read_text()
+    assert "| notebook | seconds |\n|---|---|" in text and "commit column" not in text
+
+
+def test_a_notebooks_run_records_its_commit(tmp_path, monkeypatch):
+    import yaml
+
+    from scalable_softmax.repro import runner
+
+    monkeypatch.setattr(runner.paths, "BUILD", tmp_path / "build")
+    runner._record_duration("07-x", "full", 3.14159)
+    folder = tmp_path / "build" / "executed" / "full"
+    assert yaml.safe_load((folder / "durations.yaml").read_text()) == {"07-x": 3.1}
+    assert yaml.safe_load((folder / "commits.yaml").read_text()) == {
+        "07-x": runner._git_head()}

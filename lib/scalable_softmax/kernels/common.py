@@ -9,10 +9,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT, prefetch_r
+from scalable_softmax._kernels import JIT, PJIT, prefetch_r
 
 __all__ = ["rand_below", "seed_state", "dot", "axpy_check", "prefetch_csr_row",
-           "touched_zeros", "IJIT"]
+           "touched_zeros", "transpose_scaled", "IJIT"]
 
 #: flags of the small helpers inlined (numba IR) into every kernel that calls them
 IJIT = dict(JIT, inline="always")
@@ -110,3 +110,34 @@ def touched_zeros(K, D):
     W = np.empty((K, D), dtype=np.float64)
     W.fill(0.0)
     return W
+
+
+#: side of the square tiles of :func:`transpose_scaled` (two 32 KiB float64 tiles fit in
+#: a core's L1 and L2 together; the exact value changes speed, never the result)
+TRANSPOSE_TILE = 64
+
+
+@numba.njit(**PJIT)
+def transpose_scaled(src, c, out):
+    """``out[k, d] = src[d, k] * c`` for a C-contiguous ``D x K`` ``src`` and ``K x D``
+    ``out``, tile by tile (a plain ``out[...] = src.T`` strides through ``src`` one cache
+    line per element: 5 s for ``K = 30,000``, ``D = 10,000`` on one core). Each entry is
+    the one product NumPy's ``np.multiply(src.T, c)`` makes (a copy when ``c == 1``), so
+    the result does not depend on the tiles or the threads."""
+    D, K = src.shape
+    t = TRANSPOSE_TILE
+    nkt = (K + t - 1) // t
+    ndt = (D + t - 1) // t
+    for b in numba.prange(nkt * ndt):
+        k0 = (b // ndt) * t
+        d0 = (b % ndt) * t
+        k1 = min(K, k0 + t)
+        d1 = min(D, d0 + t)
+        if c == 1.0:
+            for k in range(k0, k1):
+                for d in range(d0, d1):
+                    out[k, d] = src[d, k]
+        else:
+            for k in range(k0, k1):
+                for d in range(d0, d1):
+                    out[k, d] = src[d, k] * c

@@ -104,6 +104,7 @@ import scipy.sparse as sp
 from scalable_softmax.kernels import full as kfull
 from scalable_softmax.kernels import softmax_sgd as ksgd
 from scalable_softmax.kernels.common import touched_zeros as _touched_zeros
+from scalable_softmax.kernels.common import transpose_scaled as _transpose_scaled
 from scalable_softmax.kernels.full import KIND_MODES, full_pass, solve_alpha
 from scalable_softmax.methods.base import EpochReport, StochasticTrainer, Trainer
 from scalable_softmax.methods.lbfgs import lbfgs
@@ -307,10 +308,9 @@ class SoftmaxSGDTrainer(StochasticTrainer):
         if self._layout == "class":
             return self.W if c == 1.0 else self.W * c
         out = np.empty((self.K, self.D))
-        if c == 1.0:
-            out[...] = self.W
-        else:
-            np.multiply(self.W, c, out=out)
+        with _threads(numba.get_num_threads() if self.opts["parallel"]
+                      else self.opts["threads"]):
+            _transpose_scaled(self._store, float(c), out)
         return out
 
 

@@ -265,9 +265,12 @@ class _Recorder:
         return self.now() >= self.cap
 
     def record_start(self, W, **info):
-        """The point at ``seconds = 0`` (skipped when ``self.start_point`` is False)."""
+        """The point at ``seconds = 0`` (skipped when ``self.start_point`` is False).
+        ``W`` may be a function returning the weights, called only when the point is
+        recorded (a tuning run records no start point, and at ``K = 30,000`` making the
+        ``K x D`` weights of a feature-major or torch model is a 2.4 GB pass)."""
         if self.start_point:
-            self.record(W, **info)
+            self.record(W() if callable(W) else W, **info)
 
     def record(self, W, **info):
         """Evaluate ``W`` (K x D; None: a diverged point, log-loss inf) on every set."""
@@ -280,7 +283,7 @@ class _Recorder:
             self.pending.pop(0)
         row = dict(seconds=self.seconds, **info)
         # once per point, not per set: at K = 30,000 a pass over W is 2.4 GB
-        bad = W is None or not np.all(np.isfinite(W))
+        bad = W is None or not _all_finite(W)
         for name, (Xe, ye) in self.sets.items():
             if bad:
                 row[f"{name}_log_loss"] = math.inf
@@ -409,6 +412,18 @@ def _our_trainer(method, library, X, y, K, threads, *, batch_size, n_sampled, kw
     raise AssertionError("unreachable")
 
 
+def _all_finite(W) -> bool:
+    """True if every entry of the weights is finite: numba's parallel check without a
+    temporary (NumPy's ``np.isfinite(W).all()`` makes a ``K x D`` boolean array: 1.2 s
+    per point at ``K = 30,000``)."""
+    from scalable_softmax.kernels.evaluate import all_finite
+
+    W = np.asarray(W)
+    if W.dtype.kind != "f" or not W.flags.c_contiguous:
+        return bool(np.isfinite(W).all())
+    return bool(all_finite(W))
+
+
 def _run_ours(job, X, y, K, rec):
     from scalable_softmax.fit import make_order
     from scalable_softmax.protocols import fit_kwargs
@@ -450,7 +465,7 @@ def _run_ours(job, X, y, K, rec):
     tr.warmup()
     rng = np.random.default_rng(job.seed)
     N = X.shape[0]
-    rec.record_start(tr.weights(), epoch=0)
+    rec.record_start(tr.weights, epoch=0)
     status, reason = "completed", f"{job.max_epochs} epochs"
     # softmax SGD draws nothing, so an epoch cut at multiples of its minibatch takes the
     # same steps: it is run in about EPOCH_PIECES pieces and stops at the first piece
@@ -582,7 +597,7 @@ def _run_sklearn(job, X, y, K, rec):
 
     solver = job.method.split("-", 1)[1]
     D = X.shape[1]
-    rec.record_start(np.zeros((K, D)), max_iter=0)
+    rec.record_start(lambda: np.zeros((K, D)), max_iter=0)
     max_iter, last_fit = 1, 0.0
     info = {"fits": 0}
     while True:
@@ -655,8 +670,11 @@ def _torch_model(method, layout, D, K, lr):
     if method == "torch-sampled":
         raise AssertionError("use _run_torch_sampled")
     if layout == "embedding-bag":
-        emb = torch.nn.EmbeddingBag(D, K, mode="sum", sparse=True)
-        torch.nn.init.zeros_(emb.weight)
+        # zeros given as the weight: the default init draws D x K normals (1.9 s at
+        # K = 30,000) that the zeros would overwrite; nothing later draws from torch's
+        # generator in these runs (the order comes from NumPy)
+        emb = torch.nn.EmbeddingBag(D, K, mode="sum", sparse=True,
+                                    _weight=torch.zeros(D, K))
         params = list(emb.parameters())
 
         def loss(data, a, b):
@@ -763,7 +781,7 @@ def _run_torch(job, X, y, K, rec):
         info["layout"] = layout
         loss, opt, weights = _torch_model(job.method, layout, D, K, job.lr)
     rng = np.random.default_rng(job.seed)
-    rec.record_start(weights(), epoch=0, steps=0)
+    rec.record_start(weights, epoch=0, steps=0)
     steps = 0
     for e in range(1, job.max_epochs + 1):
         for g in opt.param_groups:

@@ -906,13 +906,37 @@ def _record_duration(name: str, profile: str, seconds: float) -> None:
     if log.exists():
         data = yaml.safe_load(log.read_text()) or {}
     data[name] = round(seconds, 1)
-    tmp = log.with_name(f".{log.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(yaml.safe_dump(data, sort_keys=True))
-        os.replace(tmp, log)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    commits = _commits_log(profile)
+    made = (yaml.safe_load(commits.read_text()) if commits.exists() else None) or {}
+    made[name] = _git_head()
+    for path, payload in ((log, data), (commits, made)):
+        with atomic_open(path, "w") as fh:
+            yaml.safe_dump(payload, fh, sort_keys=True)
+
+
+def _commits_log(profile: str) -> Path:
+    """``build/executed/<profile>/commits.yaml``: the commit each notebook's last run
+    came from (beside ``durations.yaml``)."""
+    return paths.BUILD / "executed" / profile / "commits.yaml"
+
+
+def _git_head() -> str:
+    """``git rev-parse HEAD`` of the checkout, with `` (with uncommitted changes)`` when
+    the code (lib, notebooks, params) differs from it; ``unknown`` outside git."""
+    import subprocess
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=paths.ROOT, capture_output=True,
+                                  text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return "unknown"
+
+    # the run's own outputs (notebooks/executed/) are not a change of the code
+    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--", "lib",
+                                                  "notebooks", "params",
+                                                  ":(exclude)notebooks/executed") else ""
+    return f"{git('rev-parse', 'HEAD')}{dirty}"
 
 
 #: notebooks run by ``make reproduce-extra`` only (the Makefile's EXTRA_NAMES)
@@ -977,29 +1001,35 @@ def _make_runs_lines(profile: str) -> list[str]:
                         "when that has just run), then the extensions.", ""]
 
 
+def _host_cpu() -> str:
+    """The CPU name numba's compiler (LLVM) targets on this machine (``znver3``,
+    ``skylake-avx512``, ...)."""
+    try:
+        import llvmlite.binding as llvm
+
+        return str(llvm.get_host_cpu_name())
+    except Exception:   # noqa: BLE001 -- provenance is best effort here
+        return "unknown"
+
+
 def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
     """Write ``PROVENANCE.md`` beside the tables: the commit, date, machine, the
     duration of every notebook's last ``profile`` run (from ``durations.yaml``) and, when
-    notebook 02 wrote it beside, its CPU-minutes by method and part."""
+    notebook 02 wrote it beside, its CPU-minutes by method and part. When the notebooks'
+    last runs came from different commits (``commits.yaml``), the table names each one's
+    and the ``commit`` line says so."""
     import datetime
     import platform
-    import subprocess
 
     log = paths.BUILD / "executed" / profile / "durations.yaml"
     durations = yaml.safe_load(log.read_text()) if log.exists() else {}
     durations = durations or {}
-
-    def git(*args):
-        try:
-            return subprocess.run(["git", *args], cwd=paths.ROOT, capture_output=True,
-                                  text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return "unknown"
-
-    # the run's own outputs (notebooks/executed/) are not a change of the code
-    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--", "lib",
-                                                  "notebooks", "params",
-                                                  ":(exclude)notebooks/executed") else ""
+    head = _git_head()
+    commits = _commits_log(profile)
+    made = (yaml.safe_load(commits.read_text()) if commits.exists() else None) or {}
+    # a record assembled from runs of more than one commit names each notebook's
+    made = {name: made.get(name, "unknown") for name in durations}
+    mixed = bool(made) and set(made.values()) != {head}
     import numba
     import numpy
     import scipy
@@ -1011,10 +1041,13 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
     lines = [
         "# Provenance of the committed figures and tables",
         "",
-        f"- commit: {git('rev-parse', 'HEAD')}{dirty}",
+        f"- commit: {head}" + (" (where the notebooks were run: the commit column "
+                                "below)" if mixed else ""),
         f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
         f"- machine: {platform.node()}, {cpu}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
+        # numba compiles for this CPU: the one thing a rerun on other hardware changes
+        f"- numba's target CPU: {_host_cpu()}",
         # the kernel moves iteration counts (params/tolerances.yaml): make verify
         # prints the record's beside the rerun's
         f"{BLAS_LINE}{describe_blas()}",
@@ -1022,18 +1055,23 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
         f"scipy {scipy.__version__}",
         f"- profile: {profile}",
         "",
-        "| notebook | seconds |",
-        "|---|---|",
-        *[f"| {name} | {secs} |" for name, secs in sorted(durations.items())],
-        f"| total | {round(sum(durations.values()), 1)} |",
+        *(["| notebook | seconds | commit |", "|---|---|---|",
+            *[f"| {name} | {secs} | {made[name][:12]}"
+              f"{' (uncommitted changes)' if 'uncommitted' in made[name] else ''} |"
+              for name, secs in sorted(durations.items())],
+            f"| total | {round(sum(durations.values()), 1)} | |"] if mixed else
+          ["| notebook | seconds |", "|---|---|",
+           *[f"| {name} | {secs} |" for name, secs in sorted(durations.items())],
+           f"| total | {round(sum(durations.values()), 1)} |"]),
     ]
     ext = {k: v for k, v in durations.items() if k in EXTENSIONS}
     if ext:
         core = sum(v for k, v in durations.items() if k not in EXTENSIONS)
+        end = " |" if mixed else ""
         lines += [f"| of which `make reproduce` (without {', '.join(sorted(ext))}) | "
-                  f"{round(core, 1)} |",
+                  f"{round(core, 1)} |{end}",
                   f"| of which the extensions (`make reproduce-extra`) | "
-                  f"{round(sum(ext.values()), 1)} |"]
+                  f"{round(sum(ext.values()), 1)} |{end}"]
     lines.append("")
     lines += _make_runs_lines(profile)
     breakdown = (out or paths.TABLES / "PROVENANCE.md").parent / "02-dataset-run-time.md"
