@@ -92,6 +92,40 @@ def bound_epoch(indptr, indices, data, y, order, WT, lr, B):
     return steps
 
 
+@numba.njit(nogil=True, boundscheck=False)
+def exp_epoch(N, s):
+    """The softmax's exponentials alone, as the kernels make them: for each of ``N``
+    rows, ``exp(s[k] - max)`` for every class of the score vector ``s`` (libm's scalar
+    ``exp``, one call per class) and their sum. Returns the sums' total."""
+    K = s.shape[0]
+    mx = s.max()
+    tot = 0.0
+    for _ in range(N):
+        z = 0.0
+        for k in range(K):
+            z += math.exp(s[k] - mx)
+        tot += z
+    return tot
+
+
+def _exp_seconds(N, K):
+    """Seconds of ``N x K`` exponentials, one thread: numba's libm calls
+    (:func:`exp_epoch`) and NumPy's vectorised ``np.exp`` (AVX2 on this machine) over
+    the same values, 100 rows at a time."""
+    s = np.random.default_rng(0).standard_normal(K) * 3.0
+    exp_epoch(1, s)
+    t0 = time.perf_counter()
+    exp_epoch(N, s)
+    t_libm = time.perf_counter() - t0
+    block = np.tile(s - s.max(), (100, 1))
+    out = np.empty_like(block)
+    t0 = time.perf_counter()
+    for _ in range(-(-N // 100)):
+        np.exp(block, out=out)
+        out.sum()
+    return {"libm": t_libm, "numpy": time.perf_counter() - t0}
+
+
 def _per_epoch_fit(X, y, K, lr, epochs, **opts):
     from scalable_softmax.fit import fit
     res = fit(X, y, "softmax-sgd", lr, epochs=epochs + 1, eval_epochs=[], progress=False,
@@ -102,12 +136,15 @@ def _per_epoch_fit(X, y, K, lr, epochs, **opts):
     return secs[1:].tolist()
 
 
-def _per_epoch_bound(X, y, K, lr, epochs):
+def _per_epoch_bound(X, y, K, lr, epochs, dtype=np.float64):
+    """Seconds of each epoch (after one) of :func:`bound_epoch`, one thread, with the
+    weights ``WT`` in ``dtype`` (float32: the bytes PyTorch's float32 weights move; the
+    scores stay float64)."""
     indptr = np.ascontiguousarray(X.indptr, dtype=np.int64)
     indices = np.ascontiguousarray(X.indices, dtype=np.int64)
     data = np.ascontiguousarray(X.data, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.int64)
-    WT = np.zeros((X.shape[1], K))
+    WT = np.zeros((X.shape[1], K), dtype=dtype)
     rng = np.random.default_rng(0)
     bound_epoch(indptr, indices, data, y, np.zeros(0, dtype=np.int64), WT, lr, BATCH)
     out = []
@@ -198,6 +235,14 @@ def run_real(name, quick, rounds, epochs):
         for c in (("fit_threads1", 1), ("fit_threads2", 2))[::(1 if r % 2 == 0 else -1)]:
             out["times"][c[0]] += _per_epoch_fit(X, y, K, lr, epochs, threads=c[1])
             print(name, c[0], f"{min(out['times'][c[0]]):.3g} s/epoch", flush=True)
+    # the bound loop on this data, one thread: float64 weights (ours) and float32 (the
+    # bytes PyTorch's weights move), one timed epoch each, to say what the memory costs
+    out["bound"] = {"float64": _per_epoch_bound(X, y, K, lr, 1),
+                    "float32": _per_epoch_bound(X, y, K, lr, 1, np.float32)}
+    print(name, "bound loop, 1 thread:", out["bound"], flush=True)
+    # which part of an epoch is the softmax's N x K exponentials (one thread)
+    out["exp"] = _exp_seconds(X.shape[0], K)
+    print(name, "N x K exponentials:", out["exp"], flush=True)
     t, why = _torch_epoch(X, y, K)
     out["torch"] = {"seconds_per_epoch": t, "note": why}
     print(name, "torch:", why if t is None else t)
@@ -241,11 +286,24 @@ def markdown(res):
               "| case | seconds per epoch (best) | median |", "|---|---:|---:|",
               f"| `fit(..., threads=1)` | {min(t1):.4g} | {np.median(t1):.4g} |",
               f"| `fit(..., threads=2)` | {min(t2):.4g} | {np.median(t2):.4g} |"]
+        for dt, v in n.get("bound", {}).items():
+            L.append(f"| bound: feature-major numba loop, {dt} weights, 1 thread | "
+                     f"{min(v):.4g} | |")
         tt = n["torch"]["seconds_per_epoch"]
         for lay, v in (tt or {}).items():
             L.append(f"| PyTorch SGD, full softmax, `{lay}`, float32, 2 threads "
                      f"({n['torch']['note']}) | {v:.4g} | |")
         L += ["", f"threads=2 over threads=1: {min(t1) / min(t2):.2f}x (best)."]
+        if n.get("bound"):
+            b64, b32 = min(n["bound"]["float64"]), min(n["bound"]["float32"])
+            L += ["", f"One thread: `fit` at {min(t1) / b64:.2f}x the float64 bound loop; "
+                  f"the same loop with float32 weights is {b64 / b32:.2f}x faster."]
+        if n.get("exp"):
+            e = n["exp"]
+            L += ["", f"The epoch's {n['N']:,} x {n['K']:,} exponentials alone, one thread: "
+                  f"{e['libm']:.3g} s as the kernels make them (libm's scalar `exp`, "
+                  f"{e['libm'] / min(t1):.0%} of `fit`'s one-thread epoch), {e['numpy']:.3g} s "
+                  "with NumPy's vectorised `np.exp` over the same values."]
         if tt:
             lay, v = min(tt.items(), key=lambda kv: kv[1])
             L += ["", f"PyTorch's fastest layout (`{lay}`) over `fit(..., threads=2)`, "
