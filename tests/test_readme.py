@@ -324,6 +324,11 @@ def test_peers_count_and_crossover_verdict_come_from_the_tables(tmp_path):
                   "label": ["softmax SGD", "U-max", "softmax SGD", "Implicit SGD"],
                   "seconds_to_1pct": [1.0, 2.0, 9.0, 4.0]}
                  ).to_csv(tables / "14-crossover.csv", index=False)
-    text = numbers.Tables(tables).crossover_verdict("1")
+    t = numbers.Tables(tables)
+    text = t.crossover_verdict("1")
     assert text.startswith("A double-sum method is first within 1% of the best test "
                            "log-loss from K = 30,000 on"), text
+    assert "K = 1,000:" not in text and text.endswith(".")
+    assert t.crossover_first(0) == "K = 1,000: softmax SGD (full-softmax, 1 s)"
+    assert t.crossover_first(1) == "K = 30,000: Implicit SGD (double-sum, 4 s)"
+    assert t.crossover_first(2) == ""

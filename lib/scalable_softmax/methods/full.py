@@ -101,10 +101,10 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse as sp
 
+from scalable_softmax.kernels import common as kcommon
 from scalable_softmax.kernels import full as kfull
 from scalable_softmax.kernels import softmax_sgd as ksgd
 from scalable_softmax.kernels.common import touched_zeros as _touched_zeros
-from scalable_softmax.kernels.common import transpose_scaled as _transpose_scaled
 from scalable_softmax.kernels.full import KIND_MODES, full_pass, solve_alpha
 from scalable_softmax.methods.base import EpochReport, StochasticTrainer, Trainer
 from scalable_softmax.methods.lbfgs import lbfgs
@@ -310,7 +310,7 @@ class SoftmaxSGDTrainer(StochasticTrainer):
         out = np.empty((self.K, self.D))
         with _threads(numba.get_num_threads() if self.opts["parallel"]
                       else self.opts["threads"]):
-            _transpose_scaled(self._store, float(c), out)
+            kcommon.transpose_scaled(self._store, float(c), out)
         return out
 
 

@@ -200,19 +200,36 @@ class Tables:
         return f"{int(first.ours.sum())} of {len(first)}"
 
     def crossover_verdict(self, tolerance_pct: str = "1") -> str:
-        """Notebook 14's verdict sentence (repro.crossover.verdict), or that the record
-        has no run of it yet."""
+        """Notebook 14's verdict (repro.crossover.verdict) without its per-K list (see
+        :meth:`crossover_first`), or that the record has no run of it yet."""
         from scalable_softmax.repro import crossover
         try:
             table = self.table("14-crossover")
         except LookupError:
             return "not yet run for this record (notebook 14-crossover)."
-        return crossover.verdict(table, tolerance_pct)[1]
+        return crossover.verdict(table, tolerance_pct)[1].split(": K = ", 1)[0] + "."
+
+    def crossover_first(self, i: int, tolerance_pct: str = "1") -> str:
+        """The ``i``-th K of notebook 14's race (increasing) and the method first within
+        ``tolerance_pct`` percent there, as the verdict lists them; empty when the record
+        has no run of notebook 14 or fewer K values."""
+        from scalable_softmax.repro import crossover
+        try:
+            table = self.table("14-crossover")
+        except LookupError:
+            return ""
+        first = crossover.verdict(table, tolerance_pct)[0]
+        if not 0 <= i < len(first):
+            return ""
+        r = first.iloc[i]
+        return (f"K = {int(r.K):,}: {r.label} ({r.family}, {r.seconds:.3g} s)" if r.label
+                else f"K = {int(r.K):,}: no method")
 
     def namespace(self) -> dict:
         return {"table": self.table, "rows": self.rows, "cell": self.cell,
                 "verdicts": self.verdicts, "provenance": self.provenance,
                 "peers_first": self.peers_first, "crossover_verdict": self.crossover_verdict,
+                "crossover_first": self.crossover_first,
                 "bench": self.bench, "np": np,
                 "len": len, "min": min, "max": max, "sum": sum, "abs": abs, "round": round,
                 "sorted": sorted, "int": int, "float": float, "str": str,
