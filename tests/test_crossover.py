@@ -136,3 +136,20 @@ def test_figure_draws_a_line_per_family_and_marks_the_never():
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     ds = ax.get_lines()[labels.index("double-sum")]
     assert list(ds.get_xdata()) == [1000, 3000] and list(ds.get_ydata()) == [3.0, 2.0]
+
+
+def test_tuning_overshoot_is_the_median_ratio_to_the_budget():
+    import pandas as pd
+
+    from scalable_softmax.repro import crossover
+
+    rates = pd.DataFrame({"K": [10, 10, 10, 20, 20],
+                          "method": ["a", "a", "b", "a", "b"],
+                          "train_seconds": [0.3, 0.5, 0.2, 2.0, None]})
+    over = crossover.tuning_overshoot(rates, {10: 2.0, 20: 10.0}, 0.1)
+    assert over.loc[10, "a"] == pytest.approx(2.0)      # median of 1.5 and 2.5
+    assert over.loc[10, "b"] == pytest.approx(1.0)
+    assert over.loc[20, "a"] == pytest.approx(2.0)
+    assert pd.isna(over.loc[20, "b"])                    # no finished run
+    with pytest.raises(ValueError, match="no cap for K"):
+        crossover.tuning_overshoot(rates, {10: 2.0}, 0.1)

@@ -215,6 +215,22 @@ def family_best(table, tolerance_pct="1"):
                                        "best_test_log_loss"])
 
 
+def tuning_overshoot(rates, caps, tune_fraction):
+    """How far the rule's tuning runs overran their budget: the median over each
+    method's candidates, per ``K``, of ``train_seconds / (tune_fraction * caps[K])``
+    (``rates``: the ``14-crossover-rates`` table). A run stops at the first epoch end
+    (our epoch-based methods), piece end (softmax SGD) or minibatch (PyTorch) past its
+    budget, so the ratio is at least about 1 and the size of the overrun says how much
+    more training a method's candidates were scored after. Returns a ``K x method``
+    frame."""
+    r = rates.dropna(subset=["train_seconds"])
+    budget = r.K.map({int(k): float(v) for k, v in caps.items()}) * float(tune_fraction)
+    if budget.isna().any():
+        missing = sorted(set(r.K[budget.isna()]))
+        raise ValueError(f"no cap for K = {missing} in caps {caps}")
+    return (r.train_seconds / budget).groupby([r.K, r.method]).median().unstack()
+
+
 def verdict(table, tolerance_pct="1"):
     """The race's answer, computed from ``table`` (:func:`crossover_table`).
 

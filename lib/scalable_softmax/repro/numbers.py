@@ -209,6 +209,16 @@ class Tables:
             return "not yet run for this record (notebook 14-crossover)."
         return crossover.verdict(table, tolerance_pct)[1].split(": K = ", 1)[0] + "."
 
+    def tuning_overshoot(self, method: str, K: int) -> float:
+        """Notebook 14's median overrun of the tuning budget by ``method``'s candidates
+        at ``K`` (repro.crossover.tuning_overshoot, with the caps and tuning fraction of
+        the full profile of params/14-crossover.yaml)."""
+        from scalable_softmax.repro import crossover, runner
+        p = runner.load_params("14-crossover", "full")
+        over = crossover.tuning_overshoot(self.table("14-crossover-rates"),
+                                          dict(zip(p["Ks"], p["caps"])), p["tune_fraction"])
+        return float(over.loc[K, method])
+
     def crossover_first(self, i: int, tolerance_pct: str = "1") -> str:
         """The ``i``-th K of notebook 14's race (increasing) and the method first within
         ``tolerance_pct`` percent there, as the verdict lists them; empty when the record
@@ -230,6 +240,7 @@ class Tables:
                 "verdicts": self.verdicts, "provenance": self.provenance,
                 "peers_first": self.peers_first, "crossover_verdict": self.crossover_verdict,
                 "crossover_first": self.crossover_first,
+                "tuning_overshoot": self.tuning_overshoot,
                 "bench": self.bench, "np": np,
                 "len": len, "min": min, "max": max, "sum": sum, "abs": abs, "round": round,
                 "sorted": sorted, "int": int, "float": float, "str": str,
