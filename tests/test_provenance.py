@@ -106,6 +106,13 @@ def test_a_record_from_two_commits_names_each_notebooks(tmp_path, monkeypatch):
     assert f"| 14-crossover | 2.0 | {head[:12]}" in text
     assert "the commit column below" in text
     assert "numba's target CPU: " in text
+    # the pages read each notebook's seconds and commit back (repro.numbers)
+    from scalable_softmax.repro import numbers
+
+    got = numbers.Tables(tmp_path).provenance()
+    assert got["seconds"] == {"00-a": 1.5, "14-crossover": 2.0}
+    assert got["commits"] == {"00-a": "a" * 7, "14-crossover": head[:7]}
+    assert got["commit"] == head[:7]
     (folder / "commits.yaml").write_text(yaml.safe_dump({"00-a": head, "14-crossover": head}))
     text = runner.write_provenance("full", out=tmp_path / "P2.md").read_text()
     assert "| notebook | seconds |\n|---|---|" in text and "commit column" not in text

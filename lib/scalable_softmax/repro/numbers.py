@@ -186,11 +186,16 @@ class Tables:
         commit = re.search(r"^- commit: ([0-9a-f]+)", text, re.M)
         if not commit:
             raise LookupError(f"{path}: no '- commit:' line")
-        seconds = {m.group(1): float(m.group(2)) for m in
-                   re.finditer(r"^\| (\d\d-[\w-]+) \| ([\d.]+) \|$", text, re.M)}
+        # "| notebook | seconds |", or with a third column, the commit each notebook's
+        # run came from (a record assembled from runs of several commits)
+        rows = list(re.finditer(r"^\| (\d\d-[\w-]+) \| ([\d.]+) \|(?: ([0-9a-f]+)[^|]*\|)?$",
+                                text, re.M))
+        seconds = {m.group(1): float(m.group(2)) for m in rows}
+        commits = {m.group(1): (m.group(3) or commit.group(1))[:7] for m in rows}
         runs = {m.group(1): m.group(2) for m in
                 re.finditer(r"^\| `make ([\w-]+)` \| [^|]+ \| [^|]+ \| ([^|]+?) \|$", text, re.M)}
-        return {"commit": commit.group(1)[:7], "seconds": seconds, "runs": runs}
+        return {"commit": commit.group(1)[:7], "seconds": seconds, "commits": commits,
+                "runs": runs}
 
     def peers_first(self, tolerance_pct: str = "1") -> str:
         """"N of M": on how many of notebook 12's data sets one of ours is first within
