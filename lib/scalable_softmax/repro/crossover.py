@@ -254,6 +254,14 @@ def verdict(table, tolerance_pct="1"):
     first = pd.DataFrame(rows, columns=["K", "method", "label", "family", "seconds"])
     if not len(first):
         return first, "No K was raced."
+    per_k = "; ".join(first_line(r) for r in first.itertuples())
+    return first, f"{headline(first, tolerance_pct)}: {per_k}."
+
+
+def headline(first, tolerance_pct="1"):
+    """The verdict's claim without its per-K list (``first`` from :func:`verdict`): from
+    which K a double-sum method is first at that and every larger K, or that none is at
+    the largest."""
     wins = (first.family == "double-sum").to_numpy()
     Ks = first.K.tolist()
     start = None
@@ -261,19 +269,18 @@ def verdict(table, tolerance_pct="1"):
         if not wins[i]:
             break
         start = Ks[i]
-    per_k = "; ".join(
-        f"K = {r.K:,}: {r.label} ({r.family}, {r.seconds:.3g} s)" if r.label else
-        f"K = {r.K:,}: no method" for r in first.itertuples())
+    lead = f"first within {tolerance_pct}% of the best test log-loss"
     if start is None:
-        text = (f"No double-sum method is first within {tolerance_pct}% of the best test "
-                f"log-loss at the largest K raced (K = {Ks[-1]:,}): {per_k}.")
-    elif start == Ks[0]:
-        text = (f"A double-sum method is first within {tolerance_pct}% of the best test "
-                f"log-loss at every K raced, from K = {start:,}: {per_k}.")
-    else:
-        text = (f"A double-sum method is first within {tolerance_pct}% of the best test "
-                f"log-loss from K = {start:,} on (and at every larger K raced): {per_k}.")
-    return first, text
+        return f"No double-sum method is {lead} at the largest K raced (K = {Ks[-1]:,})"
+    if start == Ks[0]:
+        return f"A double-sum method is {lead} at every K raced, from K = {start:,}"
+    return f"A double-sum method is {lead} from K = {start:,} on (and at every larger K raced)"
+
+
+def first_line(r):
+    """One row of :func:`verdict`'s ``first``: ``K = 3,000: label (family, 1.27 s)``."""
+    return (f"K = {int(r.K):,}: {r.label} ({r.family}, {r.seconds:.3g} s)" if r.label
+            else f"K = {int(r.K):,}: no method")
 
 
 def figure(best, caps, *, tolerance_pct="1"):

@@ -212,7 +212,9 @@ class Tables:
             table = self.table("14-crossover")
         except LookupError:
             return "not yet run for this record (notebook 14-crossover)."
-        return crossover.verdict(table, tolerance_pct)[1].split(": K = ", 1)[0] + "."
+        first = crossover.verdict(table, tolerance_pct)[0]
+        return crossover.headline(first, tolerance_pct) + "." if len(first) else \
+            "No K was raced."
 
     def tuning_overshoot(self, method: str, K: int) -> float:
         """Notebook 14's median overrun of the tuning budget by ``method``'s candidates
@@ -236,9 +238,7 @@ class Tables:
         first = crossover.verdict(table, tolerance_pct)[0]
         if not 0 <= i < len(first):
             return ""
-        r = first.iloc[i]
-        return (f"K = {int(r.K):,}: {r.label} ({r.family}, {r.seconds:.3g} s)" if r.label
-                else f"K = {int(r.K):,}: no method")
+        return crossover.first_line(first.iloc[i])
 
     def namespace(self) -> dict:
         return {"table": self.table, "rows": self.rows, "cell": self.cell,
