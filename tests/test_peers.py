@@ -236,7 +236,8 @@ def test_our_method_stops_at_the_time_cap():
     X, y, K = _problem(N=400)
     res = P.run_job(_job("umax", 0.5, cap=1e-6, max_epochs=50),
                     problem=(X, y, K, _sets(X, y)))
-    assert res["status"] == "time cap" and res["info"]["epochs"] == 1
+    # inside the first epoch: after its first piece (2 of 400 points)
+    assert res["status"] == "time cap" and res["info"]["epochs"] == pytest.approx(2 / 400)
     assert "cap" in res["reason"]
 
 
@@ -357,6 +358,33 @@ def test_torch_layouts_take_the_same_sgd_steps():
             opt.step()
         out.append(weights())
     np.testing.assert_allclose(out[0], out[1], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("give_up, second_steps", [(0.0, 1), (math.inf, 1 + 5)])
+def test_the_layout_pilot_gives_up_on_a_slow_first_step(give_up, second_steps, monkeypatch):
+    """A layout whose first step took PILOT_GIVE_UP times the best seconds per step so
+    far takes no timed step (PILOT_GIVE_UP = 0: every second layout); otherwise each
+    layout takes its untimed step and ``batches`` timed ones."""
+    pytest.importorskip("torch")
+    X, y, K = _problem(N=400)
+    calls = []
+    model = P._torch_model
+
+    def counted(method, layout, D, K, lr):
+        loss, opt, weights = model(method, layout, D, K, lr)
+
+        def loss_counted(data, a, b):
+            calls.append(layout)
+            return loss(data, a, b)
+        return loss_counted, opt, weights
+
+    monkeypatch.setattr(P, "_torch_model", counted)
+    monkeypatch.setattr(P, "PILOT_GIVE_UP", give_up)
+    out = P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=5, max_seconds=60,
+                          threads=1)
+    first, second = P.TORCH_LAYOUTS
+    assert calls.count(first) == 1 + 5 and calls.count(second) == second_steps
+    assert all(v > 0 and math.isfinite(v) for v in out.values())
 
 
 def test_torch_sampled_softmax_step_and_weights():
@@ -731,12 +759,15 @@ def test_implicit_batch_with_one_point_and_one_class_is_implicit_sgd():
     ("softmax-sgd", {"batch_size": 30}, {"batch_size": 30}),
     ("umax", {"n_sampled": 3}, {"n_sampled": 3}),
     ("is", {"n_sampled": 2}, {"batch_size": 100, "n_sampled": 2})])
-def test_a_structural_option_reaches_our_trainer(method, options, library_kw):
+def test_a_structural_option_reaches_our_trainer(method, options, library_kw, monkeypatch):
     """A job's structural option is the library trainer's: replaying the same epochs
-    through ``fit``'s trainer with those settings gives the job's last point."""
+    through ``fit``'s trainer with those settings gives the job's last point (its
+    epochs run whole here: the first piece is the epoch, and so is every later one)."""
     from scalable_softmax.fit import make_order
     from scalable_softmax.methods import get_trainer_class
 
+    monkeypatch.setattr(P, "FIRST_PIECES", 1)
+    monkeypatch.setattr(P, "MIN_PIECE_SECONDS", 1e9)
     X, y, K = _problem(N=300, K=8)
     res = P.run_job(_job(method, 0.5, max_epochs=2, options=options),
                     problem=(X, y, K, _sets(X, y)))
@@ -793,14 +824,78 @@ def test_the_rule_over_structures_end_to_end(tmp_path):
     assert table.config.iloc[0] == rates.config.iloc[0] and table.candidates.iloc[0] == 4
 
 
-def test_softmax_sgd_stops_inside_an_epoch_at_the_cap():
-    """Its epoch runs in pieces of whole minibatches (the same steps, see the structural
-    option test above), so a run whose epoch outlasts the cap stops at the first piece
-    past it, with a point there."""
+@pytest.mark.parametrize("method, options", [
+    ("softmax-sgd", {"batch_size": 10}), ("implicit-batch", {"batch_size": 5, "n_sampled": 3}),
+    ("umax", {}), ("is", {"n_sampled": 3})])
+def test_our_runs_stop_inside_an_epoch_at_the_cap(method, options):
+    """Every one of our runs cuts its epochs into pieces of whole steps (the first 1/256
+    of an epoch), so a run whose epoch outlasts the cap stops at the first piece end
+    past it, with a point there (as a PyTorch run stops at the first minibatch)."""
     X, y, K = _problem(N=3000, K=8)
-    res = P.run_job(_job("softmax-sgd", 0.5, cap=1e-9, max_epochs=3,
-                         options={"batch_size": 10}), problem=(X, y, K, _sets(X, y)))
+    res = P.run_job(_job(method, 0.5, cap=1e-9, max_epochs=3, options=options),
+                    problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "time cap", res["reason"]
-    assert "after 100 of 3000 points" in res["reason"]
-    last = res["points"][-1]
-    assert last["epoch"] == pytest.approx(100 / 3000)
+    batch = res["info"]["batch_size"]
+    first = batch * math.ceil(3000 / batch / P.FIRST_PIECES)
+    assert f"after {first} of 3000 points" in res["reason"]
+    assert res["points"][-1]["epoch"] == pytest.approx(first / 3000)
+
+
+def test_pieces_follow_the_measured_speed_and_the_checkpoints():
+    rec = P._Recorder({}, [1.0], cap=6.4)
+    pieces = P._Pieces(N=10_000, batch=10, rec=rec)
+    assert pieces.next_size(10_000) == 40                 # 1/256 of the epoch, in steps
+    pieces.measured(40, 0.004)                            # 10,000 points per second
+    assert pieces.next_size(10_000) == 160                # at most 4x the piece before
+    pieces.size = 10_000
+    assert pieces.next_size(10_000) == 1000               # cap / 64 = 0.1 s
+    rec.seconds = 0.97                                    # 0.03 s to the checkpoint
+    assert pieces.next_size(10_000) == 300
+    rec.seconds, rec.pending = 0.9995, [1.0]              # at least MIN_PIECE_SECONDS
+    assert pieces.next_size(10_000) == 100
+    assert pieces.next_size(70) == 70                     # the rest of the epoch
+
+
+@pytest.mark.parametrize("method, options", [
+    ("umax", {"n_sampled": 3}), ("is", {"n_sampled": 2, "batch_size": 4}),
+    ("implicit-batch", {"batch_size": 5, "n_sampled": 3})])
+def test_a_run_in_pieces_is_the_trainer_on_those_pieces(method, options, monkeypatch):
+    """With pieces of one step after the first (PIECE_FRACTION = MIN_PIECE_SECONDS = 0)
+    the cut is known, and replaying it through the trainer, the piece at 0 with the
+    epoch's seed and every other with piece_seed(seed, start), gives the run's points."""
+    from scalable_softmax.fit import make_order
+    from scalable_softmax.methods import get_trainer_class
+    from scalable_softmax.protocols import fit_kwargs
+
+    monkeypatch.setattr(P, "PIECE_FRACTION", 0.0)
+    monkeypatch.setattr(P, "MIN_PIECE_SECONDS", 0.0)
+    X, y, K = _problem(N=300, K=8)
+    res = P.run_job(_job(method, 0.5, max_epochs=2, threads=1, options=options),
+                    problem=(X, y, K, _sets(X, y)))
+    assert res["status"] == "completed", res["reason"]
+    info = res["info"]
+    library = info["library"]
+    kw = fit_kwargs("paper-text", "implicit" if method == "implicit-batch" else method)
+    order, u_init = kw.pop("order"), kw.pop("u_init")
+    kw.pop("lr_decay"), kw.pop("batch_size", None), kw.pop("n_sampled", None)
+    tr = get_trainer_class(library)(X, y, K, mu=0.0, batch_size=info["batch_size"],
+                                    n_sampled=info["n_sampled"], **kw)
+    tr.init_params(u_init)
+    rng, N, B = np.random.default_rng(0), X.shape[0], info["batch_size"]
+    for e in (1, 2):
+        # the run's first piece is 1 / FIRST_PIECES of an epoch, every later one a step
+        first = B * math.ceil(N / B / P.FIRST_PIECES) if e == 1 else B
+        idx = make_order(rng, N, order)
+        lr, seed = 0.5 * 0.9 ** (e - 1), int(rng.integers(0, 2 ** 63 - 1))
+        tr.run_epoch(idx[:first], lr, seed)
+        for a in range(first, N, B):
+            tr.run_epoch(idx[a:a + B], lr, P.piece_seed(seed, a))
+    assert res["points"][-1]["train_log_loss"] == pytest.approx(
+        evaluate(X, y, tr.weights()).log_loss, rel=1e-12)
+
+
+def test_piece_seeds_differ_and_are_reproducible():
+    seeds = [P.piece_seed(12345, a) for a in (40, 200, 1000)]
+    assert len(set(seeds)) == 3 and all(0 <= s < 2 ** 63 for s in seeds)
+    assert seeds == [P.piece_seed(12345, a) for a in (40, 200, 1000)]
+    assert P.piece_seed(12346, 40) != seeds[0]

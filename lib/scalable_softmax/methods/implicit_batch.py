@@ -114,6 +114,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
+from scalable_softmax.kernels.common import touched_zeros
 from scalable_softmax.kernels.implicit_batch import EIG_RTOL, epoch_kernel, touch_beta_kernel
 from scalable_softmax.methods.base import EpochReport, StochasticTrainer
 
@@ -426,8 +427,7 @@ class ImplicitBatchTrainer(StochasticTrainer):
         """Write ``W = 0`` (every page touched) and ``u`` (``"zero"`` or ``"logK"``)."""
         if u_init not in ("zero", "logK"):
             raise ValueError(f"u_init: must be 'zero' or 'logK', got {u_init!r}")
-        self.W = np.zeros((self.K, self.D), dtype=np.float64)
-        self.W[...] = 0.0
+        self.W = touched_zeros(self.K, self.D)
         self.u = np.full(self.N, 0.0 if u_init == "zero" else math.log(self.K))
 
     def run_epoch(self, order, lr, seed):

@@ -218,11 +218,11 @@ def family_best(table, tolerance_pct="1"):
 def tuning_overshoot(rates, caps, tune_fraction):
     """How far the rule's tuning runs overran their budget: the median over each
     method's candidates, per ``K``, of ``train_seconds / (tune_fraction * caps[K])``
-    (``rates``: the ``14-crossover-rates`` table). A run stops at the first epoch end
-    (our epoch-based methods), piece end (softmax SGD) or minibatch (PyTorch) past its
-    budget, so the ratio is at least about 1 and the size of the overrun says how much
-    more training a method's candidates were scored after. Returns a ``K x method``
-    frame."""
+    (``rates``: the ``14-crossover-rates`` table). A run stops at the first piece end
+    (ours: pieces of whole steps lasting about 1/64 of its cap, at least 10 ms) or
+    minibatch (PyTorch) past its budget, so the ratio is at least about 1 and the size
+    of the overrun says how much more training a method's candidates were scored after.
+    Returns a ``K x method`` frame."""
     r = rates.dropna(subset=["train_seconds"])
     budget = r.K.map({int(k): float(v) for k, v in caps.items()}) * float(tune_fraction)
     if budget.isna().any():

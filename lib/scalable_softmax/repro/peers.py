@@ -92,7 +92,7 @@ __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_
            "table_columns", "table_preamble",
            "log_axis_ticks", "curve_figure", "findings", "check_results", "worst_of_ours",
            "config_label", "candidates", "candidate_counts", "USED_THREADS_RATIO",
-           "first_per_dataset"]
+           "first_per_dataset", "piece_seed"]
 
 #: method -> family ("ours", "sklearn", "torch")
 METHODS = {
@@ -121,8 +121,12 @@ _OUR_PROTOCOL = "paper-text"
 #: (and alone when a trainer does not know ``threads``): U-max's Hogwild kernel and
 #: softmax SGD's class-parallel one; see :func:`_our_trainer`
 _LEGACY_THREAD_OPTIONS = {"umax": {"hogwild": True}, "softmax-sgd": {"parallel": True}}
-#: the pieces an epoch of softmax SGD is cut into, so that its run stops near the cap
-EPOCH_PIECES = 32
+#: our runs' epochs are cut into pieces (:class:`_Pieces`): the first is this fraction
+#: of an epoch, the others last about PIECE_FRACTION of the cap (at least
+#: MIN_PIECE_SECONDS: a kernel call costs tens of microseconds)
+FIRST_PIECES = 256
+PIECE_FRACTION = 1 / 64
+MIN_PIECE_SECONDS = 0.01
 #: a run "used its threads" when its process spent at least this many CPU seconds per
 #: training second (the second of 2 threads busy at least 30% of the time)
 USED_THREADS_RATIO = 1.3
@@ -162,8 +166,9 @@ class Job:
         ``.npz`` made by :func:`save_problem`.
     method : a key of :data:`METHODS`.
     lr : learning rate (None for ``exact`` and the sklearn methods).
-    cap_seconds : training seconds after which the run stops (at the end of the epoch,
-        minibatch, L-BFGS iteration or fit that crosses it).
+    cap_seconds : training seconds after which the run stops (at the end of the piece
+        of an epoch (ours, :class:`_Pieces`), minibatch, L-BFGS iteration or fit that
+        crosses it).
     split : ``"final"`` (train on the training split, evaluate on ``train`` and
         ``test`` rows) or ``"tune"`` (train on ``1 - holdout`` of the training split,
         evaluate on the held-out rows as ``val``).
@@ -263,6 +268,10 @@ class _Recorder:
 
     def over(self):
         return self.now() >= self.cap
+
+    def until_next(self):
+        """Training seconds left until the next checkpoint or the cap."""
+        return min([self.cap] + self.pending[:1]) - self.now()
 
     def record_start(self, W, **info):
         """The point at ``seconds = 0`` (skipped when ``self.start_point`` is False).
@@ -467,38 +476,32 @@ def _run_ours(job, X, y, K, rec):
     N = X.shape[0]
     rec.record_start(tr.weights, epoch=0)
     status, reason = "completed", f"{job.max_epochs} epochs"
-    # softmax SGD draws nothing, so an epoch cut at multiples of its minibatch takes the
-    # same steps: it is run in about EPOCH_PIECES pieces and stops at the first piece
-    # past the cap (as PyTorch's runs stop at the first minibatch past it), since its
-    # epoch costs O(N K D) and can outlast the cap many times at large K
-    piece = N if job.method != "softmax-sgd" else \
-        tr.batch_size * max(1, math.ceil(N / tr.batch_size / EPOCH_PIECES))
+    pieces = _Pieces(N, tr.batch_size, rec)
     for e in range(1, job.max_epochs + 1):
         rec.start()
         idx = make_order(rng, N, order)
         lr, seed = job.lr * decay ** (e - 1), int(rng.integers(0, 2 ** 63 - 1))
-        if piece < N:
-            for a in range(0, N, piece):
-                if a:
-                    rec.start()
-                rep = tr.run_epoch(idx[a:a + piece], lr, seed)
-                rec.stop()
-                done = min(a + piece, N)
-                if rep.diverged_at is not None and rep.diverged_at >= 0:
-                    rec.record(None, epoch=e - 1 + done / N)
-                    return "diverged", f"non-finite parameters in epoch {e}", dict(
-                        run_info, epochs=e)
-                if done < N and rec.over():
-                    rec.record(tr.weights(), epoch=e - 1 + done / N)
-                    return "time cap", (f"stopped at the cap in epoch {e} after {done} of "
-                                        f"{N} points"), dict(run_info, epochs=e - 1 + done / N)
-                if done < N and rec.due():
-                    rec.record(tr.weights(), epoch=e - 1 + done / N)
-        else:
-            rep = tr.run_epoch(idx, lr, seed)
-        rec.stop()
-        if rep.diverged_at is not None and rep.diverged_at >= 0 or \
-                (tr.u is not None and not np.all(np.isfinite(tr.u))):
+        a = 0
+        while a < N:
+            size = pieces.next_size(N - a)
+            if a:
+                rec.start()
+            t0 = time.perf_counter()
+            rep = tr.run_epoch(idx[a:a + size], lr, seed if a == 0 else piece_seed(seed, a))
+            pieces.measured(size, time.perf_counter() - t0)
+            rec.stop()
+            a += size
+            if rep.diverged_at is not None and rep.diverged_at >= 0:
+                rec.record(None, epoch=e - 1 + a / N)
+                return "diverged", f"non-finite parameters in epoch {e}", dict(
+                    run_info, epochs=e - 1 + a / N)
+            if a < N and rec.over():
+                rec.record(tr.weights(), epoch=e - 1 + a / N)
+                return "time cap", (f"stopped at the cap in epoch {e} after {a} of "
+                                    f"{N} points"), dict(run_info, epochs=e - 1 + a / N)
+            if a < N and rec.due():
+                rec.record(tr.weights(), epoch=e - 1 + a / N)
+        if tr.u is not None and not np.all(np.isfinite(tr.u)):
             rec.record(None, epoch=e)
             return "diverged", f"non-finite parameters in epoch {e}", dict(run_info, epochs=e)
         last = e == job.max_epochs
@@ -511,6 +514,43 @@ def _run_ours(job, X, y, K, rec):
                 return "diverged", f"non-finite weights after epoch {e}", dict(run_info,
                                                                                epochs=e)
     return status, reason, dict(run_info, epochs=job.max_epochs)
+
+
+def piece_seed(seed: int, start: int) -> int:
+    """The seed of the piece of an epoch that starts at position ``start > 0`` of its
+    order (the piece at 0 keeps the epoch's ``seed``, so an epoch run whole draws what
+    ``fit`` draws): a SeedSequence of the two, as a 63-bit integer."""
+    s0, s1 = np.random.SeedSequence([int(seed), int(start)]).generate_state(2, np.uint32)
+    return int((int(s0) << 31) ^ int(s1)) & (2 ** 63 - 1)
+
+
+class _Pieces:
+    """How many points of an epoch's order the next kernel call of one of our runs
+    takes: whole steps (``batch``), meant to last about :data:`PIECE_FRACTION` of the
+    run's cap and at most until its next checkpoint (but at least
+    :data:`MIN_PIECE_SECONDS`), at the speed measured on the pieces so far; the first
+    piece is ``1 / FIRST_PIECES`` of an epoch and a piece at most 4 times the one
+    before. So a run stops, and is evaluated, at the first piece end past the cap or a
+    checkpoint, as PyTorch's runs stop at the first minibatch past it, whatever an
+    epoch costs. The cut depends on the measured speed, not on the data: a run's points
+    are a function of its seed only where it runs its epochs whole."""
+
+    def __init__(self, N, batch, rec):
+        self.batch, self.rec = max(1, int(batch)), rec
+        self.size = self.batch * max(1, math.ceil(N / self.batch / FIRST_PIECES))
+        self.rate = None                      # points per training second
+
+    def next_size(self, left):
+        if self.rate is not None:
+            target = max(MIN_PIECE_SECONDS, min(self.rec.cap * PIECE_FRACTION,
+                                                self.rec.until_next()))
+            want = self.batch * max(1, int(self.rate * target / self.batch))
+            self.size = min(want, 4 * self.size)
+        return min(self.size, left)
+
+    def measured(self, points, seconds):
+        if seconds > 0:
+            self.rate = points / seconds
 
 
 class _CapReached(Exception):
@@ -723,8 +763,11 @@ def torch_layouts(X, y, K, method, batch_size=100, batches=10, max_seconds=1.0, 
                   lr=1e-3):
     """Seconds per minibatch of each layout of ``method`` (``torch-sgd`` or
     ``torch-adam``): one untimed step, then up to ``batches`` timed steps (fewer if a
-    layout has used ``max_seconds``), on the first rows. Returns ``{layout: seconds per
-    step}``."""
+    layout has used ``max_seconds``), on the first rows. A layout whose untimed first
+    step already took :data:`PILOT_GIVE_UP` times the best seconds per step so far is
+    not timed further: its first step's seconds are its entry (at K = 30,000 a step of
+    the dense-gradient layout takes 1-4 s, against 0.01-1.7 s). Returns ``{layout:
+    seconds per step}``."""
     import torch
 
     torch.set_num_threads(threads)
@@ -734,19 +777,28 @@ def torch_layouts(X, y, K, method, batch_size=100, batches=10, max_seconds=1.0, 
     out = {}
     for layout in TORCH_LAYOUTS:
         loss, opt, _ = _torch_model(method, layout, X.shape[1], K, lr)
-        t0, steps = None, 0
+        best = min([v for v in out.values() if math.isfinite(v)], default=math.inf)
+        t0, steps, t_first = time.perf_counter(), 0, math.nan
         for s, a in enumerate(range(0, n, batch_size)):
-            if s == 1:
-                t0 = time.perf_counter()
             opt.zero_grad()
             loss(data, a, min(a + batch_size, n)).backward()
             opt.step()
-            steps += s >= 1
-            if t0 is not None and time.perf_counter() - t0 > max_seconds:
+            if s == 0:
+                t_first = time.perf_counter() - t0
+                if t_first > PILOT_GIVE_UP * best:
+                    break
+                t0 = time.perf_counter()
+                continue
+            steps += 1
+            if time.perf_counter() - t0 > max_seconds:
                 break
-        out[layout] = (time.perf_counter() - t0) / steps if steps else math.nan
+        out[layout] = (time.perf_counter() - t0) / steps if steps else t_first
         del loss, opt
     return out
+
+
+#: see :func:`torch_layouts`
+PILOT_GIVE_UP = 3.0
 
 
 def _choose_layout(job, X, y, K, B):
@@ -816,8 +868,10 @@ def _torch_sampled(D, K, lr, m):
     import torch
     import torch.nn.functional as F
 
-    emb = torch.nn.Embedding(K, D, sparse=True)      # class rows
-    torch.nn.init.zeros_(emb.weight)
+    # class rows, from given zeros: the default init draws K x D normals (2.8 s at
+    # K = 30,000) that zeros would overwrite, and moves the generator the negatives
+    # are then drawn from
+    emb = torch.nn.Embedding(K, D, sparse=True, _weight=torch.zeros(K, D))
     opt = torch.optim.SGD(emb.parameters(), lr=lr)
 
     def loss(data, a, b):
