@@ -1,7 +1,7 @@
 """What cutting an epoch into pieces costs our methods (notebooks 12 and 14).
 
 A run of ours in notebooks 12 and 14 cuts every epoch into pieces of whole steps
-(:class:`scalable_softmax.repro.peers._Pieces`: about 1/64 of the run's cap at the
+(:class:`scalable_softmax.repro.peers.Pieces`: about 1/64 of the run's cap at the
 measured speed, at least ``MIN_PIECE_SECONDS``), one kernel call each, so that it stops
 and is evaluated near the cap and the checkpoints, as a PyTorch run stops at a minibatch.
 A kernel call has a fixed cost (argument checks, the threads' start), so small pieces
@@ -62,11 +62,18 @@ class _Budget:
 
 
 def _trainer(path, method, options, threads):
-    """Our trainer of a notebook job (``peers.run_job``'s set-up, without the run)."""
+    """Our trainer of a notebook job, set up as ``peers.run_job`` sets it up (paper-text
+    settings of Implicit SGD for minibatch Implicit SGD and softmax SGD), on
+    ``threads`` threads."""
+    import scipy.sparse as sp
+
+    from scalable_softmax.methods import get_trainer_class
     from scalable_softmax.protocols import fit_kwargs
     from scalable_softmax.repro import peers as P
 
-    X, y, _, _, K = P._load(path)
+    z = np.load(path)                     # a problem of peers.save_problem
+    X = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
+    y, K = z["y"].astype(np.int64), int(z["K"])
     batched = method in P.BATCH_IMPLICIT
     options = dict(options)
     n, m = options.pop("batch_size", None), options.pop("n_sampled", None)
@@ -80,11 +87,11 @@ def _trainer(path, method, options, threads):
         b0, m0 = (None, None) if library == "implicit" else (n, m)
     else:
         b0, m0 = (n if n is not None else b0), (m if m is not None else m0)
-    tr, used, _, _ = P._our_trainer(method, library, X, y, K, threads, batch_size=b0,
-                                    n_sampled=m0, kw=kw)
+    tr = get_trainer_class(library)(X, y, K, mu=0.0, batch_size=b0, n_sampled=m0,
+                                    threads=threads, **kw)
     tr.init_params("zero" if method == "softmax-sgd" else u_init)
     tr.warmup()
-    return tr, X.shape[0], order, used
+    return tr, X.shape[0], order, threads
 
 
 def _diverged(rep):
@@ -98,7 +105,7 @@ def _epochs(tr, N, order, lr, epochs, budget, seed):
     from scalable_softmax.repro import peers as P
 
     rng = np.random.default_rng(seed)
-    cut = P._Pieces(N, tr.batch_size, _Budget(budget)) if budget else None
+    cut = P.Pieces(N, tr.batch_size, _Budget(budget)) if budget else None
     out, calls, diverged = [], 0, False
     for _ in range(epochs):
         idx = make_order(rng, N, order)

@@ -843,7 +843,7 @@ def test_our_runs_stop_inside_an_epoch_at_the_cap(method, options):
 
 def test_pieces_follow_the_measured_speed_and_the_checkpoints():
     rec = P._Recorder({}, [1.0], cap=6.4)
-    pieces = P._Pieces(N=10_000, batch=10, rec=rec)
+    pieces = P.Pieces(N=10_000, batch=10, rec=rec)
     assert pieces.next_size(10_000) == 40                 # 1/256 of the epoch, in steps
     pieces.measured(40, 0.004)                            # 10,000 points per second
     assert pieces.next_size(10_000) == 160                # at most 4x the piece before

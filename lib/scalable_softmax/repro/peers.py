@@ -92,7 +92,7 @@ __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_
            "table_columns", "table_preamble",
            "log_axis_ticks", "curve_figure", "findings", "check_results", "worst_of_ours",
            "config_label", "candidates", "candidate_counts", "USED_THREADS_RATIO",
-           "first_per_dataset", "piece_seed"]
+           "first_per_dataset", "piece_seed", "Pieces"]
 
 #: method -> family ("ours", "sklearn", "torch")
 METHODS = {
@@ -121,7 +121,7 @@ _OUR_PROTOCOL = "paper-text"
 #: (and alone when a trainer does not know ``threads``): U-max's Hogwild kernel and
 #: softmax SGD's class-parallel one; see :func:`_our_trainer`
 _LEGACY_THREAD_OPTIONS = {"umax": {"hogwild": True}, "softmax-sgd": {"parallel": True}}
-#: our runs' epochs are cut into pieces (:class:`_Pieces`): the first is this fraction
+#: our runs' epochs are cut into pieces (:class:`Pieces`): the first is this fraction
 #: of an epoch, the others last about PIECE_FRACTION of the cap (at least
 #: MIN_PIECE_SECONDS: a kernel call costs tens of microseconds)
 FIRST_PIECES = 256
@@ -167,7 +167,7 @@ class Job:
     method : a key of :data:`METHODS`.
     lr : learning rate (None for ``exact`` and the sklearn methods).
     cap_seconds : training seconds after which the run stops (at the end of the piece
-        of an epoch (ours, :class:`_Pieces`), minibatch, L-BFGS iteration or fit that
+        of an epoch (ours, :class:`Pieces`), minibatch, L-BFGS iteration or fit that
         crosses it).
     split : ``"final"`` (train on the training split, evaluate on ``train`` and
         ``test`` rows) or ``"tune"`` (train on ``1 - holdout`` of the training split,
@@ -476,7 +476,7 @@ def _run_ours(job, X, y, K, rec):
     N = X.shape[0]
     rec.record_start(tr.weights, epoch=0)
     status, reason = "completed", f"{job.max_epochs} epochs"
-    pieces = _Pieces(N, tr.batch_size, rec)
+    pieces = Pieces(N, tr.batch_size, rec)
     for e in range(1, job.max_epochs + 1):
         rec.start()
         idx = make_order(rng, N, order)
@@ -524,7 +524,7 @@ def piece_seed(seed: int, start: int) -> int:
     return int((int(s0) << 31) ^ int(s1)) & (2 ** 63 - 1)
 
 
-class _Pieces:
+class Pieces:
     """How many points of an epoch's order the next kernel call of one of our runs
     takes: whole steps (``batch``), meant to last about :data:`PIECE_FRACTION` of the
     run's cap and at most until its next checkpoint (but at least
