@@ -899,3 +899,12 @@ def test_piece_seeds_differ_and_are_reproducible():
     assert len(set(seeds)) == 3 and all(0 <= s < 2 ** 63 for s in seeds)
     assert seeds == [P.piece_seed(12345, a) for a in (40, 200, 1000)]
     assert P.piece_seed(12346, 40) != seeds[0]
+
+
+def test_the_pages_quote_the_piece_rule_from_the_code(monkeypatch):
+    from scalable_softmax.repro.numbers import Tables
+
+    assert Tables.piece_rule() == {"per_cap": 64, "min_ms": 10}
+    monkeypatch.setattr(P, "PIECE_FRACTION", 1 / 32)
+    monkeypatch.setattr(P, "MIN_PIECE_SECONDS", 0.025)
+    assert Tables.piece_rule() == {"per_cap": 32, "min_ms": 25}

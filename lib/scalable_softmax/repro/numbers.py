@@ -226,6 +226,14 @@ class Tables:
                                           dict(zip(p["Ks"], p["caps"])), p["tune_fraction"])
         return float(over.loc[K, method])
 
+    @staticmethod
+    def piece_rule() -> dict:
+        """How notebooks 12 and 14 cut our runs' epochs (repro.peers.Pieces): a piece
+        lasts about ``1 / per_cap`` of the run's cap, at least ``min_ms`` milliseconds."""
+        from scalable_softmax.repro import peers
+        return {"per_cap": int(round(1 / peers.PIECE_FRACTION)),
+                "min_ms": int(round(peers.MIN_PIECE_SECONDS * 1000))}
+
     def crossover_first(self, i: int, tolerance_pct: str = "1") -> str:
         """The ``i``-th K of notebook 14's race (increasing) and the method first within
         ``tolerance_pct`` percent there, as the verdict lists them; empty when the record
@@ -246,6 +254,7 @@ class Tables:
                 "peers_first": self.peers_first, "crossover_verdict": self.crossover_verdict,
                 "crossover_first": self.crossover_first,
                 "tuning_overshoot": self.tuning_overshoot,
+                "pieces": self.piece_rule(),
                 "bench": self.bench, "np": np,
                 "len": len, "min": min, "max": max, "sum": sum, "abs": abs, "round": round,
                 "sorted": sorted, "int": int, "float": float, "str": str,
