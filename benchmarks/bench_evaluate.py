@@ -225,7 +225,7 @@ def _stream_tiles(indptr, indices, rows, W, tile, block_rows, with_rows):
     for k0 in range(0, K, tile):
         kc = min(tile, K - k0)
         T = buf[: D * kc].reshape((D, kc))
-        transpose32(W, k0, kc, T)
+        transpose32(W, k0, kc, T, False, np.empty(0, np.int64))
         if not with_rows:
             out[0] += T[0, 0]
             continue

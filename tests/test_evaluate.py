@@ -386,3 +386,87 @@ def test_row_selection_errors():
     for bad in (0, numba.config.NUMBA_NUM_THREADS + 1, 1.0):
         with pytest.raises(ValueError, match="threads must be an integer"):
             evaluate(X, y, W, threads=bad)
+
+
+# ---------------------------------------------------------------------------
+# feature-major weights (layout="feature")
+# ---------------------------------------------------------------------------
+
+def _same(a, b):
+    return dataclasses.astuple(a) == dataclasses.astuple(b)
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("K,tile", [(2, None), (17, 3), (129, 16), (300, None)])
+@pytest.mark.parametrize("density", [0.02, 0.4])
+def test_feature_layout_is_bit_identical_to_class_layout(precision, K, tile, density):
+    # the same tiles with the same values in them: every metric equal bit for bit,
+    # also when the rows use few of the features (only those rows of a tile are copied)
+    X, y, W = make_problem(seed=K, N=60, D=40, K=K, scale=2.0, density=density)
+    WT = np.ascontiguousarray(W.T)
+    for kw in ({}, {"rows": np.array([5, 1, 5, 33])}, {"subsample": 17, "seed": 3}):
+        a = per_row(X, y, W, tile=tile, precision=precision, **kw)
+        b = per_row(X, y, WT, tile=tile, precision=precision, layout="feature", **kw)
+        for u, v in zip(a, b):
+            assert np.array_equal(u, v)
+        assert _same(evaluate(X, y, W, precision=precision, **kw),
+                     evaluate(X, y, WT, precision=precision, layout="feature", **kw))
+    # float32 weights stay float32 in the float32 path, either layout
+    W32 = W.astype(np.float32)
+    assert _same(evaluate(X, y, W32, precision=precision),
+                 evaluate(X, y, np.ascontiguousarray(W32.T), precision=precision,
+                          layout="feature"))
+    # a non-contiguous D x K view is copied, not misread
+    assert _same(evaluate(X, y, W, precision=precision),
+                 evaluate(X, y, W.T, precision=precision, layout="feature"))
+
+
+def test_feature_layout_with_intercept_and_overflow_fallback():
+    X, y, W = make_problem(seed=4, N=30, D=9, K=6)
+    b = np.random.default_rng(0).normal(size=6)
+    ev = evaluate(X, y, W.T.copy(), intercept=b, layout="feature", precision="float64")
+    assert _same(evaluate(X, y, W, intercept=b, precision="float64"), ev)
+    Xb = sp.hstack([X, np.ones((30, 1))], format="csr")
+    assert_matches_reference(ev, Xb, y, np.hstack([W, b[:, None]]))
+    # scores beyond float32's range: the float64 redo keeps the layout
+    Wbig = W * 1e40
+    assert _same(evaluate(X, y, Wbig), evaluate(X, y, Wbig.T.copy(), layout="feature"))
+    assert evaluate(X, y, Wbig).log_loss == pytest.approx(ob.log_loss(X, y, Wbig), rel=1e-12)
+    # a score that overflows float64 names the same row and class in both layouts
+    from scalable_softmax.evaluate import NonFiniteScoreError
+    X.data[:] = 2.0
+    Whuge = np.zeros_like(W)
+    Whuge[2, 4] = 1e308                        # finite, but x . w overflows
+    row = np.flatnonzero(X[:, 4].toarray().ravel())[0]
+    for precision in ("float64", "float32"):
+        for Wl, layout in ((Whuge, "class"), (Whuge.T.copy(), "feature")):
+            with pytest.raises(NonFiniteScoreError, match=rf"row {row} of X, class 2"):
+                evaluate(X, y, Wl, precision=precision, layout=layout)
+
+
+def test_feature_layout_errors_name_the_layout():
+    X, y, W = make_problem(seed=1, N=10, D=4, K=3)
+    with pytest.raises(ValueError, match="layout must be 'class'.*'feature'"):
+        evaluate(X, y, W, layout="row")
+    # a D x K array given as K x D: the message says which layout it needs
+    with pytest.raises(ValueError, match=r"needs layout='feature'"):
+        evaluate(X, y, W.T.copy())
+    with pytest.raises(ValueError, match=r"with layout='feature' W must be D x K"):
+        evaluate(X, y, W, layout="feature")
+    with pytest.raises(ValueError, match=r"intercept must have shape \(K,\) = \(3,\)"):
+        evaluate(X, y, W.T.copy(), intercept=np.zeros(4), layout="feature")
+    with pytest.raises(ValueError, match=r"pass W\[:-1\] and intercept=W\[-1\]"):
+        evaluate(X, y, np.zeros((5, 3)), layout="feature")
+    with pytest.raises(ValueError, match=r"labels in y must lie in 0\.\.K-1 = 0\.\.1;.*"
+                                         r"\(W has K = 2 columns"):
+        evaluate(X, y, np.zeros((4, 2)), layout="feature")
+
+
+def test_used_features_matches_numpy():
+    from scalable_softmax.kernels.evaluate import used_features
+
+    X, _, _ = make_problem(seed=8, N=50, D=30, density=0.05)
+    for rows in (np.arange(50), np.array([3, 3, 7]), np.array([0])):
+        ref = np.unique(X[rows].indices).astype(np.int64)
+        got = used_features(X.indptr, X.indices.astype(np.int64), rows, 30)
+        assert got.dtype == np.int64 and np.array_equal(got, ref)

@@ -169,3 +169,34 @@ def test_feature_major_softmax_sgd_weights_are_the_transposed_store():
     W = tr.weights()
     assert W.shape == (9, 70) and W.flags.c_contiguous
     assert np.array_equal(W, np.multiply(tr._store.T, tr.cs[0]))
+
+
+@pytest.mark.parametrize("mu", [0.0, 0.3])
+def test_native_weights_are_the_store_in_its_layout_and_evaluate_alike(mu):
+    from scalable_softmax.evaluate import evaluate
+    from scalable_softmax.methods.sgd import UmaxTrainer
+
+    X = sp.random(40, 70, density=0.1, format="csr", random_state=2)
+    y = np.arange(40) % 9
+    tr = full.SoftmaxSGDTrainer(X, y, 9, layout="feature", batch_size=7, mu=mu)
+    tr.init_params()
+    tr.run_epoch(np.arange(40), 0.5, 0)
+    V, layout = tr.native_weights()
+    assert layout == "feature" and V.shape == (70, 9)
+    # mu = 0: the trainer's own D x K store, no copy; else the store times the scale
+    assert (V is tr._store) == (mu == 0.0)
+    assert np.array_equal(V, np.multiply(tr._store, tr.cs[0]))
+    for precision in ("float32", "float64"):
+        a = evaluate(X, y, tr.weights(), precision=precision)
+        b = evaluate(X, y, V, layout=layout, precision=precision)
+        assert (a.log_loss, a.error, a.defective) == (b.log_loss, b.error, b.defective)
+    # a class-major trainer gives its K x D weights
+    tc = full.SoftmaxSGDTrainer(X, y, 9, layout="class", batch_size=7, mu=mu)
+    tc.init_params()
+    tc.run_epoch(np.arange(40), 0.5, 0)
+    W, layout = tc.native_weights()
+    assert layout == "class" and np.array_equal(W, tc.weights())
+    tu = UmaxTrainer(X, y, 9, mu=mu)
+    tu.init_params()
+    W, layout = tu.native_weights()
+    assert layout == "class" and W.shape == (9, 70)

@@ -158,7 +158,12 @@ def test_recorder_points_are_the_evaluator_on_the_weights():
     for name, (Xe, ye) in sets.items():
         ev = evaluate(Xe, ye, W)
         assert row[f"{name}_log_loss"] == ev.log_loss and row[f"{name}_error"] == ev.error
+    # (weights, "feature"): the D x K weights of a feature-major model, the same point
+    fm = rec.record((np.ascontiguousarray(W.T), "feature"), epoch=3)
+    assert fm == row
     bad = rec.record(np.full((K, X.shape[1]), np.nan))
+    assert bad["train_log_loss"] == math.inf and math.isnan(bad["test_error"])
+    bad = rec.record((np.full((X.shape[1], K), np.nan), "feature"))
     assert bad["train_log_loss"] == math.inf and math.isnan(bad["test_error"])
     assert rec.seconds == 0.0 and rec.pending == []
 
@@ -337,11 +342,17 @@ def test_torch_weights_give_torch_loss_under_our_evaluator(method, layout):
         opt.zero_grad()
         loss(data, a, a + 50).backward()
         opt.step()
-    W = weights()
-    assert W.shape == (K, X.shape[1]) and W.dtype == np.float32 and W.flags.c_contiguous
-    assert np.abs(W).max() > 0
-    assert evaluate(X, y, W, precision="float64").log_loss == pytest.approx(
+    V, wl = weights()
+    # the weights as torch stores them (D x K), evaluated without a transpose
+    assert wl == "feature"
+    assert V.shape == (X.shape[1], K) and V.dtype == np.float32 and V.flags.c_contiguous
+    assert np.abs(V).max() > 0
+    W = V.T
+    assert evaluate(X, y, V, layout=wl, precision="float64").log_loss == pytest.approx(
         _torch_full_loss(X, y, W), rel=1e-9)
+    for precision in ("float32", "float64"):
+        a = evaluate(X, y, np.ascontiguousarray(W), precision=precision)
+        assert a == evaluate(X, y, V, layout=wl, precision=precision)
 
 
 def test_torch_layouts_take_the_same_sgd_steps():
@@ -356,7 +367,7 @@ def test_torch_layouts_take_the_same_sgd_steps():
             opt.zero_grad()
             loss(data, a, a + 30).backward()
             opt.step()
-        out.append(weights())
+        out.append(weights()[0])
     np.testing.assert_allclose(out[0], out[1], rtol=1e-4, atol=1e-5)
 
 

@@ -49,6 +49,13 @@ higher powers are skipped once that bound is below ``1e-20``:
 for a flat softmax only a few powers are computed, for a peaked one all of them on
 the tile holding the maximum and few elsewhere.
 
+Weights stored feature-major (``layout="feature"``: ``W`` given as ``D x K``, as a
+feature-major trainer or PyTorch's embedding-bag keeps them) skip both transposes: the
+caller's ``K x D`` copy (4 s for 2.4 GB at ``K = 30,000``, ``D = 10,000``) and the tile's,
+which becomes a copy of contiguous slices of only the features the selected rows use
+(0.2 s instead of 0.4 s per 2,000 rows on that shape). The tile holds the same values,
+so the metrics are bit-identical in both layouts.
+
 Memory: the ``D x tile`` buffer, ``O(threads x tile)`` scratch, and 21 numbers of
 state per selected row; never ``N x K``. The exponentials are computed by a
 vectorisable kernel (:func:`~scalable_softmax.kernels.evaluate.vexp`, Cody-Waite reduction and a
@@ -152,7 +159,7 @@ def _rebuild_nonfinite(row, klass, score, message):
     return exc
 
 
-def _raise_nonfinite(X, y, W, sel, nll, dfc):
+def _raise_nonfinite(X, y, W, sel, nll, dfc, fm=False):
     """Raise :class:`NonFiniteScoreError` for the first selected row whose metrics are
     not finite, naming the row and the class (scores recomputed in float64 for it)."""
     bad = np.flatnonzero(~(np.isfinite(nll) & np.isfinite(dfc)))
@@ -161,8 +168,9 @@ def _raise_nonfinite(X, y, W, sel, nll, dfc):
     i = int(sel[bad[0]])
     lo, hi = X.indptr[i], X.indptr[i + 1]
     Wd = np.asarray(W, dtype=np.float64)
+    cols = Wd[X.indices[lo:hi]].T if fm else Wd[:, X.indices[lo:hi]]
     with np.errstate(all="ignore"):
-        s = Wd[:, X.indices[lo:hi]] @ np.asarray(X.data[lo:hi], dtype=np.float64)
+        s = cols @ np.asarray(X.data[lo:hi], dtype=np.float64)
     nonfinite = np.flatnonzero(~np.isfinite(s))
     if nonfinite.size:
         k = int(nonfinite[0])
@@ -204,34 +212,56 @@ def _is_int(v):
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def _width_mismatch(X, W):
+LAYOUTS = ("class", "feature")
+
+
+def _check_layout(layout):
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be 'class' (W is K x D, row k = w_k) or 'feature' "
+                         f"(W is D x K, row j = feature j's weight of every class); got "
+                         f"{layout!r}")
+    return layout == "feature"
+
+
+def _width_mismatch(X, W, fm=False):
     D = X.shape[1]
+    if fm:
+        hint = ("; if its last row is an intercept, pass W[:-1] and intercept=W[-1]"
+                if W.shape[0] == D + 1 else "")
+        raise ValueError(f"shape mismatch: X has shape {X.shape} (D = {D}) but W has "
+                         f"shape {W.shape}; with layout='feature' W must be D x K with "
+                         f"row j = feature j's weights{hint}")
     hint = ("; if its last column is an intercept, pass W[:, :-1] and intercept=W[:, -1]"
             if W.shape[1] == D + 1 else "")
+    feature = ("; a D x K (feature-major) W needs layout='feature'"
+               if W.shape[0] == D else "")
     raise ValueError(f"shape mismatch: X has shape {X.shape} (D = {D}) but W has shape "
-                     f"{W.shape}; W must be K x D with row k = w_k{hint}")
+                     f"{W.shape}; W must be K x D with row k = w_k{hint}{feature}")
 
 
-def _check_inputs(X, y, W, keep_float32=False):
+def _check_inputs(X, y, W, keep_float32=False, fm=False):
     X = as_csr(X, "X")                      # the one data check (validation.as_csr)
     N, D = X.shape
     W = np.asarray(W)
+    shape = "(D, K)" if fm else "(K, D)"
     if W.ndim != 2:
-        raise ValueError(f"W must be a 2-D array of shape (K, D); got shape {W.shape}")
+        raise ValueError(f"W must be a 2-D array of shape {shape}; got shape {W.shape}")
     if not (np.issubdtype(W.dtype, np.floating) or np.issubdtype(W.dtype, np.integer)):
         raise ValueError(f"W must be a real numeric array; got dtype {W.dtype}")
-    if W.shape[1] != D:
-        _width_mismatch(X, W)
-    K = W.shape[0]
+    if W.shape[1 - fm] != D:
+        _width_mismatch(X, W, fm)
+    K = W.shape[int(fm)]
     if K < 2:
-        raise ValueError(f"W must have at least K = 2 rows (classes); got shape {W.shape}")
+        what = "columns" if fm else "rows"
+        raise ValueError(f"W must have at least K = 2 {what} (classes); got shape {W.shape}")
     W = np.ascontiguousarray(W, dtype=np.float32 if keep_float32 and W.dtype == np.float32
                              else np.float64)
     if not all_finite(W):
         raise ValueError("W contains NaN or infinite values (a diverged run?); "
                          "evaluate only finite weights")
     y = as_labels(y, N, "y")
-    check_label_range(y, K, "y", f" (W has K = {K} rows, one per class)")
+    check_label_range(y, K, "y", f" (W has K = {K} {'columns' if fm else 'rows'}, one "
+                                 "per class)")
     return X, np.ascontiguousarray(y), W
 
 
@@ -275,15 +305,16 @@ def tile_width(K, D, tile=None, itemsize=8):
 # ---------------------------------------------------------------------------
 
 def per_row(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None,
-            threads=None, tile=None, precision=None):
+            threads=None, tile=None, precision=None, layout="class"):
     """Validated inputs -> per-row ``(nll, err, dfc, rows)`` for the selected rows."""
     if precision is None:
         precision = DEFAULT_PRECISION
     if precision not in ("float32", "float64"):
         raise ValueError(f"precision must be 'float32' or 'float64'; got {precision!r}")
-    X, y, W = _check_inputs(X, y, W, keep_float32=precision == "float32")
+    fm = _check_layout(layout)
+    X, y, W = _check_inputs(X, y, W, keep_float32=precision == "float32", fm=fm)
     N, D = X.shape
-    K = W.shape[0]
+    K = W.shape[int(fm)]
     sel = _select_rows(N, rows, subsample, seed)
     if block_rows is None:
         block_rows = DEFAULT_BLOCK_ROWS
@@ -301,30 +332,33 @@ def per_row(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None,
         numba.set_num_threads(int(threads))
     try:
         if precision == "float64":
-            state = state_pass(X.indptr, X.indices, X.data, sel, y, W, tw, int(block_rows))
+            state = state_pass(X.indptr, X.indices, X.data, sel, y, W, tw, int(block_rows),
+                               fm)
         else:
             with np.errstate(over="ignore"):  # beyond float32's range: see below
                 data32 = X.data.astype(np.float32)
-            state = state_pass32(X.indptr, X.indices, data32, sel, y, W, tw, int(block_rows))
+            state = state_pass32(X.indptr, X.indices, data32, sel, y, W, tw, int(block_rows),
+                                 fm)
             if not (np.isfinite(state[0]).all() and np.isfinite(state[3]).all()):
                 # a score overflowed float32 (|s| > 3.4e38, or X or W holds entries
                 # beyond float32's range): redo the whole evaluation in float64
                 tw = tile_width(K, D, tile, 8)
                 state = state_pass(X.indptr, X.indices, X.data, sel, y,
                                    np.ascontiguousarray(W, dtype=np.float64), tw,
-                                   int(block_rows))
+                                   int(block_rows), fm)
         nll, err, dfc = finish(*state, y[sel], K)
-        _raise_nonfinite(X, y, W, sel, nll, dfc)
+        _raise_nonfinite(X, y, W, sel, nll, dfc, fm)
     finally:
         if threads is not None:
             numba.set_num_threads(old)
     return nll, err, dfc, sel
 
 
-def _model_inputs(X, W, intercept):
+def _model_inputs(X, W, intercept, fm=False):
     """``(X, W)`` of the model ``W`` (an array or a :class:`~scalable_softmax.fit.FitResult`)
-    with ``intercept``: the intercept becomes one more column of ``W`` and a column of
-    ones in ``X``, so that the kernels score ``x . w_k + b_k``."""
+    with ``intercept``: the intercept becomes one more column of ``W`` (``fm``: one more
+    row of the ``D x K`` ``W``) and a column of ones in ``X``, so that the kernels score
+    ``x . w_k + b_k``."""
     # a FitResult (or a model like it: W and intercept), recognised by its attributes,
     # so that this module does not import fit (which imports it)
     if not isinstance(W, np.ndarray) and hasattr(W, "W") and hasattr(W, "intercept"):
@@ -332,25 +366,33 @@ def _model_inputs(X, W, intercept):
             raise ValueError("give the intercept either in the FitResult or as "
                              "intercept=, not both (evaluate(X, y, result) uses "
                              "result.intercept)")
+        if fm:
+            raise ValueError("a FitResult's W is K x D: evaluate(X, y, result) takes "
+                             "layout='class' (the default)")
         W, intercept = W.W, W.intercept
     if intercept is None:
         return X, W              # _check_inputs checks W against X
     X = as_csr(X, "X")
     Wa = np.asarray(W)
-    if Wa.ndim == 2 and Wa.shape[1] != X.shape[1]:
-        _width_mismatch(X, Wa)
+    if Wa.ndim == 2 and Wa.shape[1 - fm] != X.shape[1]:
+        _width_mismatch(X, Wa, fm)
     b = np.asarray(intercept)
-    if Wa.ndim != 2 or b.shape != (Wa.shape[0],):
-        raise ValueError(f"intercept must have shape (K,) = ({Wa.shape[0]},), one "
-                         f"b_k per row of W; got shape {b.shape}")
+    if Wa.ndim != 2 or b.shape != (Wa.shape[int(fm)],):
+        K = Wa.shape[int(fm)] if Wa.ndim == 2 else "K"
+        raise ValueError(f"intercept must have shape (K,) = ({K},), one "
+                         f"b_k per class of W; got shape {b.shape}")
     if not (np.issubdtype(b.dtype, np.floating) or np.issubdtype(b.dtype, np.integer)):
         raise ValueError(f"intercept must be a real numeric array; got dtype {b.dtype}")
     if not np.all(np.isfinite(b)):
         raise ValueError("intercept contains NaN or infinite values (a diverged run?); "
                          "evaluate only finite models")
     dtype = np.float32 if Wa.dtype == np.float32 and b.dtype == np.float32 else np.float64
-    Wb = np.ascontiguousarray(np.hstack([Wa.astype(dtype, copy=False),
-                                         b.astype(dtype)[:, None]]))
+    if fm:
+        Wb = np.ascontiguousarray(np.vstack([Wa.astype(dtype, copy=False),
+                                             b.astype(dtype)[None, :]]))
+    else:
+        Wb = np.ascontiguousarray(np.hstack([Wa.astype(dtype, copy=False),
+                                             b.astype(dtype)[:, None]]))
     ones = sp.csr_matrix(np.ones((X.shape[0], 1)))
     Xb = sp.hstack([X, ones], format="csr", dtype=np.float64)
     Xb.sort_indices()
@@ -358,7 +400,7 @@ def _model_inputs(X, W, intercept):
 
 
 def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
-             block_rows=None, threads=None, precision=None):
+             block_rows=None, threads=None, precision=None, layout="class"):
     """Exact log-loss, error and defective metric of the model ``W`` (scores
     ``x . w_k``, or ``x . w_k + b_k`` with ``intercept``) on ``(X, y)``.
 
@@ -372,7 +414,8 @@ def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
     W : ndarray, shape (K, D), or FitResult
         Weights, row ``k`` is ``w_k``; converted to float64 C-contiguous (no copy if
         it already is; a C-contiguous float32 ``W`` is used as is for
-        ``precision="float32"``). Must be finite. A
+        ``precision="float32"``), or ``D x K`` with ``layout="feature"``. Must be
+        finite. A
         :class:`~scalable_softmax.fit.FitResult` stands for its model: its ``W`` and
         its ``intercept`` (None without ``fit_intercept``), the scores of its
         :meth:`~scalable_softmax.fit.FitResult.predict_proba`.
@@ -398,6 +441,15 @@ def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
         exponentials with float64 running sums, 2-3x faster, the mean log-loss
         within about 1e-6 relative of "float64" (1e-12 on the benchmark's data;
         module docstring, section Precision).
+    layout : {"class", "feature"}
+        How ``W`` is stored: "class" (default) ``K x D``, row ``k`` is ``w_k``;
+        "feature" ``D x K``, row ``j`` holds feature ``j``'s weight of every class
+        (``W.T`` of the former; the layout of a feature-major trainer,
+        :meth:`~scalable_softmax.methods.base.Trainer.native_weights`). The results
+        are bit-identical; "feature" skips the transposes: each tile of classes is
+        a copy of contiguous slices, and a feature-major model needs no ``K x D``
+        copy (2.4 GB at ``K = 30,000``, ``D = 10,000``). An ``intercept`` is given
+        as with "class"; not with a ``FitResult`` (whose ``W`` is ``K x D``).
 
     Returns
     -------
@@ -433,10 +485,11 @@ def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
     >>> bool(np.isclose(ev.log_loss, np.log(4)))
     True
     """
-    X, W = _model_inputs(X, W, intercept)
+    fm = _check_layout(layout)
+    X, W = _model_inputs(X, W, intercept, fm)
     nll, err, dfc, sel = per_row(X, y, W, rows=rows, subsample=subsample, seed=seed,
                                  block_rows=block_rows, threads=threads,
-                                 precision=precision)
+                                 precision=precision, layout=layout)
     n = sel.size
     with np.errstate(over="ignore"):
         total = np.sum(nll)

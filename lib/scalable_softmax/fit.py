@@ -577,10 +577,13 @@ class _Monitor:
         self.reason = None
 
     def evaluate(self, W):
-        """The metrics row of weights ``W``, or None when the run has diverged: ``W`` is
-        not finite, or a score or a log-loss is not finite (finite but huge weights);
-        :attr:`reason` then says which."""
+        """The metrics row of weights ``W`` (``K x D``, or ``(array, layout)`` as
+        :meth:`~scalable_softmax.methods.base.Trainer.native_weights` gives it), or None
+        when the run has diverged: ``W`` is not finite, or a score or a log-loss is not
+        finite (finite but huge weights); :attr:`reason` then says which."""
         from scalable_softmax.evaluate import NonFiniteScoreError, evaluate
+
+        W, layout = W if isinstance(W, tuple) else (W, "class")
 
         if not _all_finite(W):
             self.reason = "the weights W hold a non-finite value"
@@ -591,7 +594,7 @@ class _Monitor:
             rows = self.eval_rows
             sub = rows if (rows is not None and rows < Xe.shape[0]) else None
             try:
-                res = evaluate(Xe, ye, W, subsample=sub, seed=self.seed)
+                res = evaluate(Xe, ye, W, subsample=sub, seed=self.seed, layout=layout)
             except NonFiniteScoreError:
                 self.reason = f"the scores on the {name!r} set overflow (huge weights)"
                 return None
@@ -645,7 +648,7 @@ def run_epochs(trainer, monitor, config, n_rows, on_epoch=None):
     rows, extras = [], []
     steps, seconds, diverged_at, reason = 0, 0.0, None, None
     row0 = dict(epoch=0, steps=0, seconds=0.0, lr=math.nan, evaluated=False, diverged=False)
-    m0 = monitor.evaluate(trainer.weights()) if 0 in ev else empty_metrics(names)
+    m0 = monitor.evaluate(trainer.native_weights()) if 0 in ev else empty_metrics(names)
     if m0 is None:               # cannot happen with a sane init_params
         row0.update(diverged_metrics(names), diverged=True)
         diverged_at, reason = (0, -1), monitor.reason
@@ -676,10 +679,11 @@ def run_epochs(trainer, monitor, config, n_rows, on_epoch=None):
             metrics = None
             done = bool(trainer.finished) and e < epochs
             if bad_step is None and (e in ev or (done and any(x > e for x in ev))):
-                metrics = monitor.evaluate(trainer.weights())
+                metrics = monitor.evaluate(trainer.native_weights())
                 if metrics is None:
                     bad_step, why = -1, monitor.reason
-            elif bad_step is None and e == epochs and not _all_finite(trainer.weights()):
+            elif bad_step is None and e == epochs and not _all_finite(
+                    trainer.native_weights()[0]):
                 bad_step, why = -1, "the weights W hold a non-finite value"
             if bad_step is not None:
                 diverged_at, reason = (e, bad_step), why

@@ -9,8 +9,11 @@ and the description of the algorithm and its precision).
     the per-row log-loss, error and defective metric from those.
 ``all_finite``
     whether an array holds only finite values (in parallel).
-``transpose32(W, k0, kc, T)``
-    ``T[:, :kc] = float32(W[k0:k0+kc].T)`` in parallel.
+``transpose32(W, k0, kc, T, fm, feats)``
+    ``T[:, :kc] = float32(W[k0:k0+kc].T)`` in parallel (``fm``: ``W`` is ``D x K``,
+    feature-major, and the tile's rows ``feats`` are ``float32(W[feats, k0:k0+kc])``).
+``used_features(indptr, indices, rows, D)``
+    the features the selected rows use (the rows of a feature-major tile copied).
 ``scores32``, ``vexp32_sum``, ``max32``, ``sum32to64``
     the float32 inner kernels (scores of one row against a tile, exponentials and their
     sum, maximum, float64 sum).
@@ -36,8 +39,8 @@ from scalable_softmax._kernels import JIT, PJIT
 
 __all__ = ["JIT32", "JIT32R", "PJIT32", "all_finite", "finish", "lanemax", "lanesum",
            "max32", "mul_lanesum", "mul_lanesum_wide", "scores32", "state_pass",
-           "state_pass32", "sum32to64", "transpose32", "vexp", "vexp32_sum",
-           "widen_mul_lanesum"]
+           "state_pass32", "sum32to64", "transpose32", "used_features", "vexp",
+           "vexp32_sum", "widen_mul_lanesum"]
 
 #: highest power n of the running sums S_n (the series for the defective metric)
 _NPOW = 18
@@ -188,9 +191,24 @@ def all_finite(a):
     return bad == 0
 
 
+@numba.njit(**JIT)
+def used_features(indptr, indices, rows, D):
+    """The features (sorted, int64) with a non-zero in at least one of ``rows``: the
+    only rows of a tile the scores read."""
+    seen = np.zeros(D, dtype=np.bool_)
+    for ii in range(rows.size):
+        i = rows[ii]
+        for p in range(indptr[i], indptr[i + 1]):
+            seen[indices[p]] = True
+    return np.flatnonzero(seen).astype(np.int64)
+
+
 @numba.njit(**PJIT)
-def state_pass(indptr, indices, data, rows, y, W, tile, block_rows):
+def state_pass(indptr, indices, data, rows, y, W, tile, block_rows, fm):
     """Online per-row state over all ``K`` classes, tile by tile (module docstring).
+    ``W`` is ``K x D`` (row ``k`` is ``w_k``), or ``D x K`` with ``fm`` (feature-major:
+    row ``j`` holds feature ``j``'s weight of every class; each tile is then a copy of
+    contiguous slices, not a transpose, of the features the rows use).
 
     Returns ``(mx, am, sy, s1p, spw)`` for each selected row: the maximum score, the
     first index attaining it, the label's score, ``S' = sum_{k != argmax}
@@ -198,7 +216,10 @@ def state_pass(indptr, indices, data, rows, y, W, tile, block_rows):
     ``n = 2.._NPOW`` (up to the skipped negligible terms).
     """
     nr = rows.size
-    K, D = W.shape
+    if fm:
+        D, K = W.shape
+    else:
+        K, D = W.shape
     npw = _NPOW - 1
     mx = np.full(nr, -np.inf)
     am = np.zeros(nr, dtype=np.int64)
@@ -207,14 +228,22 @@ def state_pass(indptr, indices, data, rows, y, W, tile, block_rows):
     spw = np.zeros((nr, npw))
     buf = np.empty(D * min(tile, K))
     nb = (nr + block_rows - 1) // block_rows
-    ndb = (D + 255) // 256
+    feats = used_features(indptr, indices, rows, D) if fm else np.arange(D)
+    nu = feats.size
+    ndb = (nu + 255) // 256
     for k0 in range(0, K, tile):
         kc = min(tile, K - k0)
         T = buf[: D * kc].reshape((D, kc))
-        for db in prange(ndb):  # T = W[k0:k0+kc].T
-            for j in range(db * 256, min(D, (db + 1) * 256)):
-                for t in range(kc):
-                    T[j, t] = W[k0 + t, j]
+        for db in prange(ndb):  # T = W[k0:k0+kc].T (fm: W[:, k0:k0+kc], used rows)
+            for jj in range(db * 256, min(nu, (db + 1) * 256)):
+                j = feats[jj]
+                if fm:
+                    src = W[j, k0:k0 + kc]
+                    for t in range(kc):
+                        T[j, t] = src[t]
+                else:
+                    for t in range(kc):
+                        T[j, t] = W[k0 + t, j]
         for b in prange(nb):
             acc = np.empty(kc)
             e = np.empty(kc)
@@ -485,8 +514,19 @@ def mul_lanesum_wide(pw, e, n):
 
 
 @numba.njit(**PJIT32)
-def transpose32(W, k0, kc, T):
-    """``T[:, :kc] = float32(W[k0:k0+kc].T)`` in parallel over blocks of features."""
+def transpose32(W, k0, kc, T, fm, feats):
+    """``T[:, :kc] = float32(W[k0:k0+kc].T)`` in parallel over blocks of features
+    (``fm``: ``W`` is ``D x K``, and only the rows ``feats`` of ``T[:, :kc] =
+    float32(W[:, k0:k0+kc])`` are written)."""
+    if fm:
+        nu = feats.size
+        for db in prange((nu + 255) // 256):
+            for jj in range(db * 256, min(nu, (db + 1) * 256)):
+                j = feats[jj]
+                src = W[j, k0:k0 + kc]
+                for t in range(kc):
+                    T[j, t] = np.float32(src[t])
+        return
     D = W.shape[1]
     ndb = (D + 255) // 256
     for db in prange(ndb):
@@ -496,12 +536,16 @@ def transpose32(W, k0, kc, T):
 
 
 @numba.njit(**PJIT32)
-def state_pass32(indptr, indices, data, rows, y, W, tile, block_rows):
+def state_pass32(indptr, indices, data, rows, y, W, tile, block_rows, fm):
     """:func:`state_pass` with float32 scores: the tile of ``W^T`` and ``data`` in
     float32, each score a float32 sum of fused multiply-adds, the exponentials in
-    float32; the running state (maximum, sums, power sums) in float64."""
+    float32; the running state (maximum, sums, power sums) in float64. ``W`` and
+    ``fm`` as in :func:`state_pass`."""
     nr = rows.size
-    K, D = W.shape
+    if fm:
+        D, K = W.shape
+    else:
+        K, D = W.shape
     npw = _NPOW - 1
     mx = np.full(nr, -np.inf)
     am = np.zeros(nr, dtype=np.int64)
@@ -511,10 +555,11 @@ def state_pass32(indptr, indices, data, rows, y, W, tile, block_rows):
     tw = min(tile, K)
     buf = np.empty(D * tw, dtype=np.float32)
     nb = (nr + block_rows - 1) // block_rows
+    feats = used_features(indptr, indices, rows, D) if fm else np.empty(0, np.int64)
     for k0 in range(0, K, tile):
         kc = min(tile, K - k0)
         T = buf[: D * kc].reshape((D, kc))
-        transpose32(W, k0, kc, T)
+        transpose32(W, k0, kc, T, fm, feats)
         for b in prange(nb):
             acc = np.empty(kc, dtype=np.float32)
             acci = acc.view(np.int32)

@@ -210,6 +210,14 @@ class Trainer:
         """The current ``K x D`` weights, with any lazy scale factors folded in."""
         return self.W
 
+    def native_weights(self) -> tuple[np.ndarray, str]:
+        """``(weights, layout)``: the current weights in the layout the trainer stores
+        them, for :func:`scalable_softmax.evaluate.evaluate`'s ``layout``, without a
+        transpose: ``("class")`` ``K x D`` as :meth:`weights`, or ``("feature")`` ``D x
+        K`` (a feature-major trainer). May be the trainer's own array (read it before
+        the next step; do not write to it). Default: ``(self.weights(), "class")``."""
+        return self.weights(), "class"
+
     def csr_arrays(self):
         """The CSR arrays and labels this trainer's kernels read: ``indptr`` (int64),
         ``indices`` (int32 or int64 as the method stores them), ``data`` (float64), ``y``

@@ -313,6 +313,15 @@ class SoftmaxSGDTrainer(StochasticTrainer):
             kcommon.transpose_scaled(self._store, float(c), out)
         return out
 
+    def native_weights(self):
+        """``(c V, layout)`` in the stored layout: ``layout="feature"`` gives ``D x K``
+        (``V^T`` itself when ``c`` is 1, i.e. ``mu = 0``; else a scaled copy, one
+        streaming pass instead of :meth:`weights`' transpose)."""
+        c = self.cs[0]
+        if self._layout == "class":
+            return self.weights(), "class"
+        return (self._store if c == 1.0 else self._store * c), "feature"
+
 
 def _rows_sorted(indptr, indices, data):
     """``(indices, data)`` with each row's entries sorted by feature, stably (the given

@@ -282,9 +282,14 @@ class _Recorder:
             self.record(W() if callable(W) else W, **info)
 
     def record(self, W, **info):
-        """Evaluate ``W`` (K x D; None: a diverged point, log-loss inf) on every set."""
+        """Evaluate ``W`` (K x D, or ``(array, layout)`` as
+        :meth:`~scalable_softmax.methods.base.Trainer.native_weights` gives it; None: a
+        diverged point, log-loss inf) on every set."""
         from scalable_softmax.evaluate import evaluate
 
+        layout = "class"
+        if isinstance(W, tuple):
+            W, layout = W       # a feature-major model is evaluated without a transpose
         running = self._t is not None
         self.stop()
         t_eval = time.perf_counter()
@@ -298,7 +303,7 @@ class _Recorder:
                 row[f"{name}_log_loss"] = math.inf
                 row[f"{name}_error"] = math.nan
             else:
-                ev = evaluate(Xe, ye, W)
+                ev = evaluate(Xe, ye, W, layout=layout)
                 row[f"{name}_log_loss"] = float(ev.log_loss)
                 row[f"{name}_error"] = float(ev.error)
         self.points.append(row)
@@ -474,7 +479,7 @@ def _run_ours(job, X, y, K, rec):
     tr.warmup()
     rng = np.random.default_rng(job.seed)
     N = X.shape[0]
-    rec.record_start(tr.weights, epoch=0)
+    rec.record_start(tr.native_weights, epoch=0)
     status, reason = "completed", f"{job.max_epochs} epochs"
     pieces = Pieces(N, tr.batch_size, rec)
     for e in range(1, job.max_epochs + 1):
@@ -496,20 +501,20 @@ def _run_ours(job, X, y, K, rec):
                 return "diverged", f"non-finite parameters in epoch {e}", dict(
                     run_info, epochs=e - 1 + a / N)
             if a < N and rec.over():
-                rec.record(tr.weights(), epoch=e - 1 + a / N)
+                rec.record(tr.native_weights(), epoch=e - 1 + a / N)
                 return "time cap", (f"stopped at the cap in epoch {e} after {a} of "
                                     f"{N} points"), dict(run_info, epochs=e - 1 + a / N)
             if a < N and rec.due():
-                rec.record(tr.weights(), epoch=e - 1 + a / N)
+                rec.record(tr.native_weights(), epoch=e - 1 + a / N)
         if tr.u is not None and not np.all(np.isfinite(tr.u)):
             rec.record(None, epoch=e)
             return "diverged", f"non-finite parameters in epoch {e}", dict(run_info, epochs=e)
         last = e == job.max_epochs
         if rec.over() and not last:
-            rec.record(tr.weights(), epoch=e)
+            rec.record(tr.native_weights(), epoch=e)
             return "time cap", f"stopped after epoch {e} at the cap", dict(run_info, epochs=e)
         if rec.due() or last:
-            row = rec.record(tr.weights(), epoch=e)
+            row = rec.record(tr.native_weights(), epoch=e)
             if not math.isfinite(next(v for k, v in row.items() if k.endswith("_log_loss"))):
                 return "diverged", f"non-finite weights after epoch {e}", dict(run_info,
                                                                                epochs=e)
@@ -577,11 +582,11 @@ def _run_exact(job, X, y, K, rec):
         x = intermediate_result.x
         state["x"] = x.copy()    # (the clock is stopped here)
         if rec.over():
-            rec.record(x.reshape(D, K).T, iteration=state["it"])
+            rec.record((x.reshape(D, K), "feature"), iteration=state["it"])
             state["stopped"] = True
             raise StopIteration
         if rec.due():
-            rec.record(x.reshape(D, K).T, iteration=state["it"])
+            rec.record((x.reshape(D, K), "feature"), iteration=state["it"])
         rec.start()
 
     def fun(x):
@@ -600,7 +605,7 @@ def _run_exact(job, X, y, K, rec):
     except _CapReached:
         rec.stop()
         if "x" in state:       # the last accepted iterate, at the time the cap passed
-            rec.record(state["x"].reshape(D, K).T, iteration=state["it"])
+            rec.record((state["x"].reshape(D, K), "feature"), iteration=state["it"])
         why = (f"the cap passed during L-BFGS iteration {state['it'] + 1} (after "
                f"{tr.nfev} objective evaluations)" if tr.nfev else
                "the cap passed before the first objective evaluation had finished")
@@ -609,7 +614,7 @@ def _run_exact(job, X, y, K, rec):
     info = {"iterations": int(res.nit), "message": str(res.message), "nfev": tr.nfev}
     if state["stopped"]:
         return "time cap", f"stopped after L-BFGS iteration {state['it']} at the cap", info
-    rec.record(res.x.reshape(D, K).T, iteration=int(res.nit))
+    rec.record((res.x.reshape(D, K), "feature"), iteration=int(res.nit))
     return "completed", f"L-BFGS stopped: {res.message} after {res.nit} iterations", info
 
 
@@ -703,7 +708,8 @@ class _TorchData:
 
 
 def _torch_model(method, layout, D, K, lr):
-    """``(params, forward(data, a, b) -> loss, optimizer, weights() -> K x D float32)``."""
+    """``(params, forward(data, a, b) -> loss, optimizer, weights() -> (D x K float32,
+    "feature"))``."""
     import torch
     import torch.nn.functional as F
 
@@ -738,8 +744,8 @@ def _torch_model(method, layout, D, K, lr):
         raise ValueError(f"unknown torch layout {layout!r}; use 'embedding-bag' or "
                          "'sparse-mm'")
 
-    def weights():
-        return weight.detach().T.contiguous().numpy()
+    def weights():    # D x K as stored: evaluated without a transpose
+        return weight.detach().numpy(), "feature"
 
     return loss, opt, weights
 
