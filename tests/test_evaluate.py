@@ -19,7 +19,8 @@ import scipy.sparse as sp
 
 import scalable_softmax.objectives as ob
 from scalable_softmax.evaluate import Evaluation, evaluate, per_row, tile_width
-from scalable_softmax.kernels.evaluate import lanemax, lanesum, mul_lanesum, vexp
+from scalable_softmax.kernels.common import lanesum, vexp
+from scalable_softmax.kernels.evaluate import lanemax, mul_lanesum
 
 RTOL = 1e-12
 

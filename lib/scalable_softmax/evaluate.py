@@ -58,7 +58,7 @@ so the metrics are bit-identical in both layouts.
 
 Memory: the ``D x tile`` buffer, ``O(threads x tile)`` scratch, and 21 numbers of
 state per selected row; never ``N x K``. The exponentials are computed by a
-vectorisable kernel (:func:`~scalable_softmax.kernels.evaluate.vexp`, Cody-Waite reduction and a
+vectorisable kernel (:func:`~scalable_softmax.kernels.common.vexp`, Cody-Waite reduction and a
 degree-13 polynomial, about 1 ulp): a scalar ``math.exp`` per score cost about 40% of the
 sparse products in our measurements.
 

@@ -1,5 +1,6 @@
 """Helpers shared by the kernels of several methods: the splitmix64 random stream,
-sparse-row dot products and updates, and pre-touched weight arrays.
+sparse-row dot products and updates, pre-touched weight arrays, and a vectorised
+exponential and sum (``vexp``, ``lanesum``: the exact evaluator and softmax SGD).
 
 They live here, not in one method's module, so that every method imports them by their
 public names (``sgd``, ``sampled`` and ``full`` all use them).
@@ -12,7 +13,7 @@ import numpy as np
 from scalable_softmax._kernels import JIT, PJIT, prefetch_r
 
 __all__ = ["rand_below", "seed_state", "dot", "axpy_check", "prefetch_csr_row",
-           "touched_zeros", "transpose_scaled", "IJIT"]
+           "touched_zeros", "transpose_scaled", "vexp", "lanesum", "IJIT"]
 
 #: flags of the small helpers inlined (numba IR) into every kernel that calls them
 IJIT = dict(JIT, inline="always")
@@ -21,6 +22,12 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _TWO_M53 = 2.0 ** -53
+# the vectorised exponential (vexp)
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01  # fdlibm split of log(2): hi has 32 significant bits
+_LN2_LO = 1.90821492927058770002e-10
+_SHIFT = 6755399441055744.0  # 1.5 * 2**52: adding it rounds to an integer in the low bits
+_EXP_MIN = -708.0  # exp(-708) ~ 3e-308 is still a normal number
 
 
 @numba.njit(**JIT)
@@ -136,3 +143,64 @@ def transpose_scaled(src, c, out):
         for k in range(k0, k1):
             for d in range(d0, d1):
                 out[k, d] = src[d, k] * c
+
+
+@numba.njit(**JIT)
+def vexp(x, shift, out, tmpf, tmpi, n):
+    """``out[t] = exp(x[t] - shift)`` for ``t < n`` and ``x[t] <= shift`` (finite), to
+    about 1 ulp.
+
+    Written as three element-wise loops without branches or calls so that LLVM
+    vectorises them. ``exp(z)`` for ``z = x - shift < -708`` is returned as 0 instead
+    of a denormal (at most 3e-308; such terms are always added to a sum that is at
+    least 1).
+    ``tmpi`` must be ``tmpf.view(np.int64)``.
+    """
+    for t in range(n):
+        xx = x[t] - shift
+        xx = xx if xx > _EXP_MIN else _EXP_MIN
+        kf = xx * _LOG2E + _SHIFT
+        tmpf[t] = kf
+        k = kf - _SHIFT  # round(x / log 2), exactly
+        r = (xx - k * _LN2_HI) - k * _LN2_LO  # |r| <= log(2)/2
+        # Taylor polynomial of degree 13 (truncation < 4e-18 relative), Horner
+        p = 1.0 / 6227020800.0
+        p = p * r + 1.0 / 479001600.0
+        p = p * r + 1.0 / 39916800.0
+        p = p * r + 1.0 / 3628800.0
+        p = p * r + 1.0 / 362880.0
+        p = p * r + 1.0 / 40320.0
+        p = p * r + 1.0 / 5040.0
+        p = p * r + 1.0 / 720.0
+        p = p * r + 1.0 / 120.0
+        p = p * r + 1.0 / 24.0
+        p = p * r + 1.0 / 6.0
+        p = p * r + 0.5
+        p = p * r + 1.0
+        p = p * r + 1.0
+        out[t] = p
+    for t in range(n):
+        # the low bits of kf hold k (two's complement): 2**k = (k + 1023) << 52
+        tmpi[t] = (tmpi[t] + 1023) << 52
+    for t in range(n):
+        v = out[t] * tmpf[t]
+        out[t] = v if x[t] - shift >= _EXP_MIN else 0.0
+
+
+@numba.njit(**JIT)
+def lanesum(x, n):
+    """``sum(x[:n])`` with eight interleaved partial sums (vectorisable)."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    n8 = n - n % 8
+    for c in range(0, n8, 8):
+        s0 += x[c]
+        s1 += x[c + 1]
+        s2 += x[c + 2]
+        s3 += x[c + 3]
+        s4 += x[c + 4]
+        s5 += x[c + 5]
+        s6 += x[c + 6]
+        s7 += x[c + 7]
+    for t in range(n8, n):
+        s0 += x[t]
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))

@@ -17,9 +17,9 @@ and the description of the algorithm and its precision).
 ``scores32``, ``vexp32_sum``, ``max32``, ``sum32to64``
     the float32 inner kernels (scores of one row against a tile, exponentials and their
     sum, maximum, float64 sum).
-``vexp``, ``lanesum``, ``lanemax``, ``mul_lanesum``, ``widen_mul_lanesum``,
-``mul_lanesum_wide``
-    their float64 and widening counterparts.
+``lanemax``, ``mul_lanesum``, ``widen_mul_lanesum``, ``mul_lanesum_wide``
+    their float64 and widening counterparts (the float64 exponential and sum, ``vexp``
+    and ``lanesum``, are :mod:`scalable_softmax.kernels.common`'s).
 ``JIT32``, ``PJIT32``, ``JIT32R``
     the numba options of the float32 kernels (``fastmath`` contraction; with
     reassociation for the sums).
@@ -37,79 +37,16 @@ from numba import prange
 
 from scalable_softmax._kernels import JIT, PJIT
 
-__all__ = ["JIT32", "JIT32R", "PJIT32", "all_finite", "finish", "lanemax", "lanesum",
+# the vectorised exponential and sum, shared with softmax SGD's kernel
+from scalable_softmax.kernels.common import lanesum, vexp
+
+__all__ = ["JIT32", "JIT32R", "PJIT32", "all_finite", "finish", "lanemax",
            "max32", "mul_lanesum", "mul_lanesum_wide", "scores32", "state_pass",
-           "state_pass32", "sum32to64", "transpose32", "used_features", "vexp",
+           "state_pass32", "sum32to64", "transpose32", "used_features",
            "vexp32_sum", "widen_mul_lanesum"]
 
 #: highest power n of the running sums S_n (the series for the defective metric)
 _NPOW = 18
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01  # fdlibm split of log(2): hi has 32 significant bits
-_LN2_LO = 1.90821492927058770002e-10
-_SHIFT = 6755399441055744.0  # 1.5 * 2**52: adding it rounds to an integer in the low bits
-_EXP_MIN = -708.0  # exp(-708) ~ 3e-308 is still a normal number
-
-
-@numba.njit(**JIT)
-def vexp(x, shift, out, tmpf, tmpi, n):
-    """``out[t] = exp(x[t] - shift)`` for ``t < n`` and ``x[t] <= shift`` (finite), to
-    about 1 ulp.
-
-    Written as three element-wise loops without branches or calls so that LLVM
-    vectorises them. ``exp(z)`` for ``z = x - shift < -708`` is returned as 0 instead
-    of a denormal (at most 3e-308; such terms are always added to a sum that is at
-    least 1).
-    ``tmpi`` must be ``tmpf.view(np.int64)``.
-    """
-    for t in range(n):
-        xx = x[t] - shift
-        xx = xx if xx > _EXP_MIN else _EXP_MIN
-        kf = xx * _LOG2E + _SHIFT
-        tmpf[t] = kf
-        k = kf - _SHIFT  # round(x / log 2), exactly
-        r = (xx - k * _LN2_HI) - k * _LN2_LO  # |r| <= log(2)/2
-        # Taylor polynomial of degree 13 (truncation < 4e-18 relative), Horner
-        p = 1.0 / 6227020800.0
-        p = p * r + 1.0 / 479001600.0
-        p = p * r + 1.0 / 39916800.0
-        p = p * r + 1.0 / 3628800.0
-        p = p * r + 1.0 / 362880.0
-        p = p * r + 1.0 / 40320.0
-        p = p * r + 1.0 / 5040.0
-        p = p * r + 1.0 / 720.0
-        p = p * r + 1.0 / 120.0
-        p = p * r + 1.0 / 24.0
-        p = p * r + 1.0 / 6.0
-        p = p * r + 0.5
-        p = p * r + 1.0
-        p = p * r + 1.0
-        out[t] = p
-    for t in range(n):
-        # the low bits of kf hold k (two's complement): 2**k = (k + 1023) << 52
-        tmpi[t] = (tmpi[t] + 1023) << 52
-    for t in range(n):
-        v = out[t] * tmpf[t]
-        out[t] = v if x[t] - shift >= _EXP_MIN else 0.0
-
-
-@numba.njit(**JIT)
-def lanesum(x, n):
-    """``sum(x[:n])`` with eight interleaved partial sums (vectorisable)."""
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    n8 = n - n % 8
-    for c in range(0, n8, 8):
-        s0 += x[c]
-        s1 += x[c + 1]
-        s2 += x[c + 2]
-        s3 += x[c + 3]
-        s4 += x[c + 4]
-        s5 += x[c + 5]
-        s6 += x[c + 6]
-        s7 += x[c + 7]
-    for t in range(n8, n):
-        s0 += x[t]
-    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
 
 @numba.njit(**JIT)

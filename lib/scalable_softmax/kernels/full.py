@@ -28,6 +28,7 @@ from scalable_softmax._kernels import sigmoid as _sigmoid
 from scalable_softmax._kernels import softplus as _softplus
 from scalable_softmax.kernels.common import axpy_check as _axpy_check
 from scalable_softmax.kernels.common import dot as _dot
+from scalable_softmax.kernels.common import lanesum, vexp
 
 __all__ = ["KIND_MODES", "alpha_g", "batch_transpose", "fold", "full_pass", "row_coef",
            "sgd_scores", "sgd_update", "softmax_cols", "softmax_sgd_epoch", "solve_alpha"]
@@ -43,18 +44,23 @@ def softmax_cols(ST, y, order, b0, t0, t1):
     """Columns ``t0..t1-1`` of the batch's scores ``ST`` (``K x n``) become
     ``p_tk - 1[k = y_t]``."""
     K = ST.shape[0]
+    col = np.empty(K)
+    e = np.empty(K)
+    tmpf = np.empty(K)
     for t in range(t0, t1):
         mx = ST[0, t]
-        for k in range(1, K):
-            if ST[k, t] > mx:
-                mx = ST[k, t]
-        z = 0.0
         for k in range(K):
-            e = math.exp(ST[k, t] - mx)
-            ST[k, t] = e
-            z += e
+            col[k] = ST[k, t]
+            if col[k] > mx:
+                mx = col[k]
+        # the exponentials and their sum as the feature-major kernel makes them
+        # (kernels.softmax_sgd.softmax_gradient), so that the two agree bit for bit
+        vexp(col, mx, e, tmpf, tmpf.view(np.int64), K)
+        z = lanesum(e, K)
+        if not z >= 1.0:    # non-finite scores (a diverged step): the gradient is NaN
+            z = np.nan
         for k in range(K):
-            ST[k, t] /= z
+            ST[k, t] = e[k] / z
         ST[y[order[b0 + t]], t] -= 1.0
 
 
