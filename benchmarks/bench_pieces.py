@@ -62,36 +62,18 @@ class _Budget:
 
 
 def _trainer(path, method, options, threads):
-    """Our trainer of a notebook job, set up as ``peers.run_job`` sets it up (paper-text
-    settings of Implicit SGD for minibatch Implicit SGD and softmax SGD), on
-    ``threads`` threads."""
+    """Our trainer of a notebook job on ``threads`` threads, set up by the notebooks' own
+    :func:`scalable_softmax.repro.peers.setup_ours`, on the problem file ``path`` (of
+    ``peers.save_problem``). Returns ``(trainer, N, order, threads used)``."""
     import scipy.sparse as sp
 
-    from scalable_softmax.methods import get_trainer_class
-    from scalable_softmax.protocols import fit_kwargs
     from scalable_softmax.repro import peers as P
 
-    z = np.load(path)                     # a problem of peers.save_problem
+    z = np.load(path)
     X = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
     y, K = z["y"].astype(np.int64), int(z["K"])
-    batched = method in P.BATCH_IMPLICIT
-    options = dict(options)
-    n, m = options.pop("batch_size", None), options.pop("n_sampled", None)
-    library = method if not batched else "implicit" if (n, m) == (1, 1) else "implicit-batch"
-    kw = fit_kwargs("paper-text", "implicit" if batched or method == "softmax-sgd"
-                    else method)
-    order, u_init = kw.pop("order"), kw.pop("u_init")
-    kw.pop("lr_decay")
-    b0, m0 = kw.pop("batch_size", None), kw.pop("n_sampled", None)
-    if batched:
-        b0, m0 = (None, None) if library == "implicit" else (n, m)
-    else:
-        b0, m0 = (n if n is not None else b0), (m if m is not None else m0)
-    tr = get_trainer_class(library)(X, y, K, mu=0.0, batch_size=b0, n_sampled=m0,
-                                    threads=threads, **kw)
-    tr.init_params("zero" if method == "softmax-sgd" else u_init)
-    tr.warmup()
-    return tr, X.shape[0], order, threads
+    tr, order, _, info = P.setup_ours(method, options, X, y, K, threads)
+    return tr, X.shape[0], order, info["threads_used"]
 
 
 def _diverged(rep):

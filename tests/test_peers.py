@@ -919,3 +919,23 @@ def test_the_pages_quote_the_piece_rule_from_the_code(monkeypatch):
     monkeypatch.setattr(P, "PIECE_FRACTION", 1 / 32)
     monkeypatch.setattr(P, "MIN_PIECE_SECONDS", 0.025)
     assert Tables.piece_rule() == {"per_cap": 32, "min_ms": 25}
+
+
+def test_setup_ours_is_the_notebooks_trainer():
+    # the set-up the notebooks' runs and benchmarks/bench_pieces.py share
+    X, y, K = _problem(N=120, K=6)
+    tr, order, decay, info = P.setup_ours("implicit-batch", {"batch_size": 1,
+                                                             "n_sampled": 1}, X, y, K, 1)
+    assert info["library"] == "implicit" and type(tr).__name__ == "ImplicitTrainer"
+    assert (order, decay) == ("shuffle", 0.9)
+    tr, _, _, info = P.setup_ours("implicit-batch", {"batch_size": 5, "n_sampled": 20},
+                                  X, y, K, 2)
+    assert info["library"] == "implicit-batch" and (tr.batch_size, tr.n_sampled) == (5, 20)
+    assert info["threads_used"] == 2
+    tr, _, _, info = P.setup_ours("softmax-sgd", {"batch_size": 7}, X, y, K, 1)
+    assert tr.batch_size == 7 and tr.u is None and info["threads_used"] == 1
+    assert np.array_equal(tr.weights(), np.zeros((K, X.shape[1])))
+    # the same trainer as a notebook job's run starts from
+    res = P.run_job(_job("softmax-sgd", 0.5, max_epochs=1, options={"batch_size": 7}),
+                    problem=(X, y, K, _sets(X, y)))
+    assert res["info"]["batch_size"] == 7 and res["info"]["library"] == "softmax-sgd"

@@ -85,6 +85,7 @@ from scalable_softmax.protocols import LR_DECAY
 from scalable_softmax.validation import check_options
 
 __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_job",
+           "setup_ours",
            "run_jobs", "run_isolated", "time_to_quality", "available", "split_for_tuning",
            "torch_layouts", "classify_failure", "tune_rates", "choose_rates", "run_final",
            "save_problem", "STATUSES", "PEER_STYLES", "plan_methods", "dataset_shapes",
@@ -105,7 +106,7 @@ METHODS = {
 LABELS = {
     "implicit": "Implicit SGD", "umax": "U-max",
     "implicit-batch": "Implicit SGD (n, m chosen)", "implicit-batch-5": "Implicit SGD (n=m=5)",
-    "is": "IS (n=100)",
+    "is": "IS (n chosen)",
     "exact": "L-BFGS (ours, exact)", "softmax-sgd": "softmax SGD (ours, full softmax)",
     "sklearn-lbfgs": "sklearn lbfgs",
     "sklearn-saga": "sklearn saga", "torch-sgd": "torch SGD (full softmax)",
@@ -438,24 +439,32 @@ def _all_finite(W) -> bool:
     return bool(all_finite(W))
 
 
-def _run_ours(job, X, y, K, rec):
-    from scalable_softmax.fit import make_order
+def setup_ours(method, options, X, y, K, threads):
+    """Our trainer for a job of ``method`` with ``options`` (a candidate configuration's
+    ``batch_size`` / ``n_sampled`` among them) on ``threads`` threads, set up as the
+    notebooks run it: minibatch Implicit SGD and softmax SGD with Implicit SGD's
+    paper-text settings (shuffled data, ``lr * 0.9**(epoch - 1)``; softmax SGD has no
+    ``u``), ``n = m = 1`` on Implicit SGD's own single-point kernel; parameters
+    initialised and kernels compiled.
+
+    Returns ``(trainer, order, lr_decay, run_info)``: the epoch order and rate decay of
+    the protocol, and what the run reports (library, batch size, classes per step,
+    threads used and asked for).
+    """
     from scalable_softmax.protocols import fit_kwargs
 
-    options = dict(job.options)
-    batched = job.method in BATCH_IMPLICIT
+    options = dict(options)
+    batched = method in BATCH_IMPLICIT
     if batched:
         # a job's options may set n and m (notebook 12's candidate configurations,
         # benchmarks/bench_peers_configs.py); without them, BATCH_IMPLICIT's
-        n = options.pop("batch_size", BATCH_IMPLICIT[job.method][0])
-        m = options.pop("n_sampled", BATCH_IMPLICIT[job.method][1])
+        n = options.pop("batch_size", BATCH_IMPLICIT[method][0])
+        m = options.pop("n_sampled", BATCH_IMPLICIT[method][1])
     # n = m = 1 is Implicit SGD's own step (mu = 0): its single-point kernel runs it
-    library = job.method if not batched else "implicit" if (n, m) == (1, 1) \
+    library = method if not batched else "implicit" if (n, m) == (1, 1) \
         else "implicit-batch"
-    # minibatch Implicit SGD and softmax SGD run with Implicit SGD's paper-text settings
-    # (shuffled data, lr * 0.9**(epoch - 1); softmax SGD has no u)
-    kw = fit_kwargs(_OUR_PROTOCOL, "implicit" if batched or job.method == "softmax-sgd"
-                    else job.method)
+    kw = fit_kwargs(_OUR_PROTOCOL, "implicit" if batched or method == "softmax-sgd"
+                    else method)
     order, u_init, decay = kw.pop("order"), kw.pop("u_init"), kw.pop("lr_decay")
     batch_size, n_sampled = kw.pop("batch_size", None), kw.pop("n_sampled", None)
     if batched:
@@ -464,10 +473,10 @@ def _run_ours(job, X, y, K, rec):
         # the structural option of a candidate configuration (points or classes per step)
         batch_size = options.pop("batch_size", batch_size)
         n_sampled = options.pop("n_sampled", n_sampled)
-    if job.method == "softmax-sgd":
+    if method == "softmax-sgd":
         u_init = "zero"
     kw.update(options)
-    tr, used, thread_opts, note = _our_trainer(job.method, library, X, y, K, job.threads,
+    tr, used, thread_opts, note = _our_trainer(method, library, X, y, K, threads,
                                                batch_size=batch_size, n_sampled=n_sampled,
                                                kw=kw)
     run_info = {"library": library, "batch_size": int(tr.batch_size),
@@ -477,6 +486,13 @@ def _run_ours(job, X, y, K, rec):
         run_info["threads_refused"] = note
     tr.init_params(u_init)
     tr.warmup()
+    return tr, order, decay, run_info
+
+
+def _run_ours(job, X, y, K, rec):
+    from scalable_softmax.fit import make_order
+
+    tr, order, decay, run_info = setup_ours(job.method, job.options, X, y, K, job.threads)
     rng = np.random.default_rng(job.seed)
     N = X.shape[0]
     rec.record_start(tr.native_weights, epoch=0)
