@@ -38,6 +38,7 @@ import numpy as np
 
 from _common import machine_info, machine_line, publish
 from bench_sgd import sparse_data
+from scalable_softmax.kernels.common import lanesum, vexp
 
 #: minibatch size of every case
 BATCH = 100
@@ -94,9 +95,10 @@ def bound_epoch(indptr, indices, data, y, order, WT, lr, B):
 
 @numba.njit(nogil=True, boundscheck=False)
 def exp_epoch(N, s):
-    """The softmax's exponentials alone, as the kernels make them: for each of ``N``
-    rows, ``exp(s[k] - max)`` for every class of the score vector ``s`` (libm's scalar
-    ``exp``, one call per class) and their sum. Returns the sums' total."""
+    """The softmax's exponentials alone, with libm's scalar ``exp`` (one call per class,
+    as the bound loop and, until they took ``vexp``, the kernels make them): for each of
+    ``N`` rows, ``exp(s[k] - max)`` for every class of the score vector ``s`` and their
+    sum in class order. Returns the sums' total."""
     K = s.shape[0]
     mx = s.max()
     tot = 0.0
@@ -108,12 +110,34 @@ def exp_epoch(N, s):
     return tot
 
 
+@numba.njit(nogil=True, boundscheck=False)
+def vexp_epoch(N, s):
+    """The softmax's exponentials as the kernels make them
+    (``kernels.softmax_sgd.softmax_gradient``): :func:`scalable_softmax.kernels.common.vexp`
+    into a buffer, summed by :func:`~scalable_softmax.kernels.common.lanesum`, for each
+    of ``N`` rows. Returns the sums' total."""
+    K = s.shape[0]
+    mx = s.max()
+    e = np.empty(K)
+    tmpf = np.empty(K)
+    tot = 0.0
+    for _ in range(N):
+        vexp(s, mx, e, tmpf, tmpf.view(np.int64), K)
+        tot += lanesum(e, K)
+    return tot
+
+
 def _exp_seconds(N, K):
-    """Seconds of ``N x K`` exponentials, one thread: numba's libm calls
-    (:func:`exp_epoch`) and NumPy's vectorised ``np.exp`` (AVX2 on this machine) over
-    the same values, 100 rows at a time."""
+    """Seconds of ``N x K`` exponentials, one thread: the kernels' vectorised ``vexp``
+    and eight-lane sum (:func:`vexp_epoch`), numba's libm calls (:func:`exp_epoch`) and
+    NumPy's vectorised ``np.exp`` (AVX2 on this machine) over the same values, 100 rows
+    at a time."""
     s = np.random.default_rng(0).standard_normal(K) * 3.0
     exp_epoch(1, s)
+    vexp_epoch(1, s)
+    t0 = time.perf_counter()
+    vexp_epoch(N, s)
+    t_vexp = time.perf_counter() - t0
     t0 = time.perf_counter()
     exp_epoch(N, s)
     t_libm = time.perf_counter() - t0
@@ -123,7 +147,7 @@ def _exp_seconds(N, K):
     for _ in range(-(-N // 100)):
         np.exp(block, out=out)
         out.sum()
-    return {"libm": t_libm, "numpy": time.perf_counter() - t0}
+    return {"vexp": t_vexp, "libm": t_libm, "numpy": time.perf_counter() - t0}
 
 
 def _per_epoch_fit(X, y, K, lr, epochs, **opts):
@@ -300,10 +324,11 @@ def markdown(res):
                   f"the same loop with float32 weights is {b64 / b32:.2f}x faster."]
         if n.get("exp"):
             e = n["exp"]
-            L += ["", f"The epoch's {n['N']:,} x {n['K']:,} exponentials alone, one thread: "
-                  f"{e['libm']:.3g} s as the kernels make them (libm's scalar `exp`, "
-                  f"{e['libm'] / min(t1):.0%} of `fit`'s one-thread epoch), {e['numpy']:.3g} s "
-                  "with NumPy's vectorised `np.exp` over the same values."]
+            L += ["", f"The epoch's {n['N']:,} x {n['K']:,} exponentials and their sums alone, "
+                  f"one thread: {e['vexp']:.3g} s as the kernels make them (`vexp` and "
+                  f"`lanesum`, {e['vexp'] / min(t1):.0%} of `fit`'s one-thread epoch), "
+                  f"{e['libm']:.3g} s with libm's scalar `exp` summed in class order, "
+                  f"{e['numpy']:.3g} s with NumPy's vectorised `np.exp` over the same values."]
         if tt:
             lay, v = min(tt.items(), key=lambda kv: kv[1])
             L += ["", f"PyTorch's fastest layout (`{lay}`) over `fit(..., threads=2)`, "
