@@ -168,6 +168,23 @@ def test_recorder_points_are_the_evaluator_on_the_weights():
     assert rec.seconds == 0.0 and rec.pending == []
 
 
+def test_recorder_makes_the_weights_with_the_clock_stopped():
+    # a function giving the weights is called after the training clock stops: the time
+    # it takes (a copy, a transpose) is evaluation time, never training time
+    X, y, K = _problem()
+    W = np.random.default_rng(2).normal(size=(K, X.shape[1]))
+    rec = P._Recorder(_sets(X, y), [], 10.0)
+    rec.start()
+
+    def slow():
+        time.sleep(0.3)
+        return np.ascontiguousarray(W.T), "feature"
+    row = rec.record(slow, epoch=1)
+    assert rec.now() < 0.25 and rec.eval_seconds >= 0.3
+    assert row == dict(rec.record(W, epoch=1), seconds=row["seconds"])
+    assert rec._t is not None        # the clock runs again after the point
+
+
 @pytest.mark.parametrize("method,lr", [("umax", 0.1), ("implicit", 1.0), ("is", 10.0),
                                        ("implicit-batch", 1.0), ("implicit-batch-5", 1.0)])
 def test_our_methods_run_and_start_at_log_k(method, lr):

@@ -280,20 +280,24 @@ class _Recorder:
         recorded (a tuning run records no start point, and at ``K = 30,000`` making the
         ``K x D`` weights of a feature-major or torch model is a 2.4 GB pass)."""
         if self.start_point:
-            self.record(W() if callable(W) else W, **info)
+            self.record(W, **info)
 
     def record(self, W, **info):
         """Evaluate ``W`` (K x D, or ``(array, layout)`` as
         :meth:`~scalable_softmax.methods.base.Trainer.native_weights` gives it; None: a
-        diverged point, log-loss inf) on every set."""
+        diverged point, log-loss inf) on every set. ``W`` may be a function returning
+        them: it is called once the training clock is stopped, so that making the
+        weights (a copy, a transpose) is never charged to the run."""
         from scalable_softmax.evaluate import evaluate
 
-        layout = "class"
-        if isinstance(W, tuple):
-            W, layout = W       # a feature-major model is evaluated without a transpose
         running = self._t is not None
         self.stop()
         t_eval = time.perf_counter()
+        if callable(W):
+            W = W()
+        layout = "class"
+        if isinstance(W, tuple):
+            W, layout = W       # a feature-major model is evaluated without a transpose
         while self.pending and self.pending[0] <= self.seconds:
             self.pending.pop(0)
         row = dict(seconds=self.seconds, **info)
@@ -517,20 +521,20 @@ def _run_ours(job, X, y, K, rec):
                 return "diverged", f"non-finite parameters in epoch {e}", dict(
                     run_info, epochs=e - 1 + a / N)
             if a < N and rec.over():
-                rec.record(tr.native_weights(), epoch=e - 1 + a / N)
+                rec.record(tr.native_weights, epoch=e - 1 + a / N)
                 return "time cap", (f"stopped at the cap in epoch {e} after {a} of "
                                     f"{N} points"), dict(run_info, epochs=e - 1 + a / N)
             if a < N and rec.due():
-                rec.record(tr.native_weights(), epoch=e - 1 + a / N)
+                rec.record(tr.native_weights, epoch=e - 1 + a / N)
         if tr.u is not None and not np.all(np.isfinite(tr.u)):
             rec.record(None, epoch=e)
             return "diverged", f"non-finite parameters in epoch {e}", dict(run_info, epochs=e)
         last = e == job.max_epochs
         if rec.over() and not last:
-            rec.record(tr.native_weights(), epoch=e)
+            rec.record(tr.native_weights, epoch=e)
             return "time cap", f"stopped after epoch {e} at the cap", dict(run_info, epochs=e)
         if rec.due() or last:
-            row = rec.record(tr.native_weights(), epoch=e)
+            row = rec.record(tr.native_weights, epoch=e)
             if not math.isfinite(next(v for k, v in row.items() if k.endswith("_log_loss"))):
                 return "diverged", f"non-finite weights after epoch {e}", dict(run_info,
                                                                                epochs=e)
@@ -875,14 +879,14 @@ def _run_torch(job, X, y, K, rec):
             end = a + B >= N
             if rec.over() and not (end and e == job.max_epochs):
                 rec.stop()
-                rec.record(weights(), epoch=e - 1 + min(a + B, N) / N, steps=steps)
+                rec.record(weights, epoch=e - 1 + min(a + B, N) / N, steps=steps)
                 return "time cap", (f"stopped at the cap in epoch {e} after {steps} "
                                     "minibatches"), dict(info, steps=steps)
             if rec.due() and not end:
-                rec.record(weights(), epoch=e - 1 + (a + B) / N, steps=steps)
+                rec.record(weights, epoch=e - 1 + (a + B) / N, steps=steps)
         rec.stop()
         if rec.due() or e == job.max_epochs:
-            rec.record(weights(), epoch=e, steps=steps)
+            rec.record(weights, epoch=e, steps=steps)
     return "completed", f"{job.max_epochs} epochs", dict(info, steps=steps)
 
 
