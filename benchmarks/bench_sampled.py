@@ -62,6 +62,7 @@ from scalable_softmax.kernels import prefetch_w as _prefetch_w
 from scalable_softmax.kernels import sampled as ksampled
 from scalable_softmax.kernels import sgd as ksgd
 from scalable_softmax.methods import full, sampled, sgd
+from scalable_softmax.repro.timing import peak_rss_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -449,13 +450,8 @@ def loadavg():
 
 
 def rss_gb():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        return None
+    peak = peak_rss_bytes()
+    return None if peak is None else peak / 2**30
 
 
 # ---------------------------------------------------------------------------

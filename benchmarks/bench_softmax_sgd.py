@@ -206,8 +206,8 @@ def _torch_epoch(X, y, K, batches=200, threads=2):
     ok, why = available("torch")
     if not ok:
         return None, why
-    per = torch_layouts(X, y, K, "torch-sgd", batch_size=BATCH, batches=batches,
-                        max_seconds=60.0, threads=threads)
+    per, _ = torch_layouts(X, y, K, "torch-sgd", batch_size=BATCH, batches=batches,
+                           max_seconds=60.0, threads=threads, dense_bound=False)
     steps = -(-X.shape[0] // BATCH)
     return {k: v * steps for k, v in per.items()}, f"{batches} minibatches timed per layout"
 

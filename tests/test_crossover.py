@@ -153,3 +153,30 @@ def test_tuning_overshoot_is_the_median_ratio_to_the_budget():
     assert pd.isna(over.loc[20, "b"])                    # no finished run
     with pytest.raises(ValueError, match="no cap for K"):
         crossover.tuning_overshoot(rates, {10: 2.0}, 0.1)
+
+
+def test_close_calls_flag_a_near_second_family_by_seconds_or_by_its_end():
+    """Another family is close when it got within 1% at most CLOSE_FACTOR x as late as
+    the first, or never got there but ended within CLOSE_MARGIN x 1% of the best."""
+    table = _table({1000: {"umax": 1.0, "torch-sgd": 1.5},
+                    3000: {"umax": 1.0, "torch-sgd": None},
+                    10000: {"umax": 1.0, "torch-sgd": None},
+                    30000: {"umax": 1.0, "torch-sgd": 3.0, "is": None}})
+    table.loc[(table.K == 3000) & (table.method == "torch-sgd"), "best_test_log_loss"] = 2.03
+    table.loc[(table.K == 10000) & (table.method == "torch-sgd"), "best_test_log_loss"] = 2.05
+    close = C.close_calls(table)
+    assert list(close.K) == [1000, 3000]
+    assert (close["first"] == "double-sum").all() and (close.family == "full-softmax").all()
+    assert close.seconds_ratio.iloc[0] == pytest.approx(1.5)
+    assert math.isnan(close.seconds_ratio.iloc[1])
+    assert close.loss_ratio.iloc[1] == pytest.approx(2.03 / 2.0)
+    assert C.close_at(table, 1000) == "K = 1,000: close, full-softmax got there at 1.50 x " \
+                                      "the seconds"
+    assert C.close_at(table, 3000) == "K = 3,000: close, full-softmax ended at 1.0150 x " \
+                                      "the best"
+    assert C.close_at(table, 10000) == "K = 10,000: not close"
+    assert C.close_at(table, 30000) == "K = 30,000: not close"
+    # the rule follows its constants
+    assert len(C.close_calls(table, factor=1.2)) == 1
+    assert list(C.close_calls(table, margin=3.0).K) == [1000, 3000, 10000]
+    assert "2 x as late" in C.close_rule() and "within 2% of the best" in C.close_rule()

@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from scalable_softmax.evaluate import evaluate
 from scalable_softmax.repro import peers as P
+from scalable_softmax.repro import timing
 
 
 def _problem(N=300, D=12, K=4, seed=0, separable=False):
@@ -408,11 +409,109 @@ def test_the_layout_pilot_gives_up_on_a_slow_first_step(give_up, second_steps, m
 
     monkeypatch.setattr(P, "_torch_model", counted)
     monkeypatch.setattr(P, "PILOT_GIVE_UP", give_up)
-    out = P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=5, max_seconds=60,
-                          threads=1)
+    out, notes = P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=5,
+                                 max_seconds=60, threads=1, dense_bound=False)
     first, second = P.TORCH_LAYOUTS
     assert calls.count(first) == 1 + 5 and calls.count(second) == second_steps
     assert all(v > 0 and math.isfinite(v) for v in out.values())
+    assert (second in notes) == (second_steps == 1) and first not in notes
+
+
+def test_the_layout_pilot_skips_the_dense_layout_below_its_bound(monkeypatch):
+    """With the bound on, the dense layout is not built when DENSE_FIRST_STEP_PASSES
+    D x K passes already take PILOT_GIVE_UP times the best step (PILOT_GIVE_UP = 0:
+    always); its entry is that bound, with a note."""
+    pytest.importorskip("torch")
+    X, y, K = _problem(N=200)
+    built = []
+    model = P._torch_model
+
+    def counted(method, layout, D, K, lr):
+        built.append(layout)
+        return model(method, layout, D, K, lr)
+
+    monkeypatch.setattr(P, "_torch_model", counted)
+    monkeypatch.setattr(P, "PILOT_GIVE_UP", 0.0)
+    out, notes = P.torch_layouts(X, y, K, "torch-adam", batch_size=20, batches=3,
+                                 threads=1)
+    assert built == ["embedding-bag"]
+    assert 0 < out["sparse-mm"] < math.inf and notes["sparse-mm"].startswith("not built")
+    built.clear()
+    monkeypatch.setattr(P, "PILOT_GIVE_UP", math.inf)
+    out, notes = P.torch_layouts(X, y, K, "torch-adam", batch_size=20, batches=3,
+                                 threads=1)
+    assert built == list(P.TORCH_LAYOUTS) and notes == {}
+
+
+def _failing_model(fail, model):
+    def build(method, layout, D, K, lr):
+        if layout in fail:
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: "
+                               "can't allocate memory: you tried to allocate 2400000000 "
+                               "bytes")
+        return model(method, layout, D, K, lr)
+    return build
+
+
+def test_a_layout_out_of_memory_in_the_pilot_leaves_the_other(monkeypatch):
+    """A layout whose pilot runs out of memory gets inf and a note; the job runs on the
+    other layout and says why in its info; the pilot runs once per key."""
+    pytest.importorskip("torch")
+    X, y, K = _problem(N=200)
+    monkeypatch.setattr(P, "_torch_model", _failing_model({"sparse-mm"}, P._torch_model))
+    monkeypatch.setattr(P, "PILOT_GIVE_UP", math.inf)
+    monkeypatch.setattr(P, "_LAYOUT_CACHE", {})
+    out, notes = P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=3, threads=1)
+    assert out["sparse-mm"] == math.inf and math.isfinite(out["embedding-bag"])
+    assert notes["sparse-mm"].startswith("out of memory: RuntimeError")
+    job = P.Job("toy", "torch-sgd", 0.5, 60.0, split="final", max_epochs=1, threads=1,
+                options={"batch_size": 20})
+    layout, t, notes = P._choose_layout(job, X, y, K, 20)
+    assert layout == "embedding-bag" and "sparse-mm" in notes
+    assert P._choose_layout(job, X, y, K, 20)[2] is notes          # cached
+
+
+def test_every_layout_out_of_memory_is_a_memory_failure(monkeypatch):
+    pytest.importorskip("torch")
+    X, y, K = _problem(N=200)
+    monkeypatch.setattr(P, "_torch_model",
+                        _failing_model(set(P.TORCH_LAYOUTS), P._torch_model))
+    monkeypatch.setattr(P, "_LAYOUT_CACHE", {})
+    job = P.Job("toy", "torch-sgd", 0.5, 60.0, split="final", max_epochs=1, threads=1,
+                options={"batch_size": 20})
+    with pytest.raises(MemoryError, match="every torch layout ran out of memory"):
+        P._choose_layout(job, X, y, K, 20)
+    assert P.classify_failure(MemoryError("x")) == "memory"
+
+
+def test_the_pilot_frees_each_layout_by_reference_counts(monkeypatch):
+    """Each layout's model (weights, gradient, optimiser state) is freed when the pilot
+    is done with it, by reference counts alone (the garbage collector off): a model
+    kept alive would hold K x D floats while the next is built."""
+    pytest.importorskip("torch")
+    import gc
+    import weakref
+
+    X, y, K = _problem(N=200)
+    refs = []
+    model = P._torch_model
+
+    def tracked(method, layout, D, K, lr):
+        loss, opt, weights = model(method, layout, D, K, lr)
+        refs.extend(weakref.ref(p) for g in opt.param_groups for p in g["params"])
+        return loss, opt, weights
+
+    monkeypatch.setattr(P, "_torch_model", tracked)
+    monkeypatch.setattr(P, "PILOT_GIVE_UP", math.inf)
+    P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=2, threads=1)  # warm-up
+    refs.clear()
+    gc.collect()
+    gc.disable()
+    try:
+        P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=2, threads=1)
+        assert len(refs) == 2 and all(r() is None for r in refs)
+    finally:
+        gc.enable()
 
 
 def test_torch_sampled_softmax_step_and_weights():
@@ -493,6 +592,42 @@ def test_isolated_run_reports_the_allocation_that_breaks_the_memory_cap(tmp_path
     assert out["max_rss_bytes"] < 2.5 * 2 ** 30
 
 
+def test_run_jobs_reports_each_jobs_own_peak_memory(monkeypatch):
+    """The peak resident set size is reset before each job: a small job after a big one
+    reports its own peak, not the process's."""
+    if not timing.reset_peak_rss():
+        pytest.skip("this system cannot reset the peak resident set size")
+    before = timing.peak_rss_bytes()
+
+    def fake(job, on_point=None, problem=None):
+        if job.method == "exact":
+            a = np.ones(400 * 2 ** 20 // 8)      # 400 MiB, touched
+            del a
+        return {"job": {}, "status": "completed", "reason": "", "points": []}
+
+    monkeypatch.setattr(P, "run_job", fake)
+    out = P.run_jobs([P.Job("d", "exact", None, 1.0), P.Job("d", "umax", 0.1, 1.0)])
+    big, small = (r["peak_rss_bytes"] for r in out)
+    assert all(r["peak_rss_reset"] for r in out)
+    assert big > before + 300 * 2 ** 20 and small < big - 300 * 2 ** 20
+
+
+def test_run_jobs_collects_cycles_after_the_first_job_and_memory_failures(monkeypatch):
+    import gc
+
+    calls = []
+    statuses = iter(["completed", "completed", "memory", "completed"])
+
+    def fake(job, on_point=None, problem=None):
+        calls.append("job")
+        return {"job": {}, "status": next(statuses), "reason": "", "points": []}
+
+    monkeypatch.setattr(P, "run_job", fake)
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append("gc") or 0)
+    P.run_jobs([P.Job("d", "umax", 0.1, 1.0)] * 4)
+    assert calls == ["job", "gc", "job", "job", "gc", "job"]
+
+
 def test_isolated_run_is_killed_at_the_wall_clock_limit(tmp_path):
     X, y, K = _problem(N=2000, D=50)
     path = tmp_path / "p.npz"
@@ -533,8 +668,9 @@ def test_the_study_functions_end_to_end(tmp_path):
     curves, runs = P.run_final([path], methods, rates, {path: 2.0}, max_epochs=3,
                                eval_rows=None, isolate="family", progress=False)
     assert list(runs.method) == methods and runs.status.isin(["completed", "time cap"]).all()
-    assert runs.lr.iloc[0] == rates.lr.iloc[0] and runs.rss_scope.iloc[0] == \
-        "child of umax+exact"
+    scope = ("method, peak reset in a child of umax+exact" if timing.reset_peak_rss() else
+             "child of umax+exact")
+    assert runs.lr.iloc[0] == rates.lr.iloc[0] and (runs.rss_scope == scope).all()
     assert (runs.peak_rss_gb > 0).all()
     q = P.time_to_quality(curves)
     assert len(q) == 2 and q.group_best.nunique() == 1

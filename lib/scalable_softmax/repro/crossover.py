@@ -41,8 +41,9 @@ import pandas as pd
 from scalable_softmax.repro import peers
 
 __all__ = ["FAMILIES", "FAMILY_STYLES", "DATASET", "family_of", "build_problems",
-           "race", "crossover_table", "family_best", "verdict", "figure", "check_results",
-           "TABLE_COLUMNS"]
+           "race", "crossover_table", "family_best", "verdict", "close_calls",
+           "close_rule", "close_at", "figure", "check_results", "TABLE_COLUMNS", "CLOSE_FACTOR",
+           "CLOSE_MARGIN"]
 
 #: the data set raced at every K (its ``classes`` option is K)
 DATASET = "20news-words"
@@ -256,6 +257,74 @@ def verdict(table, tolerance_pct="1"):
         return first, "No K was raced."
     per_k = "; ".join(first_line(r) for r in first.itertuples())
     return first, f"{headline(first, tolerance_pct)}: {per_k}."
+
+
+#: close calls (:func:`close_calls`): another family reached the tolerance within this
+#: factor of the first one's seconds (two checkpoints, which are sqrt(2) apart) ...
+CLOSE_FACTOR = 2.0
+#: ... or ended within this many times the tolerance of the best without reaching it
+CLOSE_MARGIN = 2.0
+
+
+def close_calls(table, tolerance_pct="1", factor=None, margin=None):
+    """The K values whose first family is within the race's resolution. Another family
+    is close when its fastest method got within ``tolerance_pct`` percent of the best
+    test log-loss at most ``factor`` (default :data:`CLOSE_FACTOR`) times the first
+    method's seconds, or when it never got there but its best ended within ``margin``
+    (default :data:`CLOSE_MARGIN`) times that tolerance of the best. Which family is
+    first there can change between runs of the same code: the checkpoints are
+    ``sqrt(2)`` apart, the training seconds are wall-clock times, and a run that ends
+    just above the bar in one run may end just below it in the next.
+
+    Returns one row per such ``K`` and close family: ``K``, ``first`` (the first
+    family), ``family`` (the close one), ``seconds_ratio`` (its seconds over the first's;
+    NaN if it never got there) and ``loss_ratio`` (its best over the best)."""
+    factor = CLOSE_FACTOR if factor is None else float(factor)
+    margin = CLOSE_MARGIN if margin is None else float(margin)
+    bar = 1 + margin * float(tolerance_pct) / 100
+    fb = family_best(table, tolerance_pct)
+    first = verdict(table, tolerance_pct)[0].set_index("K")
+    rows = []
+    for K, g in fb.groupby("K", sort=True):
+        lead = first.loc[K]
+        if not lead.family:
+            continue
+        best = float(table.loc[table.K == K, "best_test_log_loss"].astype(float).min())
+        for r in g.itertuples():
+            if r.family == lead.family:
+                continue
+            sr = r.seconds / lead.seconds if lead.seconds > 0 else math.inf
+            lr = r.best_test_log_loss / best
+            if (math.isfinite(r.seconds) and sr <= factor) or \
+                    (not math.isfinite(r.seconds) and lr <= bar):
+                rows.append({"K": int(K), "first": lead.family, "family": r.family,
+                             "seconds_ratio": sr if math.isfinite(r.seconds) else math.nan,
+                             "loss_ratio": lr})
+    return pd.DataFrame(rows, columns=["K", "first", "family", "seconds_ratio",
+                                       "loss_ratio"])
+
+
+def close_rule(tolerance_pct="1", factor=None, margin=None):
+    """The rule of :func:`close_calls`, in words (one short line)."""
+    factor = CLOSE_FACTOR if factor is None else float(factor)
+    margin = CLOSE_MARGIN if margin is None else float(margin)
+    return (f"another family within {tolerance_pct}% at most {factor:g} x as late, or "
+            f"ending within {margin * float(tolerance_pct):g}% of the best without getting "
+            "there")
+
+
+def close_at(table, K, tolerance_pct="1"):
+    """One ``K`` of :func:`close_calls` in words: ``K = 3,000: close, full-softmax ended
+    at 1.0139 x the best`` (the closest family), or ``K = 30,000: not close``."""
+    close = close_calls(table, tolerance_pct)
+    c = close[close.K == int(K)]
+    if not len(c):
+        return f"K = {int(K):,}: not close"
+    c = c.assign(key=c.seconds_ratio.fillna(math.inf)).sort_values(["key", "loss_ratio"])
+    r = c.iloc[0]
+    how = (f"got there at {r.seconds_ratio:.2f} x the seconds"
+           if math.isfinite(r.seconds_ratio) else f"ended at {r.loss_ratio:.4f} x the best")
+    return f"K = {int(K):,}: close, {r.family} {how}"
 
 
 def headline(first, tolerance_pct="1"):

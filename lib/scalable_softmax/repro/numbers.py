@@ -216,6 +216,20 @@ class Tables:
         return crossover.headline(first, tolerance_pct) + "." if len(first) else \
             "No K was raced."
 
+    def crossover_close(self, i=None, tolerance_pct: str = "1") -> str:
+        """Notebook 14's close calls (repro.crossover.close_calls): with ``i`` the
+        ``i``-th K of the race (repro.crossover.close_at), without it the rule in words;
+        empty when the record has no run of notebook 14 or fewer K values."""
+        from scalable_softmax.repro import crossover
+        if i is None:
+            return crossover.close_rule(tolerance_pct)
+        try:
+            table = self.table("14-crossover")
+        except LookupError:
+            return ""
+        Ks = sorted(table.K.unique())
+        return crossover.close_at(table, Ks[i], tolerance_pct) if 0 <= i < len(Ks) else ""
+
     def tuning_overshoot(self, method: str, K: int) -> float:
         """Notebook 14's median overrun of the tuning budget by ``method``'s candidates
         at ``K`` (repro.crossover.tuning_overshoot, with the caps and tuning fraction of
@@ -253,6 +267,7 @@ class Tables:
                 "verdicts": self.verdicts, "provenance": self.provenance,
                 "peers_first": self.peers_first, "crossover_verdict": self.crossover_verdict,
                 "crossover_first": self.crossover_first,
+                "crossover_close": self.crossover_close,
                 "tuning_overshoot": self.tuning_overshoot,
                 "pieces": self.piece_rule(),
                 "bench": self.bench, "np": np,

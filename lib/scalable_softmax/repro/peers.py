@@ -785,56 +785,118 @@ _TORCH_OPTIONS = {
 _LAYOUT_CACHE: dict = {}
 
 
-def torch_layouts(X, y, K, method, batch_size=100, batches=10, max_seconds=1.0, threads=2,
-                  lr=1e-3):
+def torch_layouts(X, y, K, method, batch_size=100, batches=10, max_seconds=None,
+                  threads=2, lr=1e-3, dense_bound=True):
     """Seconds per minibatch of each layout of ``method`` (``torch-sgd`` or
     ``torch-adam``): one untimed step, then up to ``batches`` timed steps (fewer if a
-    layout has used ``max_seconds``), on the first rows. A layout whose untimed first
-    step already took :data:`PILOT_GIVE_UP` times the best seconds per step so far is
-    not timed further: its first step's seconds are its entry (at K = 30,000 a step of
-    the dense-gradient layout takes 1-4 s, against 0.01-1.7 s). Returns ``{layout:
-    seconds per step}``."""
+    layout has used ``max_seconds``, default :data:`PILOT_SECONDS`), on the first rows.
+
+    A layout is not timed further (its entry is then its first step's seconds) when
+    that untimed first step already took :data:`PILOT_GIVE_UP` times the best seconds
+    per step so far (at K = 30,000 a step of the dense-gradient layout takes 1-4 s,
+    against 0.01-1.7 s). The dense layout ("sparse-mm") is not built at all when a
+    timed lower bound of its first step, :data:`DENSE_FIRST_STEP_PASSES` passes that
+    allocate and zero a ``D x K`` array (its weights, their gradient and the
+    optimiser's state each are one), already exceeds that bar (``dense_bound=False``:
+    it is always built, for a benchmark of both layouts). A layout that runs out
+    of memory (a child's address-space cap) gets ``inf``. Each layout's model is freed
+    before the next one is built.
+
+    Returns ``(seconds, notes)``: ``{layout: seconds per step}`` and ``{layout: why it
+    was skipped or failed}`` for the layouts that were not timed in full.
+    """
+    import gc
+
     import torch
 
+    if max_seconds is None:
+        max_seconds = PILOT_SECONDS
     torch.set_num_threads(threads)
     data = _TorchData(X, y)
     n = min(X.shape[0], batch_size * (batches + 1))
     data.epoch(np.arange(n))
-    out = {}
+    D = X.shape[1]
+    out, notes = {}, {}
     for layout in TORCH_LAYOUTS:
-        loss, opt, _ = _torch_model(method, layout, X.shape[1], K, lr)
         best = min([v for v in out.values() if math.isfinite(v)], default=math.inf)
-        t0, steps, t_first = time.perf_counter(), 0, math.nan
-        for s, a in enumerate(range(0, n, batch_size)):
-            opt.zero_grad()
-            loss(data, a, min(a + batch_size, n)).backward()
-            opt.step()
-            if s == 0:
-                t_first = time.perf_counter() - t0
-                if t_first > PILOT_GIVE_UP * best:
-                    break
-                t0 = time.perf_counter()
+        if layout == "sparse-mm" and dense_bound and math.isfinite(best):
+            t0 = time.perf_counter()
+            for _ in range(DENSE_FIRST_STEP_PASSES):
+                z = torch.zeros(D, K)
+                del z
+            bound = time.perf_counter() - t0
+            if bound > PILOT_GIVE_UP * best:
+                out[layout] = bound
+                notes[layout] = (f"not built: {DENSE_FIRST_STEP_PASSES} D x K passes took "
+                                 f"{bound:.3g} s, above {PILOT_GIVE_UP:g} x the best "
+                                 f"{best:.3g} s per step")
                 continue
-            steps += 1
-            if time.perf_counter() - t0 > max_seconds:
+        failed = None
+        try:
+            out[layout], note = _time_layout(method, layout, data, n, D, K, lr,
+                                             batch_size, best, max_seconds)
+            if note:
+                notes[layout] = note
+        except (Exception, MemoryError) as exc:  # noqa: BLE001 -- memory only
+            if classify_failure(exc) != "memory":
+                raise
+            # the message, not the exception: its traceback's frames hold the failed
+            # layout's tensors
+            failed = f"{type(exc).__name__}: {str(exc)[:200]}"
+        if failed is not None:
+            out[layout] = math.inf
+            notes[layout] = "out of memory: " + failed
+            gc.collect()     # after the except clause, which kept the frames alive
+    return out, notes
+
+
+def _time_layout(method, layout, data, n, D, K, lr, batch_size, best, max_seconds):
+    """``(seconds per step, note)`` of one layout in :func:`torch_layouts` (its model is
+    freed when this returns)."""
+    loss, opt, _ = _torch_model(method, layout, D, K, lr)
+    t0, steps, t_first = time.perf_counter(), 0, math.nan
+    note = ""
+    for s, a in enumerate(range(0, n, batch_size)):
+        opt.zero_grad()
+        loss(data, a, min(a + batch_size, n)).backward()
+        opt.step()
+        if s == 0:
+            t_first = time.perf_counter() - t0
+            if t_first > PILOT_GIVE_UP * best:
+                note = (f"first step only: {t_first:.3g} s, above {PILOT_GIVE_UP:g} x the "
+                        f"best {best:.3g} s per step")
                 break
-        out[layout] = (time.perf_counter() - t0) / steps if steps else t_first
-        del loss, opt
-    return out
+            t0 = time.perf_counter()
+            continue
+        steps += 1
+        if time.perf_counter() - t0 > max_seconds:
+            break
+    return ((time.perf_counter() - t0) / steps if steps else t_first), note
 
 
 #: see :func:`torch_layouts`
 PILOT_GIVE_UP = 3.0
+#: the seconds of timed steps a layout gets at most in :func:`torch_layouts`
+PILOT_SECONDS = 0.5
+#: ``D x K`` passes in the lower bound of the dense layout's first step (its weights,
+#: their gradient, and the optimiser's state: one for SGD, two for Adam, of which one is
+#: counted; the product of the sparse minibatch with the weights is not)
+DENSE_FIRST_STEP_PASSES = 3
 
 
 def _choose_layout(job, X, y, K, B):
-    """The faster layout by :func:`torch_layouts` (cached per data set, method and
-    minibatch size within this process)."""
+    """``(layout, seconds, notes)``: the faster layout by :func:`torch_layouts` (cached
+    per data set, method and minibatch size within this process, failures included).
+    Raises ``MemoryError`` when every layout ran out of memory."""
     key = (job.data, job.split, job.method, B)
     if key not in _LAYOUT_CACHE:
-        t = torch_layouts(X, y, K, job.method, batch_size=B, threads=job.threads)
-        _LAYOUT_CACHE[key] = (min(t, key=lambda k: t[k] if math.isfinite(t[k]) else math.inf), t)
-    return _LAYOUT_CACHE[key]
+        t, notes = torch_layouts(X, y, K, job.method, batch_size=B, threads=job.threads)
+        _LAYOUT_CACHE[key] = (min(t, key=lambda k: t[k]), t, notes)
+    layout, t, notes = _LAYOUT_CACHE[key]
+    if not math.isfinite(t[layout]):
+        raise MemoryError("every torch layout ran out of memory in the pilot: "
+                          + "; ".join(f"{k}: {v}" for k, v in notes.items()))
+    return layout, t, notes
 
 
 def _run_torch(job, X, y, K, rec):
@@ -854,8 +916,10 @@ def _run_torch(job, X, y, K, rec):
     else:
         layout = opts["layout"]
         if layout == "auto":
-            layout, pilot = _choose_layout(job, X, y, K, B)
+            layout, pilot, notes = _choose_layout(job, X, y, K, B)
             info["layout_pilot_seconds_per_step"] = pilot
+            if notes:
+                info["layout_pilot_notes"] = notes
         info["layout"] = layout
         loss, opt, weights = _torch_model(job.method, layout, D, K, job.lr)
     rng = np.random.default_rng(job.seed)
@@ -972,7 +1036,20 @@ def run_job(job: Job, on_point=None, problem=None) -> dict:
 
 def run_jobs(jobs, out_path=None):
     """Run ``jobs`` one after another in this process; after every point and job the
-    results so far are written to ``out_path`` (JSON, atomically)."""
+    results so far are written to ``out_path`` (JSON, atomically).
+
+    Before each job the process's peak resident set size is reset
+    (:func:`~scalable_softmax.repro.timing.reset_peak_rss`), so that each result's
+    ``peak_rss_bytes`` is that job's own peak (its ``peak_rss_reset`` says whether the
+    reset took effect; where it did not, the peak is the process's so far). Reference
+    cycles are collected after the first job (PyTorch's first optimiser step in a
+    process leaves its model in a cycle, once: 1.2 GB at K = 30,000) and after a job's
+    memory failure, so that the next job starts without them.
+    """
+    import gc
+
+    from scalable_softmax.repro.timing import peak_rss_bytes, reset_peak_rss
+
     results = []
 
     def flush(partial=None):
@@ -980,11 +1057,16 @@ def run_jobs(jobs, out_path=None):
             return
         _atomic_json(out_path, results + ([partial] if partial else []))
 
-    for job in jobs:
+    for i, job in enumerate(jobs):
         current = {"job": asdict(job), "status": "running", "reason": "", "points": []}
+        reset = reset_peak_rss()
         res = run_job(job, on_point=lambda pts, cur=current: flush(dict(cur, points=list(pts))))
+        res["peak_rss_bytes"] = peak_rss_bytes()
+        res["peak_rss_reset"] = reset
         results.append(res)
         flush()
+        if i == 0 or res["status"] == "memory":
+            gc.collect()
     return results
 
 
@@ -1238,8 +1320,9 @@ def run_final(datasets, methods, rates, caps, *, max_epochs=50, eval_rows=5000, 
 
     ``isolate="method"``: one child process per data set and method, so that the peak
     memory is the method's own; ``"family"``: one child per data set and family (ours,
-    sklearn, torch), the peak then being the family's (fewer process start-ups, for
-    quick runs).
+    sklearn, torch: fewer process start-ups), in which the peak is still each method's
+    own where the child can reset it before each job (Linux; ``rss_scope`` says "method,
+    peak reset in a child of ..."), else the child's (:func:`run_jobs`).
 
     Returns ``(curves, runs)``: ``curves`` one row per evaluated point (``dataset``,
     ``method``, ``seconds``, ``train_log_loss``, ``test_log_loss``, errors, epoch or
@@ -1280,8 +1363,7 @@ def run_final(datasets, methods, rates, caps, *, max_epochs=50, eval_rows=5000, 
         for group in groups:
             out = run_isolated(group, memory_cap_gb=memory_cap_gb, threads=threads,
                                wall_seconds=wall_extra + wall_factor * cap * len(group))
-            scope = "method" if len(group) == 1 else \
-                "child of " + "+".join(j.method for j in group)
+            shared = "+".join(j.method for j in group)
             for res in out["results"]:
                 m = res["job"]["method"]
                 pts = res["points"]
@@ -1292,6 +1374,7 @@ def run_final(datasets, methods, rates, caps, *, max_epochs=50, eval_rows=5000, 
                 if res["status"] == "memory":
                     reason += f" [address-space cap {memory_cap_gb:g} GiB]"
                 busy, cpu = res.get("busy_seconds", 0.0), res.get("cpu_seconds", 0.0)
+                peak, scope = _peak_and_scope(res, out, group, shared)
                 ratio = cpu / busy if busy and busy > 0 else math.nan
                 runs.append(dict(dataset=d, method=m, lr=res["job"]["lr"],
                                  status=res["status"], reason=reason,
@@ -1301,15 +1384,26 @@ def run_final(datasets, methods, rates, caps, *, max_epochs=50, eval_rows=5000, 
                                                "yes" if ratio >= USED_THREADS_RATIO
                                                else "no"),
                                  layout=info.get("layout", ""),
-                                 peak_rss_gb=out["max_rss_bytes"] / 2 ** 30, rss_scope=scope,
+                                 peak_rss_gb=peak / 2 ** 30, rss_scope=scope,
                                  train_seconds=res.get("train_seconds", math.nan),
                                  eval_seconds=res.get("eval_seconds", math.nan),
                                  wall_seconds=out["wall_seconds"] / len(group),
                                  points=len(pts), cap_seconds=cap,
                                  info=json.dumps(info, default=_json_default)))
                 _say(progress, f"{d} / {m}: {res['status']} ({reason[:100]}), {len(pts)} "
-                               f"points, peak RSS {out['max_rss_bytes'] / 2 ** 30:.2f} GiB")
+                               f"points, peak RSS {peak / 2 ** 30:.2f} GiB")
     return pd.DataFrame(curves), pd.DataFrame(runs)
+
+
+def _peak_and_scope(res, out, group, shared):
+    """``(peak bytes, rss_scope)`` of one result of a child running ``group``: the
+    child's peak for a child of one job; in a shared child the job's own peak where the
+    child reset it before the job (``peak_rss_reset``), else the child's peak."""
+    if len(group) == 1:
+        return out["max_rss_bytes"], "method"
+    if res.get("peak_rss_reset") and res.get("peak_rss_bytes"):
+        return res["peak_rss_bytes"], f"method, peak reset in a child of {shared}"
+    return out["max_rss_bytes"], f"child of {shared}"
 
 
 # ---------------------------------------------------------------------------
@@ -1530,7 +1624,8 @@ def table_preamble(*, datasets, caps, threads, memory_cap_gb, isolate, machine, 
         "best, `ratio_to_best` its ratio to the data set's best). sklearn points are separate "
         "fits with max_iter = 1, 2, 4, ... (their whole wall time). "
         + ("Each method ran in its own child process" if isolate == "method" else
-           "The methods of each library ran in one child process per data set "
+           "The methods of each library ran in one child process per data set, which "
+           "reset its peak memory before each method where the system allows it "
            "(`rss_scope`)")
         + f" with {threads} threads and a cap on its training seconds ("
         + ", ".join(f"{d}: {caps[d]:g} s" for d in datasets) + "); `peak_rss_gb` is that "

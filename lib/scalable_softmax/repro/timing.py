@@ -12,7 +12,10 @@ datapoint through :func:`scalable_softmax.fit.fit`, and the cost as ``K`` grows.
   from a pilot measurement;
 * :func:`loglog_slope` -- least-squares slope of ``log y`` against ``log x`` (1 for a
   cost linear in ``K``, 0 for a cost independent of ``K``);
-* :func:`machine_info` -- what the timings were measured on.
+* :func:`machine_info` -- what the timings were measured on;
+* :func:`peak_rss_bytes` / :func:`reset_peak_rss` -- this process's peak resident set
+  size, and its reset (Linux), so that jobs run one after another in one process each
+  report their own peak.
 
 Nothing here asserts on a timing: the machine is shared and timings are noisy. The
 notebook compares methods measured side by side in one run.
@@ -36,7 +39,8 @@ __all__ = ["synthetic_sparse", "epoch_seconds", "time_fit", "rows_for_target",
            "scan_columns",
            "start_rate", "scan_weight_gb", "time_reference", "time_datasets",
            "dataset_table", "machine_note", "scan_k", "check_runs", "check_scan",
-           "check_written", "plot_datasets", "plot_k_scan", "found_lines"]
+           "check_written", "plot_datasets", "plot_k_scan", "found_lines",
+           "peak_rss_bytes", "reset_peak_rss"]
 
 
 def _check_int(name, v, lo):
@@ -238,6 +242,33 @@ def loglog_slope(x, y):
     if ss == 0.0:
         raise ValueError("all x are equal: the slope is undefined")
     return float(dx @ (ly - ly.mean()) / ss)
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident set size in bytes since it started or since the
+    last :func:`reset_peak_rss` (``VmHWM`` of ``/proc/self/status``); None where the
+    system does not report it."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak resident set size to its current one (Linux: ``5``
+    written to ``/proc/self/clear_refs``), so that :func:`peak_rss_bytes` then reports
+    the peak of what runs next. True if the reset took effect, False where the system
+    does not offer it (the peak then stays the process's since its start)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return True
 
 
 def cpu_model() -> str:
