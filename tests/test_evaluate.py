@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import numba
 import numpy as np
@@ -18,7 +19,7 @@ import pytest
 import scipy.sparse as sp
 
 import scalable_softmax.objectives as ob
-from scalable_softmax.evaluate import Evaluation, evaluate, per_row, tile_width
+from scalable_softmax.evaluate import Evaluation, evaluate, evaluate_sets, per_row, tile_width
 from scalable_softmax.kernels.common import lanesum, vexp
 from scalable_softmax.kernels.evaluate import lanemax, mul_lanesum
 
@@ -471,3 +472,165 @@ def test_used_features_matches_numpy():
         ref = np.unique(X[rows].indices).astype(np.int64)
         got = used_features(X.indptr, X.indices.astype(np.int64), rows, 30)
         assert got.dtype == np.int64 and np.array_equal(got, ref)
+
+
+# ---------------------------------------------------------------------------
+# several data sets in one pass (evaluate_sets)
+# ---------------------------------------------------------------------------
+
+def _three_sets(K, D=40, seed=0):
+    """Three sets of different sizes (one dense, one of a single row) and one W."""
+    X1, y1, W = make_problem(seed=seed, N=90, D=D, K=K, scale=2.0)
+    X2, y2, _ = make_problem(seed=seed + 1, N=37, D=D, K=K, scale=2.0, dense=True)
+    X3, y3, _ = make_problem(seed=seed + 2, N=1, D=D, K=K, density=0.9)
+    return {"train": (X1, y1), "valid": (X2, y2), "test": (X3, y3)}, W
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["class", "feature"])
+@pytest.mark.parametrize("with_intercept", [False, True])
+@pytest.mark.parametrize("K", [3, 300])
+def test_evaluate_sets_is_bit_identical_to_evaluate(precision, layout, with_intercept, K):
+    sets, W = _three_sets(K, seed=K)
+    b = np.random.default_rng(K).normal(size=K) if with_intercept else None
+    Wl = np.ascontiguousarray(W.T) if layout == "feature" else W
+    for Wx in (Wl, Wl.astype(np.float32)):     # float32 weights stay float32 (float32 path)
+        kw = dict(intercept=b, precision=precision, layout=layout)
+        evs = evaluate_sets(sets, Wx, **kw)
+        assert list(evs) == ["train", "valid", "test"]
+        for name, (X, y) in sets.items():
+            ev = evaluate(X, y, Wx, **kw)
+            assert evs[name] == ev and _same(evs[name], ev), name
+            assert evs[name].n_rows == X.shape[0]
+        # one set, and the sets in another order: the same results
+        assert evaluate_sets({"valid": sets["valid"]}, Wx, **kw) == {"valid": evs["valid"]}
+        rev = evaluate_sets(dict(reversed(sets.items())), Wx, **kw)
+        assert all(_same(rev[n], evs[n]) for n in sets)
+    # a model object with W and intercept (a FitResult) stands for both
+    if layout == "class":
+        model = SimpleNamespace(W=W, intercept=b)
+        evs = evaluate_sets(sets, model, precision=precision)
+        for name, (X, y) in sets.items():
+            assert _same(evs[name], evaluate(X, y, W, intercept=b, precision=precision))
+
+
+def test_evaluate_sets_checks_and_scores_W_once(monkeypatch):
+    """One finiteness pass over W and one kernel pass over all the sets' rows."""
+    import importlib
+
+    evm = importlib.import_module("scalable_softmax.evaluate")  # the module, not the function
+    sets, W = _three_sets(K=20)
+    calls = {"all_finite": 0, "state_pass32": 0}
+
+    def counted(fn, key):
+        def wrapper(*args):
+            calls[key] += 1
+            return fn(*args)
+        return wrapper
+
+    monkeypatch.setattr(evm, "all_finite", counted(evm.all_finite, "all_finite"))
+    monkeypatch.setattr(evm, "state_pass32", counted(evm.state_pass32, "state_pass32"))
+    evaluate_sets(sets, W, precision="float32")
+    assert calls == {"all_finite": 1, "state_pass32": 1}
+
+
+@pytest.mark.parametrize("layout", ["class", "feature"])
+def test_evaluate_sets_float32_overflow_redoes_only_the_sets_that_overflow(layout):
+    """A float32 overflow in one set: that set is redone in float64 (as evaluate
+    redoes it), the others keep their float32 results, bit for bit."""
+    sets, W = _three_sets(K=30, seed=5)
+    Xbig = sets["valid"][0] * 1e40                 # X beyond float32's range
+    # representable entries whose products overflow float32 (inf, and inf - inf = NaN)
+    X1 = sp.csr_matrix(np.array([[10.0, 10.0], [10.0, -10.0], [0.0, 1.0]]))
+    W1 = np.array([[1e38, 1e38], [1e38, -1e38], [0.0, 1.0]])
+    cases = [({"train": sets["train"], "big": (Xbig, sets["valid"][1]),
+               "test": sets["test"]}, W, "big"),
+             ({"ok": (np.array([[1e-3, 0.0], [0.0, 1e-3]]), np.array([0, 2])),
+               "over": (X1, np.array([0, 1, 2]))}, W1, "over")]
+    for case, Wc, over in cases:
+        Wl = np.ascontiguousarray(Wc.T) if layout == "feature" else Wc
+        evs = evaluate_sets(case, Wl, precision="float32", layout=layout)
+        for name, (X, y) in case.items():
+            ev = evaluate(X, y, Wl, precision="float32", layout=layout)
+            assert _same(evs[name], ev), name
+            ev64 = evaluate(X, y, Wl, precision="float64", layout=layout)
+            assert _same(ev, ev64) == (name == over), name   # the others stay float32
+        # every set overflowing: the whole pass redone in float64
+        both = {over: case[over], "again": case[over]}
+        evs = evaluate_sets(both, Wl, precision="float32", layout=layout)
+        ev64 = evaluate(*case[over], Wl, precision="float64", layout=layout)
+        assert _same(evs[over], ev64) and _same(evs["again"], ev64)
+
+
+def test_nonfinite_weights_error():
+    from scalable_softmax.evaluate import NonFiniteWeightsError
+
+    assert issubclass(NonFiniteWeightsError, ValueError)
+    sets, W = _three_sets(K=4)
+    X, y = sets["train"]
+    for v in (np.nan, np.inf, -np.inf):
+        for Wb in (W.copy(), W.astype(np.float32)):
+            Wb[2, 1] = v
+            WT = np.ascontiguousarray(Wb.T)
+            for fn, args, kw in ((evaluate, (X, y, Wb), {}),
+                                 (evaluate, (X, y, WT), {"layout": "feature"}),
+                                 (evaluate_sets, (sets, Wb), {}),
+                                 (evaluate_sets, (sets, WT), {"layout": "feature"}),
+                                 (evaluate_sets, (sets, Wb), {"precision": "float64"})):
+                with pytest.raises(NonFiniteWeightsError, match="W contains NaN or infinite"):
+                    fn(*args, **kw)
+                with pytest.raises(ValueError, match="W contains NaN or infinite"):
+                    fn(*args, **kw)
+        b = np.zeros(4)
+        b[3] = v
+        with pytest.raises(NonFiniteWeightsError, match="intercept contains NaN or inf"):
+            evaluate(X, y, W, intercept=b)
+        with pytest.raises(NonFiniteWeightsError, match="intercept contains NaN or inf"):
+            evaluate_sets(sets, W, intercept=b)
+
+
+def test_evaluate_sets_errors_name_the_set():
+    from scalable_softmax.evaluate import NonFiniteScoreError
+
+    sets, W = _three_sets(K=3, D=6)
+    with pytest.raises(ValueError, match="sets is empty"):
+        evaluate_sets({}, W)
+    with pytest.raises(ValueError, match="sets must be a dict"):
+        evaluate_sets([sets["train"]], W)
+    with pytest.raises(ValueError, match=r"set 'train' must be a pair \(X, y\)"):
+        evaluate_sets({"train": sets["train"][0]}, W)
+    X5 = sp.random(4, 5, density=0.5, random_state=0, format="csr")
+    with pytest.raises(ValueError, match=r"X of set 'odd' has D = 5 columns \(shape \(4, 5\)\) "
+                                         r"but X of set 'train' has D = 6"):
+        evaluate_sets({**sets, "odd": (X5, np.zeros(4, dtype=int))}, W)
+    with pytest.raises(ValueError, match=r"\(90, 6\).*\(3, 5\)"):
+        evaluate_sets(sets, np.zeros((3, 5)))
+    for bad in (-1, 3):
+        X, y = sets["valid"]
+        yb = y.copy()
+        yb[4] = bad
+        with pytest.raises(ValueError, match=r"labels in y of set 'valid' must lie in "
+                                             r"0\.\.K-1 = 0\.\.2;.*\(W has K = 3 rows"):
+            evaluate_sets({**sets, "valid": (X, yb)}, W)
+        with pytest.raises(ValueError, match=r"labels in y of set 'valid' .*K = 3 columns"):
+            evaluate_sets({**sets, "valid": (X, yb)}, W.T.copy(), layout="feature")
+    with pytest.raises(ValueError, match=r"y of set 'test' has 2 labels but its X has 1 row"):
+        evaluate_sets({**sets, "test": (sets["test"][0], np.zeros(2, dtype=int))}, W)
+    Xn = sets["train"][0].toarray()
+    Xn[0, 0] = np.nan
+    with pytest.raises(ValueError, match="X of set 'train' contains non-finite values"):
+        evaluate_sets({**sets, "train": (Xn, sets["train"][1])}, W)
+    for kw, what in ((dict(precision="half"), "precision"), (dict(layout="row"), "layout"),
+                     (dict(block_rows=0), "block_rows"), (dict(threads=0), "threads")):
+        with pytest.raises(ValueError, match=what):
+            evaluate_sets(sets, W, **kw)
+    # a score that overflows float64: the set, and the row of its X, are named
+    Xh = np.zeros((2, 6))
+    Xh[0, 0] = Xh[1, 4] = 2.0
+    Whuge = np.zeros_like(W)
+    Whuge[2, 4] = 1e308                        # finite, but x . w overflows in row 1
+    for precision in ("float32", "float64"):
+        with pytest.raises(NonFiniteScoreError, match=r"in set 'huge': a score is not finite "
+                                                      r"\(row 1 of X, class 2"):
+            evaluate_sets({"fine": (Xh[:1], np.array([0])), "huge": (Xh, np.array([0, 1]))},
+                          Whuge, precision=precision)

@@ -66,7 +66,8 @@ def test_the_api_reference_is_rendered_from_the_docstrings(built):
     from scalable_softmax.protocols import fit_kwargs
     out, _ = built
     page = (out / "docs" / "api.html").read_text()
-    for obj in ("fit.fit", "fit.FitResult", "evaluate.evaluate", "data.load_dataset",
+    for obj in ("fit.fit", "fit.FitResult", "evaluate.evaluate", "evaluate.evaluate_sets",
+                "evaluate.NonFiniteWeightsError", "data.load_dataset",
                 "protocols.PROTOCOLS", "protocols.fit_kwargs", "protocols.resolve",
                 "estimator.SoftmaxSGDClassifier", "estimator.SoftmaxSGDClassifier.fit",
                 "estimator.SoftmaxSGDClassifier.partial_fit", "methods.get_trainer_class",

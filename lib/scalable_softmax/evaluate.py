@@ -103,6 +103,7 @@ rate, and a loop with the float32 kernel's memory accesses alone).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numba
@@ -112,7 +113,8 @@ import scipy.sparse as sp
 from scalable_softmax.kernels.evaluate import all_finite, finish, state_pass, state_pass32
 from scalable_softmax.validation import as_csr, as_labels, check_label_range
 
-__all__ = ["Evaluation", "evaluate", "NonFiniteScoreError"]
+__all__ = ["Evaluation", "evaluate", "evaluate_sets", "NonFiniteScoreError",
+           "NonFiniteWeightsError"]
 
 #: classes per tile of ``W^T`` (see the module docstring). Measured against 128: with two
 #: single-threaded processes evaluating at once (as notebook 02's workers do), 3,000 rows,
@@ -131,6 +133,15 @@ DEFAULT_PRECISION = "float32"
 DEFAULT_BLOCK_ROWS = 32
 #: the transposed tile is kept at or below this many bytes (shrinks the tile when D is large)
 _TILE_BYTES = 24 * 2**20
+
+
+class NonFiniteWeightsError(ValueError):
+    """The weights ``W`` (or the ``intercept``) hold NaN or infinite values: a diverged
+    run, found by the finiteness check :func:`evaluate` and :func:`evaluate_sets` make
+    anyway (one pass over ``W``). A ``ValueError``; a caller evaluating a checkpoint
+    catches it (with :class:`NonFiniteScoreError`, for finite weights too large to
+    score) to mark a diverged point, without a finiteness pass of its own.
+    """
 
 
 class NonFiniteScoreError(FloatingPointError):
@@ -159,9 +170,10 @@ def _rebuild_nonfinite(row, klass, score, message):
     return exc
 
 
-def _raise_nonfinite(X, y, W, sel, nll, dfc, fm=False):
+def _raise_nonfinite(X, y, W, sel, nll, dfc, fm=False, where=""):
     """Raise :class:`NonFiniteScoreError` for the first selected row whose metrics are
-    not finite, naming the row and the class (scores recomputed in float64 for it)."""
+    not finite, naming the row and the class (scores recomputed in float64 for it);
+    ``where`` begins the message (:func:`evaluate_sets`: the set)."""
     bad = np.flatnonzero(~(np.isfinite(nll) & np.isfinite(dfc)))
     if bad.size == 0:
         return
@@ -174,9 +186,9 @@ def _raise_nonfinite(X, y, W, sel, nll, dfc, fm=False):
     nonfinite = np.flatnonzero(~np.isfinite(s))
     if nonfinite.size:
         k = int(nonfinite[0])
-        raise NonFiniteScoreError(i, k, s[k], "a score is not finite")
+        raise NonFiniteScoreError(i, k, s[k], f"{where}a score is not finite")
     k = int(np.argmax(s))
-    raise NonFiniteScoreError(i, k, s[k], f"the log-loss overflows: the largest score "
+    raise NonFiniteScoreError(i, k, s[k], f"{where}the log-loss overflows: the largest score "
                               f"minus the label's (class {int(y[i])}, score "
                               f"{float(s[int(y[i])])!r}) is beyond the float range")
 
@@ -241,7 +253,14 @@ def _width_mismatch(X, W, fm=False):
 
 def _check_inputs(X, y, W, keep_float32=False, fm=False):
     X = as_csr(X, "X")                      # the one data check (validation.as_csr)
-    N, D = X.shape
+    W, K = _check_weights(X, W, keep_float32, fm)
+    return X, _check_labels(y, X.shape[0], K, fm), W
+
+
+def _check_weights(X, W, keep_float32=False, fm=False):
+    """``(W, K)``: ``W`` checked against ``X`` (its shape, dtype, finiteness: one pass)
+    and converted to C-contiguous float64 (float32 kept with ``keep_float32``)."""
+    D = X.shape[1]
     W = np.asarray(W)
     shape = "(D, K)" if fm else "(K, D)"
     if W.ndim != 2:
@@ -257,12 +276,17 @@ def _check_inputs(X, y, W, keep_float32=False, fm=False):
     W = np.ascontiguousarray(W, dtype=np.float32 if keep_float32 and W.dtype == np.float32
                              else np.float64)
     if not all_finite(W):
-        raise ValueError("W contains NaN or infinite values (a diverged run?); "
-                         "evaluate only finite weights")
-    y = as_labels(y, N, "y")
-    check_label_range(y, K, "y", f" (W has K = {K} {'columns' if fm else 'rows'}, one "
-                                 "per class)")
-    return X, np.ascontiguousarray(y), W
+        raise NonFiniteWeightsError("W contains NaN or infinite values (a diverged run?); "
+                                    "evaluate only finite weights")
+    return W, K
+
+
+def _check_labels(y, N, K, fm=False, name="y"):
+    """The labels ``y`` of ``N`` rows as contiguous int64, checked to lie in ``0..K-1``."""
+    y = as_labels(y, N, name)
+    check_label_range(y, K, name, f" (W has K = {K} {'columns' if fm else 'rows'}, one "
+                                  "per class)")
+    return np.ascontiguousarray(y)
 
 
 def _select_rows(N, rows, subsample, seed):
@@ -307,18 +331,27 @@ def tile_width(K, D, tile=None, itemsize=8):
 def per_row(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None,
             threads=None, tile=None, precision=None, layout="class"):
     """Validated inputs -> per-row ``(nll, err, dfc, rows)`` for the selected rows."""
+    precision = _check_precision(precision)
+    fm = _check_layout(layout)
+    X, y, W = _check_inputs(X, y, W, keep_float32=precision == "float32", fm=fm)
+    sel = _select_rows(X.shape[0], rows, subsample, seed)
+    _check_pass_options(block_rows, tile, threads)
+    nll, err, dfc = _row_pass(X, y, W, sel, block_rows=block_rows, threads=threads,
+                              tile=tile, precision=precision, fm=fm)
+    _raise_nonfinite(X, y, W, sel, nll, dfc, fm)
+    return nll, err, dfc, sel
+
+
+def _check_precision(precision):
     if precision is None:
         precision = DEFAULT_PRECISION
     if precision not in ("float32", "float64"):
         raise ValueError(f"precision must be 'float32' or 'float64'; got {precision!r}")
-    fm = _check_layout(layout)
-    X, y, W = _check_inputs(X, y, W, keep_float32=precision == "float32", fm=fm)
-    N, D = X.shape
-    K = W.shape[int(fm)]
-    sel = _select_rows(N, rows, subsample, seed)
-    if block_rows is None:
-        block_rows = DEFAULT_BLOCK_ROWS
-    if not _is_int(block_rows) or block_rows < 1:
+    return precision
+
+
+def _check_pass_options(block_rows, tile, threads):
+    if block_rows is not None and (not _is_int(block_rows) or block_rows < 1):
         raise ValueError(f"block_rows must be a positive integer; got {block_rows!r}")
     if tile is not None and (not _is_int(tile) or tile < 1):
         raise ValueError(f"tile must be a positive integer; got {tile!r}")
@@ -326,6 +359,21 @@ def per_row(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None,
     if threads is not None and (not _is_int(threads) or not 1 <= threads <= nmax):
         raise ValueError(f"threads must be an integer in 1..{nmax} "
                          f"(numba's NUMBA_NUM_THREADS); got {threads!r}")
+
+
+def _row_pass(X, y, W, sel, *, block_rows, threads, tile, precision, fm, groups=None):
+    """Per-row ``(nll, err, dfc)`` of the rows ``sel`` of the checked inputs (options
+    checked by :func:`_check_pass_options`): one pass over ``W``. Each row's metrics
+    depend on that row alone (and on ``K``, ``D``, ``tile``), not on the other rows.
+
+    ``groups`` (bounds into ``sel``, ``[0, ..., sel.size]``; default one group) are
+    evaluations made together (:func:`evaluate_sets`): when a float32 score overflows,
+    every row of each group holding such a row is redone in float64, as a separate
+    evaluation of that group would be, and the others keep their float32 results."""
+    if block_rows is None:
+        block_rows = DEFAULT_BLOCK_ROWS
+    D = X.shape[1]
+    K = W.shape[int(fm)]
     tw = tile_width(K, D, tile, 8 if precision == "float64" else 4)
     old = numba.get_num_threads()
     if threads is not None:
@@ -339,19 +387,31 @@ def per_row(X, y, W, *, rows=None, subsample=None, seed=0, block_rows=None,
                 data32 = X.data.astype(np.float32)
             state = state_pass32(X.indptr, X.indices, data32, sel, y, W, tw, int(block_rows),
                                  fm)
-            if not (np.isfinite(state[0]).all() and np.isfinite(state[3]).all()):
+            ok = np.isfinite(state[0]) & np.isfinite(state[3])
+            if not ok.all():
                 # a score overflowed float32 (|s| > 3.4e38, or X or W holds entries
-                # beyond float32's range): redo the whole evaluation in float64
+                # beyond float32's range): redo the whole evaluation in float64 (with
+                # groups: every evaluation, i.e. group, holding such a row)
+                redo = np.zeros(sel.size, dtype=bool)
+                bounds = [0, sel.size] if groups is None else groups
+                for a, b in zip(bounds[:-1], bounds[1:]):
+                    if not ok[a:b].all():
+                        redo[a:b] = True
                 tw = tile_width(K, D, tile, 8)
-                state = state_pass(X.indptr, X.indices, X.data, sel, y,
-                                   np.ascontiguousarray(W, dtype=np.float64), tw,
-                                   int(block_rows), fm)
-        nll, err, dfc = finish(*state, y[sel], K)
-        _raise_nonfinite(X, y, W, sel, nll, dfc, fm)
+                W64 = np.ascontiguousarray(W, dtype=np.float64)
+                if redo.all():
+                    state = state_pass(X.indptr, X.indices, X.data, sel, y, W64, tw,
+                                       int(block_rows), fm)
+                else:                       # only the groups that overflowed
+                    idx = np.flatnonzero(redo)
+                    part = state_pass(X.indptr, X.indices, X.data, sel[idx], y, W64, tw,
+                                      int(block_rows), fm)
+                    for whole, redone in zip(state, part):
+                        whole[idx] = redone
+        return finish(*state, y[sel], K)
     finally:
         if threads is not None:
             numba.set_num_threads(old)
-    return nll, err, dfc, sel
 
 
 def _model_inputs(X, W, intercept, fm=False):
@@ -359,6 +419,15 @@ def _model_inputs(X, W, intercept, fm=False):
     with ``intercept``: the intercept becomes one more column of ``W`` (``fm``: one more
     row of the ``D x K`` ``W``) and a column of ones in ``X``, so that the kernels score
     ``x . w_k + b_k``."""
+    W, intercept = _unpack_model(W, intercept, fm)
+    if intercept is None:
+        return X, W              # _check_inputs checks W against X
+    X = as_csr(X, "X")
+    return _with_ones(X), _with_intercept(X, W, intercept, fm)
+
+
+def _unpack_model(W, intercept, fm):
+    """``(W, intercept)`` of an array ``W`` and ``intercept``, or of a FitResult."""
     # a FitResult (or a model like it: W and intercept), recognised by its attributes,
     # so that this module does not import fit (which imports it)
     if not isinstance(W, np.ndarray) and hasattr(W, "W") and hasattr(W, "intercept"):
@@ -370,9 +439,12 @@ def _model_inputs(X, W, intercept, fm=False):
             raise ValueError("a FitResult's W is K x D: evaluate(X, y, result) takes "
                              "layout='class' (the default)")
         W, intercept = W.W, W.intercept
-    if intercept is None:
-        return X, W              # _check_inputs checks W against X
-    X = as_csr(X, "X")
+    return W, intercept
+
+
+def _with_intercept(X, W, intercept, fm):
+    """``W`` with the checked ``intercept`` as one more column (``fm``: row); ``X`` (CSR)
+    only for its width."""
     Wa = np.asarray(W)
     if Wa.ndim == 2 and Wa.shape[1 - fm] != X.shape[1]:
         _width_mismatch(X, Wa, fm)
@@ -384,19 +456,33 @@ def _model_inputs(X, W, intercept, fm=False):
     if not (np.issubdtype(b.dtype, np.floating) or np.issubdtype(b.dtype, np.integer)):
         raise ValueError(f"intercept must be a real numeric array; got dtype {b.dtype}")
     if not np.all(np.isfinite(b)):
-        raise ValueError("intercept contains NaN or infinite values (a diverged run?); "
-                         "evaluate only finite models")
+        raise NonFiniteWeightsError("intercept contains NaN or infinite values (a diverged "
+                                    "run?); evaluate only finite models")
     dtype = np.float32 if Wa.dtype == np.float32 and b.dtype == np.float32 else np.float64
     if fm:
-        Wb = np.ascontiguousarray(np.vstack([Wa.astype(dtype, copy=False),
-                                             b.astype(dtype)[None, :]]))
-    else:
-        Wb = np.ascontiguousarray(np.hstack([Wa.astype(dtype, copy=False),
-                                             b.astype(dtype)[:, None]]))
+        return np.ascontiguousarray(np.vstack([Wa.astype(dtype, copy=False),
+                                               b.astype(dtype)[None, :]]))
+    return np.ascontiguousarray(np.hstack([Wa.astype(dtype, copy=False),
+                                           b.astype(dtype)[:, None]]))
+
+
+def _with_ones(X):
+    """The CSR ``X`` with a column of ones appended (the intercept's feature)."""
     ones = sp.csr_matrix(np.ones((X.shape[0], 1)))
     Xb = sp.hstack([X, ones], format="csr", dtype=np.float64)
     Xb.sort_indices()
-    return Xb, Wb
+    return Xb
+
+
+def _summary(nll, err, dfc):
+    """The :class:`Evaluation` (means) of per-row metrics."""
+    n = nll.size
+    with np.errstate(over="ignore"):
+        total = np.sum(nll)
+    # every row's loss is finite (else per_row raised); huge ones may overflow the sum
+    log_loss = total / n if np.isfinite(total) else np.sum(nll / n)
+    return Evaluation(log_loss=float(log_loss), error=float(np.sum(err) / n),
+                      defective=float(np.sum(dfc) / n), n_rows=int(n))
 
 
 def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
@@ -435,7 +521,7 @@ def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
     threads : int, optional
         Number of numba threads for this call (default: numba's current setting).
     precision : {"float32", "float64"}, optional
-        Arithmetic of the scores (default ``DEFAULT_PRECISION``, "float64"):
+        Arithmetic of the scores (default ``DEFAULT_PRECISION``, "float32"):
         "float64" the reference path, within about 1e-12 of
         :mod:`scalable_softmax.objectives`; "float32" float32 scores and
         exponentials with float64 running sums, 2-3x faster, the mean log-loss
@@ -460,9 +546,11 @@ def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
     ------
     ValueError
         On shape mismatch (``W``'s width not ``X``'s ``D``, ``intercept`` not of
-        length ``K``), labels out of range, non-finite ``W``, ``intercept`` or
-        ``X``, empty or out-of-range ``rows``, a bad ``subsample``, ``block_rows``,
-        ``threads`` or ``precision``.
+        length ``K``), labels out of range, non-finite ``X``, empty or out-of-range
+        ``rows``, a bad ``subsample``, ``block_rows``, ``threads`` or ``precision``.
+    NonFiniteWeightsError
+        A ``ValueError``: ``W`` or ``intercept`` holds NaN or infinite values (a
+        diverged run).
     NonFiniteScoreError
         When finite but huge weights make a score, or a row's log-loss, overflow
         (the message names the row and the class); never a NaN result.
@@ -490,10 +578,115 @@ def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
     nll, err, dfc, sel = per_row(X, y, W, rows=rows, subsample=subsample, seed=seed,
                                  block_rows=block_rows, threads=threads,
                                  precision=precision, layout=layout)
-    n = sel.size
-    with np.errstate(over="ignore"):
-        total = np.sum(nll)
-    # every row's loss is finite (else per_row raised); huge ones may overflow the sum
-    log_loss = total / n if np.isfinite(total) else np.sum(nll / n)
-    return Evaluation(log_loss=float(log_loss), error=float(np.sum(err) / n),
-                      defective=float(np.sum(dfc) / n), n_rows=int(n))
+    return _summary(nll, err, dfc)
+
+
+def evaluate_sets(sets, W, *, intercept=None, block_rows=None, threads=None,
+                  precision=None, layout="class"):
+    """:func:`evaluate` of one model on several data sets (say train, validation and
+    test) in one pass over ``W``.
+
+    ``W`` is checked and converted once (dtype, contiguity, finiteness: one pass), the
+    sets' rows are stacked and scored together in one pass over ``W``'s tiles, and each
+    set's per-row metrics are averaged as :func:`evaluate` averages them: every result
+    is bit-identical to ``evaluate(X, y, W, ...)`` on that set with the same options
+    (a row's metrics do not depend on the other rows scored with it).
+
+    Parameters
+    ----------
+    sets : dict of str to (X, y)
+        The data sets by name; each ``X`` (scipy.sparse matrix or 2-D ndarray,
+        shape (N, D)) and ``y`` (integer ndarray, shape (N,), labels in ``0..K-1``)
+        as in :func:`evaluate`. Every ``X`` has the same ``D``.
+    W : ndarray, shape (K, D), or FitResult
+        Weights, as in :func:`evaluate` (``D x K`` with ``layout="feature"``).
+    intercept : ndarray, shape (K,), optional
+        Per-class intercepts ``b_k``, as in :func:`evaluate`.
+    block_rows : int, optional
+        Rows per parallel task (default 32).
+    threads : int, optional
+        Number of numba threads for this call (default: numba's current setting).
+    precision : {"float32", "float64"}, optional
+        Arithmetic of the scores (default ``DEFAULT_PRECISION``), as in
+        :func:`evaluate`. With "float32", a set holding a score that overflows float32
+        is redone in float64, as :func:`evaluate` redoes it; the other sets keep
+        their float32 results.
+    layout : {"class", "feature"}
+        How ``W`` is stored, as in :func:`evaluate`.
+
+    Returns
+    -------
+    dict of str to Evaluation
+        Each set's ``log_loss``, ``error``, ``defective`` and ``n_rows``, in the order
+        of ``sets``.
+
+    Raises
+    ------
+    ValueError
+        On an empty ``sets``, an entry not an ``(X, y)`` pair, sets of different
+        widths ``D``, and the errors of :func:`evaluate` (a set's ``X`` or labels
+        are named by the set).
+    NonFiniteWeightsError
+        A ``ValueError``: ``W`` or ``intercept`` holds NaN or infinite values (a
+        diverged run).
+    NonFiniteScoreError
+        When finite but huge weights make a score, or a row's log-loss, overflow
+        (the message names the set, the row of its ``X`` and the class).
+
+    Notes
+    -----
+    Cost ``O(nnz(X) K + K D)`` with ``X`` all the sets' rows: ``W`` is read (and, for
+    ``layout="class"``, each tile transposed) once instead of once per set. Memory as
+    :func:`evaluate` on all the rows, plus a stacked copy of the sets' ``X``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> W = np.zeros((3, 2))
+    >>> evs = evaluate_sets({"train": (np.eye(2), np.array([0, 1])),
+    ...                      "test": (np.ones((1, 2)), np.array([2]))}, W)
+    >>> evs["train"].error, evs["test"].n_rows
+    (0.5, 1)
+    >>> evs["test"] == evaluate(np.ones((1, 2)), np.array([2]), W)
+    True
+    """
+    precision = _check_precision(precision)
+    fm = _check_layout(layout)
+    _check_pass_options(block_rows, None, threads)
+    if not isinstance(sets, Mapping):
+        raise ValueError(f"sets must be a dict of name -> (X, y); got {type(sets).__name__}")
+    if not sets:
+        raise ValueError("sets is empty: give at least one data set, name -> (X, y)")
+    names, Xs, ys = list(sets), [], []
+    for name in names:
+        pair = sets[name]
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"set {name!r} must be a pair (X, y); got "
+                             f"{type(pair).__name__}")
+        Xs.append(as_csr(pair[0], f"X of set {name!r}"))
+        ys.append(pair[1])
+    D = Xs[0].shape[1]
+    for name, X in zip(names, Xs):
+        if X.shape[1] != D:
+            raise ValueError(f"X of set {name!r} has D = {X.shape[1]} columns (shape "
+                             f"{X.shape}) but X of set {names[0]!r} has D = {D}: every "
+                             "set must have the same features")
+    W, intercept = _unpack_model(W, intercept, fm)
+    if intercept is not None:
+        W = _with_intercept(Xs[0], W, intercept, fm)
+        Xs = [_with_ones(X) for X in Xs]
+    W, K = _check_weights(Xs[0], W, keep_float32=precision == "float32", fm=fm)
+    ys = [_check_labels(y, X.shape[0], K, fm, f"y of set {name!r}")
+          for name, X, y in zip(names, Xs, ys)]
+    bounds = np.cumsum([0] + [X.shape[0] for X in Xs])
+    X = Xs[0] if len(Xs) == 1 else sp.vstack(Xs, format="csr")  # rows kept as they are
+    y = ys[0] if len(ys) == 1 else np.concatenate(ys)
+    sel = np.arange(X.shape[0], dtype=np.int64)
+    nll, err, dfc = _row_pass(X, y, W, sel, block_rows=block_rows, threads=threads,
+                              tile=None, precision=precision, fm=fm, groups=bounds)
+    out = {}
+    for name, Xi, yi, a, b in zip(names, Xs, ys, bounds[:-1], bounds[1:]):
+        _raise_nonfinite(Xi, yi, W, sel[:b - a], nll[a:b], dfc[a:b], fm,
+                         where=f"in set {name!r}: ")
+        out[name] = _summary(nll[a:b], err[a:b], dfc[a:b])
+    return out

@@ -288,7 +288,7 @@ class _Recorder:
         diverged point, log-loss inf) on every set. ``W`` may be a function returning
         them: it is called once the training clock is stopped, so that making the
         weights (a copy, a transpose) is never charged to the run."""
-        from scalable_softmax.evaluate import evaluate
+        from scalable_softmax.evaluate import NonFiniteWeightsError, evaluate_sets
 
         running = self._t is not None
         self.stop()
@@ -301,16 +301,21 @@ class _Recorder:
         while self.pending and self.pending[0] <= self.seconds:
             self.pending.pop(0)
         row = dict(seconds=self.seconds, **info)
-        # once per point, not per set: at K = 30,000 a pass over W is 2.4 GB
-        bad = W is None or not _all_finite(W)
-        for name, (Xe, ye) in self.sets.items():
-            if bad:
+        evs = None
+        if W is not None:
+            try:
+                # one pass over W for every set (at K = 30,000 a pass is 2.4 GB), whose
+                # finiteness check is the one of the point
+                evs = evaluate_sets(self.sets, W, layout=layout)
+            except NonFiniteWeightsError:
+                pass            # a diverged point: log-loss inf, below
+        for name in self.sets:
+            if evs is None:
                 row[f"{name}_log_loss"] = math.inf
                 row[f"{name}_error"] = math.nan
             else:
-                ev = evaluate(Xe, ye, W, layout=layout)
-                row[f"{name}_log_loss"] = float(ev.log_loss)
-                row[f"{name}_error"] = float(ev.error)
+                row[f"{name}_log_loss"] = float(evs[name].log_loss)
+                row[f"{name}_error"] = float(evs[name].error)
         self.points.append(row)
         self.eval_seconds += time.perf_counter() - t_eval
         if self.on_point is not None:
@@ -429,18 +434,6 @@ def _our_trainer(method, library, X, y, K, threads, *, batch_size, n_sampled, kw
             continue
         return tr, used, opts, "; ".join(refused)
     raise AssertionError("unreachable")
-
-
-def _all_finite(W) -> bool:
-    """True if every entry of the weights is finite: numba's parallel check without a
-    temporary (NumPy's ``np.isfinite(W).all()`` makes a ``K x D`` boolean array: 1.2 s
-    per point at ``K = 30,000``)."""
-    from scalable_softmax.kernels.evaluate import all_finite
-
-    W = np.asarray(W)
-    if W.dtype.kind != "f" or not W.flags.c_contiguous:
-        return bool(np.isfinite(W).all())
-    return bool(all_finite(W))
 
 
 def setup_ours(method, options, X, y, K, threads):
