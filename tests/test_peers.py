@@ -389,6 +389,33 @@ def test_torch_layouts_take_the_same_sgd_steps():
     np.testing.assert_allclose(out[0], out[1], rtol=1e-4, atol=1e-5)
 
 
+_OOM = ("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+        "you tried to allocate 2400000000 bytes")
+
+
+def _patch_torch_model(monkeypatch, *, fail=(), steps=None, built=None):
+    """Wrap ``P._torch_model``: layouts in ``fail`` raise PyTorch's out-of-memory error;
+    ``steps`` collects the layout of every loss evaluated; ``built(layout, opt)`` is
+    called with every model built."""
+    model = P._torch_model
+
+    def build(method, layout, D, K, lr):
+        if layout in fail:
+            raise RuntimeError(_OOM)
+        loss, opt, weights = model(method, layout, D, K, lr)
+        if built is not None:
+            built(layout, opt)
+        if steps is None:
+            return loss, opt, weights
+
+        def counted(data, a, b):
+            steps.append(layout)
+            return loss(data, a, b)
+        return counted, opt, weights
+
+    monkeypatch.setattr(P, "_torch_model", build)
+
+
 @pytest.mark.parametrize("give_up, second_steps", [(0.0, 1), (math.inf, 1 + 5)])
 def test_the_layout_pilot_gives_up_on_a_slow_first_step(give_up, second_steps, monkeypatch):
     """A layout whose first step took PILOT_GIVE_UP times the best seconds per step so
@@ -397,17 +424,7 @@ def test_the_layout_pilot_gives_up_on_a_slow_first_step(give_up, second_steps, m
     pytest.importorskip("torch")
     X, y, K = _problem(N=400)
     calls = []
-    model = P._torch_model
-
-    def counted(method, layout, D, K, lr):
-        loss, opt, weights = model(method, layout, D, K, lr)
-
-        def loss_counted(data, a, b):
-            calls.append(layout)
-            return loss(data, a, b)
-        return loss_counted, opt, weights
-
-    monkeypatch.setattr(P, "_torch_model", counted)
+    _patch_torch_model(monkeypatch, steps=calls)
     monkeypatch.setattr(P, "PILOT_GIVE_UP", give_up)
     out, notes = P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=5,
                                  max_seconds=60, threads=1, dense_bound=False)
@@ -424,13 +441,7 @@ def test_the_layout_pilot_skips_the_dense_layout_below_its_bound(monkeypatch):
     pytest.importorskip("torch")
     X, y, K = _problem(N=200)
     built = []
-    model = P._torch_model
-
-    def counted(method, layout, D, K, lr):
-        built.append(layout)
-        return model(method, layout, D, K, lr)
-
-    monkeypatch.setattr(P, "_torch_model", counted)
+    _patch_torch_model(monkeypatch, built=lambda layout, opt: built.append(layout))
     monkeypatch.setattr(P, "PILOT_GIVE_UP", 0.0)
     out, notes = P.torch_layouts(X, y, K, "torch-adam", batch_size=20, batches=3,
                                  threads=1)
@@ -443,22 +454,12 @@ def test_the_layout_pilot_skips_the_dense_layout_below_its_bound(monkeypatch):
     assert built == list(P.TORCH_LAYOUTS) and notes == {}
 
 
-def _failing_model(fail, model):
-    def build(method, layout, D, K, lr):
-        if layout in fail:
-            raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: "
-                               "can't allocate memory: you tried to allocate 2400000000 "
-                               "bytes")
-        return model(method, layout, D, K, lr)
-    return build
-
-
 def test_a_layout_out_of_memory_in_the_pilot_leaves_the_other(monkeypatch):
     """A layout whose pilot runs out of memory gets inf and a note; the job runs on the
     other layout and says why in its info; the pilot runs once per key."""
     pytest.importorskip("torch")
     X, y, K = _problem(N=200)
-    monkeypatch.setattr(P, "_torch_model", _failing_model({"sparse-mm"}, P._torch_model))
+    _patch_torch_model(monkeypatch, fail={"sparse-mm"})
     monkeypatch.setattr(P, "PILOT_GIVE_UP", math.inf)
     monkeypatch.setattr(P, "_LAYOUT_CACHE", {})
     out, notes = P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=3, threads=1)
@@ -474,8 +475,7 @@ def test_a_layout_out_of_memory_in_the_pilot_leaves_the_other(monkeypatch):
 def test_every_layout_out_of_memory_is_a_memory_failure(monkeypatch):
     pytest.importorskip("torch")
     X, y, K = _problem(N=200)
-    monkeypatch.setattr(P, "_torch_model",
-                        _failing_model(set(P.TORCH_LAYOUTS), P._torch_model))
+    _patch_torch_model(monkeypatch, fail=set(P.TORCH_LAYOUTS))
     monkeypatch.setattr(P, "_LAYOUT_CACHE", {})
     job = P.Job("toy", "torch-sgd", 0.5, 60.0, split="final", max_epochs=1, threads=1,
                 options={"batch_size": 20})
@@ -494,14 +494,8 @@ def test_the_pilot_frees_each_layout_by_reference_counts(monkeypatch):
 
     X, y, K = _problem(N=200)
     refs = []
-    model = P._torch_model
-
-    def tracked(method, layout, D, K, lr):
-        loss, opt, weights = model(method, layout, D, K, lr)
-        refs.extend(weakref.ref(p) for g in opt.param_groups for p in g["params"])
-        return loss, opt, weights
-
-    monkeypatch.setattr(P, "_torch_model", tracked)
+    _patch_torch_model(monkeypatch, built=lambda layout, opt: refs.extend(
+        weakref.ref(p) for g in opt.param_groups for p in g["params"]))
     monkeypatch.setattr(P, "PILOT_GIVE_UP", math.inf)
     P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=2, threads=1)  # warm-up
     refs.clear()
