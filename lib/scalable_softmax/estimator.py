@@ -45,6 +45,31 @@ from scalable_softmax.protocols import EPOCHS, FitConfig
 __all__ = ["SoftmaxSGDClassifier"]
 
 
+def _check_classes(classes):
+    """The sorted distinct labels of ``partial_fit``'s ``classes``: a 1-D array of at
+    least two labels, none of them NaN, infinite or None (such a "class" could never be
+    predicted, nor matched by a label)."""
+    arr = np.asarray(classes)
+    if arr.ndim != 1:
+        raise ValueError(f"classes must be a 1-D array of the class labels; got shape "
+                         f"{arr.shape}")
+    if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+        raise ValueError(f"classes holds a non-finite label ({arr[~np.isfinite(arr)][0]!r})"
+                         "; give the labels that occur in y (NaN is not a class)")
+    if arr.dtype.kind == "O" and any(
+            c is None or (isinstance(c, numbers.Real) and not np.isfinite(float(c)))
+            for c in arr.tolist()):
+        raise ValueError("classes holds None or a non-finite label; give the labels "
+                         "that occur in y")
+    try:
+        out = np.unique(arr)
+    except TypeError as exc:
+        raise ValueError(f"classes must be labels of one sortable kind ({exc})") from None
+    if out.size < 2:
+        raise ValueError(f"classes must name at least 2 classes; got {out.tolist()}")
+    return out
+
+
 def _labels_to_index(y, classes, where):
     """Positions of the labels ``y`` in the sorted ``classes`` (ValueError for unknown
     labels, naming them)."""
@@ -170,10 +195,17 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"method_options must be None or a dict; got "
                              f"{self.method_options!r}")
         options = dict(self.method_options or {})
-        if self.n_jobs is not None and self.n_jobs != 1:
+        if self.n_jobs is not None:
             from scalable_softmax.methods import get_trainer_class
 
             cls = get_trainer_class(self.method)
+            same = "threads" if "threads" in cls.options else "parallel"
+            if same in options:
+                raise ValueError(
+                    f"n_jobs={self.n_jobs!r} and method_options={{{same!r}: "
+                    f"{options[same]!r}}} both set the threads of {self.method!r}; give "
+                    "one of them (n_jobs=None to use the method option)")
+        if self.n_jobs is not None and self.n_jobs != 1:
             if "threads" in cls.options:
                 n = self.n_jobs
                 ok = isinstance(n, numbers.Integral) and not isinstance(n, bool) \
@@ -275,7 +307,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             if classes is None:
                 raise ValueError("the first call of partial_fit needs `classes`, the "
                                  "array of every class label that will occur")
-            classes = np.unique(np.asarray(classes))
+            classes = _check_classes(classes)
             init = None
             t = 0
         else:

@@ -54,7 +54,8 @@ from scalable_softmax._version import __version__
 from scalable_softmax.protocols import EPOCHS, FitConfig, default_eval_epochs
 from scalable_softmax.validation import as_csr, as_labels, check_label_range
 
-__all__ = ["fit", "fit_config", "FitResult", "DivergenceWarning", "default_eval_epochs",
+__all__ = ["fit", "fit_config", "FitResult", "DivergenceWarning", "NoProgressWarning",
+           "default_eval_epochs",
            "FORMAT_NAME", "FORMAT_VERSION"]
 
 #: what :meth:`FitResult.save` writes in its JSON record (checked by :meth:`FitResult.load`)
@@ -135,6 +136,12 @@ class FitResult:
         return self.diverged_at is not None
 
     @property
+    def stalled(self) -> str | None:
+        """None, or a sentence saying that a full-batch run stopped on a failure
+        before converging (:class:`NoProgressWarning`)."""
+        return self.params.get("stalled")
+
+    @property
     def n_classes(self) -> int:
         """``K``, the number of classes (rows of :attr:`W`)."""
         return int(self.W.shape[0])
@@ -189,6 +196,7 @@ class FitResult:
             S[a:a + step] = Xc[a:a + step] @ WT
         if self.intercept is not None:
             S += self.intercept[None, :]
+        _check_scores(S)
         return S
 
     def predict_proba(self, X) -> np.ndarray:
@@ -341,8 +349,54 @@ class FitResult:
         K, D = field("K", (int,)), field("D", (int,))
         if not (1 <= K <= 2**40 and 1 <= D <= 2**40 and K * D <= 2**40):
             raise bad(f"its record's K = {K}, D = {D} are not a plausible model size")
+        params_rec = meta.get("params")
+        N = params_rec.get("N") if isinstance(params_rec, dict) else None
+        if N is not None and (not isinstance(N, int) or isinstance(N, bool) or N < 1):
+            raise bad(f"its record's field 'params.N' is not a positive integer (got {N!r})")
+        sizes = {}              # member -> the bytes its header declares, all checked
 
-        def member(name, shape, kinds="f", required=True, column=None):
+        def header(name):
+            """The .npy header of member ``name`` (shape, dtype), after checking that
+            the zip entry's uncompressed size is exactly the header plus the array the
+            header declares, and that a compressed entry could honestly expand to it
+            (deflate expands at most 1032-fold): a member that lies about its size is
+            refused before anything is allocated."""
+            info = z.zip.getinfo(name + ".npy")
+            with z.zip.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0)
+                got_shape, _, dtype = read(fh)
+                return got_shape, dtype, fh.tell()
+
+        def held(name, got_shape, dtype, offset):
+            """Check that the zip entry of member ``name`` holds exactly the array its
+            header declares (shape ``got_shape``, ``dtype``, data from ``offset``):
+            the entry's declared size, what its compressed bytes can expand to
+            (deflate: at most 1032-fold) and what it really holds (streamed, CRC
+            checked), before anything of that size is allocated."""
+            info = z.zip.getinfo(name + ".npy")
+            with z.zip.open(info) as fh:
+                fh.read(offset)
+                nbytes = math.prod(got_shape) * dtype.itemsize
+                if info.file_size != offset + nbytes:
+                    raise ValueError(f"its header declares {nbytes:,} bytes of data but "
+                                     f"the archive entry holds {info.file_size - offset:,}")
+                limit = (info.compress_size if info.compress_type == 0
+                         else 1032 * info.compress_size + 1024)
+                if info.file_size > limit:
+                    raise ValueError(f"{info.compress_size:,} compressed bytes cannot "
+                                     f"hold the {info.file_size:,} bytes its entry "
+                                     "declares")
+                got = 0         # what the entry really holds (and its CRC), streamed
+                while chunk := fh.read(1 << 20):
+                    got += len(chunk)
+                if got != nbytes:
+                    raise ValueError(f"its header declares {nbytes:,} bytes of data but "
+                                     f"the entry holds {got:,}")
+            sizes[name] = nbytes
+
+        def member(name, shape, kinds="f", required=True, column=None, read_now=True):
             """Read member ``name`` after checking its .npy header: ``shape`` (None
             entries: any length) and dtype kind (``column``: a frame's column, named
             as such in the message)."""
@@ -352,11 +406,7 @@ class FitResult:
                               "such array)")
                 return None
             try:
-                with z.zip.open(name + ".npy") as fh:
-                    version = np.lib.format.read_magic(fh)
-                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                            else np.lib.format.read_array_header_2_0)
-                    got_shape, _, dtype = read(fh)
+                got_shape, dtype, offset = header(name)
             except Exception as exc:
                 raise bad(f"the array {name!r} could not be read "
                           f"({type(exc).__name__}: {exc})") from None
@@ -369,16 +419,25 @@ class FitResult:
                 raise bad(f"{column or name} has shape {got_shape} and dtype {dtype}; "
                           f"the record says shape {want}, dtype kind {kinds!r}")
             try:
+                held(name, got_shape, dtype, offset)
+            except Exception as exc:
+                raise bad(f"the array {name!r} could not be read "
+                          f"({type(exc).__name__}: {exc})") from None
+            if read_now:
+                return load(name)
+            return name
+
+        def load(name):
+            try:
                 return z[name]
             except Exception as exc:   # damaged member: zlib.error, BadZipFile, ...
                 raise bad(f"the array {name!r} could not be read "
                           f"({type(exc).__name__}: {exc})") from None
 
-        W = member("W", (K, D))
+        W = member("W", (K, D), read_now=False)
         intercept = member("intercept", (K,), required=False)
-        u = member("u", (None,), required=False)
-        if W.dtype != np.float64:
-            raise bad(f"W has dtype {W.dtype}; the record says float64 ({K}, {D})")
+        u = member("u", (None,) if N is None else (N,), required=False, read_now=False,
+                   column=None if N is None else "u (one value per training row)")
         frames_rec = field("frames", (dict,))
         frames = {}
         for fname in ("history", "extra"):
@@ -391,14 +450,27 @@ class FitResult:
             data = {}
             for c in columns:
                 if c in as_array:
-                    data[c] = member(f"{fname}/{c}", (rows,), "biuf",
-                                     column=f"column {c!r} of {fname}")
+                    data[c] = (member(f"{fname}/{c}", (rows,), "biuf", read_now=False,
+                                      column=f"column {c!r} of {fname}"),)
                 elif isinstance(as_json.get(c), list) and len(as_json[c]) == rows:
                     data[c] = as_json[c]
                 else:
                     raise bad(f"column {c!r} of {fname} is not {rows} values in the "
                               "record")
-            frames[fname] = pd.DataFrame(data, columns=columns)
+            frames[fname] = (data, columns)
+        from scalable_softmax._memory import check_fits_in_memory
+
+        check_fits_in_memory(sum(sizes.values()),
+                             f"the model in {z.zip.filename} (K = {K:,}, D = {D:,}; its "
+                             f"arrays: {', '.join(f'{k} {v:,} bytes' for k, v in sizes.items())})",
+                             "load it on a machine with more memory")
+        W = load(W)
+        if W.dtype != np.float64:
+            raise bad(f"W has dtype {W.dtype}; the record says float64 ({K}, {D})")
+        u = None if u is None else load(u)
+        frames = {fname: pd.DataFrame({c: load(v[0]) if isinstance(v, tuple) else v
+                                       for c, v in data.items()}, columns=columns)
+                  for fname, (data, columns) in frames.items()}
         div = meta.get("diverged_at")
         if div is not None and not (isinstance(div, list) and all(
                 isinstance(v, int) for v in div)):
@@ -410,6 +482,19 @@ class FitResult:
                    extra=frames["extra"], intercept=intercept,
                    library_version=str(meta.get("library_version")),
                    diverged_reason=meta.get("diverged_reason"))
+
+
+def _check_scores(S):
+    """Raise :class:`~scalable_softmax.evaluate.NonFiniteScoreError` (naming the row and
+    the class) when a score overflowed: the one policy of :func:`evaluate`,
+    :meth:`FitResult.predict_proba`, :meth:`FitResult.predict` and the estimator, which
+    never return NaN probabilities or a class chosen among NaN scores."""
+    if _all_finite(S):
+        return
+    from scalable_softmax.evaluate import NonFiniteScoreError
+
+    i, k = (int(v[0]) for v in np.nonzero(~np.isfinite(S)))
+    raise NonFiniteScoreError(i, k, S[i, k], "a score is not finite")
 
 
 def _jsonable(v):
@@ -470,6 +555,25 @@ def _validate_data(config, X, y, eval_sets):
     return X, y, K, sets
 
 
+def _check_model_size(config, K, D, N):
+    """Refuse, before anything of size ``K x D`` is allocated, a model the machine's
+    available memory cannot hold: ``W`` (``K x D`` float64; the full-batch methods
+    keep ``2 * memory + 6`` arrays of its size: L-BFGS's pairs, the gradient, the
+    iterates), a few per-class vectors (class counts, scales) and ``u`` (``N``)."""
+    from scalable_softmax._memory import check_fits_in_memory
+
+    cls = config.trainer_class
+    copies = (2 * int(cls.resolve_options(config.options).get("memory") or 10) + 6
+              if cls.full_batch else 1)
+    need = 8 * (K * D * copies + 4 * K + N)
+    what = (f"a {config.method!r} model of K = {K:,} classes x D = {D:,} features "
+            f"(W alone: {K:,} x {D:,} float64 = {8 * K * D:,} bytes"
+            + (f", {copies} arrays of that size for L-BFGS" if copies > 1 else "") + ")")
+    check_fits_in_memory(need, what, "reduce the number of features D (select or hash "
+                         "them; a data file whose feature indices are huge declares a "
+                         "huge D) or the number of classes K")
+
+
 def _check_init_intercept(fit_intercept, init_intercept):
     if init_intercept is not None and not fit_intercept:
         raise ValueError("init_intercept needs fit_intercept=True (a model without "
@@ -528,6 +632,34 @@ def _exact_u(X, y, W, raman=False, chunk=None):
 class DivergenceWarning(UserWarning):
     """:func:`fit` stopped a run on a non-finite (or overflowing) value; the result is
     returned (``FitResult.diverged`` is True) so that a sweep goes on."""
+
+
+class NoProgressWarning(UserWarning):
+    """A full-batch method (L-BFGS) stopped for good on a failure (its line search
+    found no step, or it ran out of evaluations) before converging: the weights are
+    where it stopped, often where it started (``W = 0``, log-loss ``log K``).
+    ``FitResult.stalled`` holds the sentence; the run is returned so a sweep goes on."""
+
+
+def _stalled(trainer, extras):
+    """None, or a sentence saying how a full-batch trainer stopped before converging
+    for a reason other than its iteration budget."""
+    if not (trainer.full_batch and trainer.finished) or getattr(trainer, "converged", True):
+        return None
+    last = extras[-1] if extras else {}
+    msg = str(last.get("message", ""))
+    head = msg.upper()
+    if head.startswith("CONVERGE") or head.startswith("NOTHING TO DO") \
+            or "NUMBER OF ITERATIONS" in head or "ITERATIONS REACHED" in head:
+        return None
+    steps = sum(int(e.get("nit", 0)) for e in extras)
+    f0, f1 = getattr(trainer, "start_fun", None), last.get("fun")
+    change = ""
+    if f0 is not None and f1 is not None and math.isfinite(f0):
+        change = f"; the objective went from {f0:.6g} to {float(f1):.6g}"
+    return (f"stopped without converging after {steps} L-BFGS iteration(s): "
+            f"{msg.split(' (mu = 0')[0]} (max |gradient| {last.get('grad_inf', math.nan):.3g}"
+            f", gtol {trainer.opts.get('gtol')!r}){change}")
 
 
 def _all_finite(A, chunk_rows=1024):
@@ -748,6 +880,7 @@ def _prepare(config, X, y, eval_sets, init_W, init_intercept):
     X, y, K, sets = _validate_data(config, X, y, eval_sets)
     config = config.for_classes(K)
     N, D = X.shape
+    _check_model_size(config, K, D + (1 if config.fit_intercept else 0), N)
     scaling = float(config.intercept_scaling)
     W_start = _initial_weights(init_W, init_intercept, K, D, config.fit_intercept, scaling)
     if config.fit_intercept:
@@ -917,6 +1050,12 @@ def fit_config(config, X, y, *, eval_sets=None, init_W=None, init_intercept=None
         warn_divergence(config.method, config.lr, diverged_at, reason, stacklevel=4)
     if len(rows) - 1 < config.epochs and diverged_at is None:
         params["stopped_at_epoch"] = len(rows) - 1
+    stalled = _stalled(trainer, extras) if diverged_at is None else None
+    if stalled is not None:
+        params["stalled"] = stalled
+        warnings.warn(f"fit({config.method!r}) {stalled}; FitResult.stalled says so. "
+                      "Scale the features (e.g. MaxAbsScaler), or add a ridge (mu > 0)",
+                      NoProgressWarning, stacklevel=3)
     W_final, intercept = trainer.weights(), None
     if config.fit_intercept:
         D = params["D"]

@@ -430,6 +430,10 @@ def as_csr(X, name: str = "X") -> sp.csr_matrix:
                              f"matrix; got an array of shape {arr.shape}")
         if not _real_dtype(arr.dtype):
             raise ValueError(f"{name} must hold real numbers; got dtype {arr.dtype}")
+        if arr.dtype != np.float64:
+            # checked after the cast: a wider float (long double 1e4000) becomes inf
+            with np.errstate(over="ignore", invalid="ignore"):
+                arr = arr.astype(np.float64)
         data = arr
         Xc = None
     N, D = (Xc if Xc is not None else data).shape
@@ -437,8 +441,8 @@ def as_csr(X, name: str = "X") -> sp.csr_matrix:
         raise ValueError(f"{name} is empty (shape {N} x {D}: no rows or no columns); need "
                          "at least one row and one column")
     if not np.all(np.isfinite(data)):
-        raise ValueError(f"{name} contains non-finite values (NaN or infinite); clean the "
-                         "data first")
+        raise ValueError(f"{name} contains non-finite values (NaN or infinite, or beyond "
+                         "the float64 range once converted); clean the data first")
     if Xc is None:
         Xc = sp.csr_matrix(np.asarray(data, dtype=np.float64))
         Xc.sort_indices()

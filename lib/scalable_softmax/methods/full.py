@@ -538,6 +538,8 @@ class _LBFGSTrainer(Trainer):
         self.converged = False
         self._state: dict = {}
         self._fx = None
+        #: the objective at the first point evaluated (fit's "no progress" check)
+        self.start_fun = None
         self.nfev = 0
         self.alpha_iters = 0
         self.history: list[dict] = []
@@ -562,6 +564,8 @@ class _LBFGSTrainer(Trainer):
         self._fx = x.copy()          # where u (alpha) was last solved
         N, mu = self.N, self.mu
         val = total / N + 0.5 * mu / N * float(x @ x)
+        if self.start_fun is None:
+            self.start_fun = float(val)      # the objective where the run started
         g = GT.ravel()
         g /= N
         if mu:

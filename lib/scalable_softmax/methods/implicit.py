@@ -92,6 +92,20 @@ __all__ = ["ImplicitTrainer", "implicit_step", "reference_step",
            "class_touch_weights", "implicit_epoch_reference", "draw_classes",
            "pass_seeds", "SAMPLE_FROM"]
 
+def check_row_norms(sqnorm, method):
+    """Raise ``ValueError`` naming the first row whose squared norm ``||x_i||^2``
+    (``sqnorm``) is not finite: the implicit step divides by it, and an overflowing
+    norm (entries beyond about 1e154, or an ``intercept_scaling`` that large) would
+    make every step a silent no-op."""
+    bad = np.flatnonzero(~np.isfinite(sqnorm))
+    if bad.size:
+        raise ValueError(
+            f"row {int(bad[0])} of X (and {bad.size - 1} other row(s)) has a squared norm "
+            f"||x||^2 beyond the float64 range, which method {method!r} needs for its "
+            "implicit step; scale the features down (e.g. MaxAbsScaler), or use a "
+            "smaller intercept_scaling")
+
+
 #: default accuracy of the root ``u``: ``|u - u*| <= tol * max(1, |u*|)``
 DEFAULT_TOL = 1e-10
 #: accepted values of the ``sample_from`` option (the class ``k`` of a step is uniform
@@ -412,6 +426,7 @@ class ImplicitTrainer(StochasticTrainer):
         self._data = np.ascontiguousarray(X.data, dtype=np.float64)
         self._y = np.ascontiguousarray(y, dtype=np.int64)
         self._sqnorm = row_sqnorms(self._indptr, self._data)
+        check_row_norms(self._sqnorm, self.name)
         # rho_j = mu beta_j / N, so that A_j = 1 + eta rho_j
         self._rho = np.ascontiguousarray(
             self.mu * class_touch_weights(self._y, self.K) / self.N)

@@ -115,8 +115,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax.kernels.common import touched_zeros
+from scalable_softmax.kernels.implicit import row_sqnorms
 from scalable_softmax.kernels.implicit_batch import EIG_RTOL, epoch_kernel, touch_beta_kernel
 from scalable_softmax.methods.base import EpochReport, StochasticTrainer
+from scalable_softmax.methods.implicit import check_row_norms
 
 __all__ = [
     "ImplicitBatchTrainer",
@@ -400,7 +402,7 @@ class ImplicitBatchTrainer(StochasticTrainer):
         return None
 
     options = {**StochasticTrainer.options,
-               "tol": (1e-10, {"type": "number", "above": 0, "finite": True}),
+               "tol": (1e-10, {"type": "number", "above": 0.0, "below": 1e-2}),
                "max_newton": (50, {"type": "int", "min": 1}),
                "linear_solver": ("structured", {"one_of": ["structured", "dense"]})}
     #: threads > 1 runs the Hogwild kernel (kernels.hogwild.batch_epoch)
@@ -417,6 +419,7 @@ class ImplicitBatchTrainer(StochasticTrainer):
         self._indptr = np.ascontiguousarray(Xc.indptr, dtype=np.int64)
         self._indices = np.ascontiguousarray(Xc.indices, dtype=np.int64)
         self._data = np.ascontiguousarray(Xc.data, dtype=np.float64)
+        check_row_norms(row_sqnorms(self._indptr, self._data), self.name)
         self._y = np.ascontiguousarray(y, dtype=np.int64)
         if self._y.shape != (self.N,):
             raise ValueError(f"y: expected shape ({self.N},), got {self._y.shape}")

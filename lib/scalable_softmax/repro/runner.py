@@ -93,7 +93,44 @@ class NotebookParameterError(ValueError):
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1's safe loader that also reads ``1e-3`` as a float (YAML 1.1 needs a dot)."""
+    """YAML 1.1's safe loader that also reads ``1e-3`` as a float (YAML 1.1 needs a dot),
+    and refuses aliases (``*name``): a parameter is written out, and an alias is how a
+    few hundred characters expand to gigabytes (a "billion laughs") or to a
+    self-referencing value that nothing can hash or print."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases (*name) are not accepted in parameters; write "
+                "the value out in full", mark)
+        return super().compose_node(parent, index)
+
+
+#: the deepest nesting of lists and mappings a parameter value may have
+MAX_DEPTH = 50
+
+
+def _yaml_load(text, where):
+    """``text`` read by :class:`_Loader`; ``ValueError`` naming ``where`` for invalid
+    YAML, an alias or a value nested deeper than :data:`MAX_DEPTH`."""
+    try:
+        value = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise NotebookParameterError(f"{where}: not valid YAML for a parameter: "
+                                     f"{exc}") from None
+    except RecursionError:
+        raise NotebookParameterError(f"{where}: nested too deeply to read") from None
+
+    def depth(v, d=0):
+        if d > MAX_DEPTH:
+            raise NotebookParameterError(f"{where}: a value nested more than {MAX_DEPTH} "
+                                         "levels deep; flatten it")
+        for x in (v.values() if isinstance(v, dict) else v
+                  if isinstance(v, list) else ()):
+            depth(x, d + 1)
+    depth(value)
+    return value
 
 
 _Loader.add_implicit_resolver(
@@ -109,10 +146,7 @@ _Loader.add_implicit_resolver(
 def parse_value(text: str):
     """A ``-p`` value as YAML (``3`` -> 3, ``1e-3`` -> 0.001, ``[a, b]`` -> a list,
     ``null`` -> None, anything else a string), as papermill's ``-y`` reads it."""
-    try:
-        return yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError as exc:
-        raise NotebookParameterError(f"cannot read {text!r} as YAML: {exc}") from None
+    return _yaml_load(text, f"cannot read {text[:200]!r} as YAML")
 
 
 class UnknownNotebookError(NotebookParameterError, FileNotFoundError):
@@ -135,11 +169,7 @@ def load_params(name: str, profile: str) -> dict:
     path = paths.PARAMS / f"{name}.yaml"
     if not path.exists():
         return {}
-    with open(path) as fh:
-        try:
-            settings = yaml.load(fh, Loader=_Loader) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    settings = _yaml_load(path.read_text(), str(path)) or {}
     if not isinstance(settings, dict):
         raise ValueError(f"{path}: expected a mapping of profiles (full:, smoke:)")
     unknown = set(settings) - {"full", "smoke", ALLOWED}
@@ -173,7 +203,9 @@ def load_allowed(name: str) -> dict:
     path = paths.PARAMS / f"{name}.yaml"
     if not path.exists():
         return {}
-    settings = yaml.load(path.read_text(), Loader=_Loader) or {}
+    settings = _yaml_load(path.read_text(), str(path)) or {}
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path}: expected a mapping of profiles (full:, smoke:)")
     rules = settings.get(ALLOWED) or {}
     if not isinstance(rules, dict):
         raise ValueError(f"{path}: '{ALLOWED}' must map parameter names to rules")
