@@ -19,6 +19,7 @@ import zipfile
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -188,7 +189,8 @@ def test_property_model_files_whose_sizes_disagree_with_their_members(tmp_path, 
         else:
             assert res.W.shape == (meta["K"], meta["D"])
             assert res.intercept.shape == (meta["K"],)
-            assert res.u is None or res.u.shape == (meta["params"]["N"],)
+            N = meta["params"]["N"]
+            assert res.u is None or N is None or res.u.shape == (N,)
             assert len(res.history) == meta["frames"]["history"]["rows"]
         assert tracemalloc.get_traced_memory()[1] < 16 * 2**20
     finally:
@@ -387,3 +389,194 @@ def test_property_finite_but_huge_floats_in_every_method(method, values, scale, 
     except NonFiniteScoreError:
         return
     assert np.isfinite(p).all() and np.allclose(p.sum(axis=1), 1.0)
+
+
+# ---------------------------------------------------------------------------
+# 3. options and arguments
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("classes", [[0, 1, 2, 3, np.nan], [0.0, np.inf], [None, 1], [1],
+                                     [[0, 1]]])
+def test_partial_fit_refuses_classes_that_cannot_be_classes(classes):
+    from scalable_softmax import SoftmaxSGDClassifier
+
+    X, y, K = _data(N=8, D=2, K=2)
+    with pytest.raises(ValueError, match="classes"):
+        SoftmaxSGDClassifier(method="umax", lr=0.1).partial_fit(X, y, classes=classes)
+
+
+@pytest.mark.parametrize("bad", [np.ones((3, 3)) * (1 + 1j), sp.csr_matrix(np.ones((3, 3))),
+                                 np.array([["a"] * 3] * 3)])
+def test_init_w_must_be_a_dense_real_array(bad):
+    X, y, K = _data()
+    with pytest.raises(ValueError, match=r"init_W must (hold real numbers|be a dense)"):
+        fit(X, y, "umax", 0.1, epochs=1, progress=False, init_W=bad)
+    with pytest.raises(ValueError, match=r"init_intercept must (hold real|be a dense)"):
+        fit(X, y, "umax", 0.1, epochs=1, progress=False, fit_intercept=True,
+            init_intercept=bad[0])
+
+
+@pytest.mark.parametrize("method, option", [("umax", "threads"), ("exact", "parallel")])
+def test_n_jobs_and_the_threads_option_together_are_an_error(method, option):
+    from scalable_softmax import SoftmaxSGDClassifier
+
+    X, y, K = _data(N=8, D=2, K=2)
+    est = SoftmaxSGDClassifier(method=method, lr=None if method == "exact" else 0.1,
+                               n_jobs=2, method_options={option: 1}, epochs=1)
+    with pytest.raises(ValueError, match=rf"n_jobs=2 and method_options=\{{'{option}'"):
+        est.fit(X, y)
+    with pytest.raises(ValueError, match="both set the threads"):
+        est.set_params(n_jobs=1).fit(X, y)
+
+
+@pytest.mark.parametrize("rs", [-1, 1.5, np.nan, True])
+def test_estimator_random_state_must_be_a_seed(rs):
+    from scalable_softmax import SoftmaxSGDClassifier
+
+    X, y, K = _data(N=8, D=2, K=2)
+    with pytest.raises(ValueError, match="random_state must be None, an integer >= 0"):
+        SoftmaxSGDClassifier(method="umax", lr=0.1, epochs=1, random_state=rs).fit(X, y)
+
+
+@pytest.mark.parametrize("text, what", [("1_0 1:1\n", "label '1_0'"),
+                                        ("1 1:1_000\n", "feature value '1_000'"),
+                                        ("\u0661 1:1\n", "label"),
+                                        ("1 1:\u0661\n", "feature value"),
+                                        ("1 \u0661:1\n", "token")])
+def test_libsvm_numbers_are_plain_ascii_without_digit_separators(tmp_path, text, what):
+    from scalable_softmax.data.errors import DataFormatError
+    from scalable_softmax.data.readers import read_libsvm
+
+    path = tmp_path / "sep.svm"
+    path.write_text("2 1:1\n" + text)
+    with pytest.raises(DataFormatError, match=rf"sep\.svm, line 2: {what}"):
+        read_libsvm(path)
+
+
+@pytest.mark.parametrize("bad", [1.5, -1, True, "3"])
+def test_max_points_must_be_an_integer(tmp_path, bad):
+    from scalable_softmax.data.readers import read_libsvm
+
+    path = tmp_path / "a.svm"
+    path.write_text("1 1:1\n2 2:1\n")
+    with pytest.raises(ValueError, match="max_points must be None or an integer >= 0"):
+        read_libsvm(path, max_points=bad)
+    assert read_libsvm(path, max_points=1).X.shape[0] == 1
+
+
+@pytest.mark.parametrize("kw, field", [({"eval_epochs": [1.5, 2.9]}, "eval_epochs"),
+                                       ({"lr": "0.1"}, "lr"), ({"lr": True}, "lr"),
+                                       ({"seed": 1.9}, "seed"), ({"seed": -1}, "seed"),
+                                       ({"eval_epochs": [True]}, "eval_epochs")])
+def test_runspec_make_uses_fits_rules(kw, field):
+    from scalable_softmax.repro.runs import RunSpec
+
+    lr = kw.pop("lr", 0.1)
+    with pytest.raises(ValueError, match=rf"RunSpec\.{field}"):
+        RunSpec.make("mnist-surrogate", "umax", lr, **kw)
+    # fit refuses the same values
+    X, y, K = _data()
+    with pytest.raises(ValueError):
+        fit(X, y, "umax", lr, epochs=3, progress=False, **kw)
+
+
+# ---------------------------------------------------------------------------
+# 4. bare exceptions become clear errors
+# ---------------------------------------------------------------------------
+
+def test_empty_eval_sets_and_a_non_callable_on_epoch_fail_before_training():
+    X, y, K = _data()
+    with pytest.raises(ValueError, match="eval_sets is empty"):
+        fit(X, y, "umax", 0.1, epochs=1, progress=False, eval_sets={})
+    with pytest.raises(ValueError, match="on_epoch must be None or a callable"):
+        fit(X, y, "umax", 0.1, epochs=1, progress=False, on_epoch=5)
+
+
+def test_save_names_the_target_not_the_temporary_file(tmp_path, monkeypatch):
+    X, y, K = _data()
+    res = _quiet_fit(X, y, "umax", 0.1, epochs=1)
+    for target in ("", ".", str(tmp_path), str(tmp_path) + "/"):
+        with pytest.raises(ValueError, match="not a file name"):
+            res.save(target)
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez_compressed", full)
+    with pytest.raises(OSError, match=r"cannot save the model to .*m\.npz \(No space left"
+                                      r" on device\)") as info:
+        res.save(tmp_path / "m.npz")
+    assert info.value.filename == str(tmp_path / "m.npz")
+    assert ".tmp" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []        # nothing half-written
+
+
+@pytest.mark.parametrize("kind", ["bz2", "xz"])
+def test_bz2_and_xz_libsvm_files_are_read_like_gzip(tmp_path, kind):
+    import bz2
+    import lzma
+
+    from scalable_softmax.data.errors import DataFormatError
+    from scalable_softmax.data.readers import read_libsvm
+
+    text = b"1 1:0.5 3:2\n2 2:1\n"
+    comp = {"bz2": bz2.compress, "xz": lzma.compress}[kind]
+    plain = read_libsvm(_write_bytes(tmp_path / "a.svm", text))
+    packed = read_libsvm(_write_bytes(tmp_path / "a.bin", comp(text)))
+    assert (packed.X != plain.X).nnz == 0
+    assert np.array_equal(packed.label_indices, plain.label_indices)
+    with pytest.raises(DataFormatError, match=r"cut\.bin: cannot decompress"):
+        read_libsvm(_write_bytes(tmp_path / "cut.bin", comp(text * 50)[:-12]))
+
+
+def _write_bytes(path, data):
+    path.write_bytes(data)
+    return path
+
+
+def test_sparse_arff_accepts_a_quoted_binary_nominal_value(tmp_path):
+    from scalable_softmax.data.errors import DataFormatError
+    from scalable_softmax.data.readers import read_arff
+
+    head = "@relation r\n@attribute a {0,1}\n@attribute b numeric\n@data\n"
+    path = tmp_path / "q.arff"
+    path.write_text(head + "{0 '1', 1 2.5}\n{0 \"1\"}\n{0 1}\n")
+    assert read_arff(path).X.toarray().tolist() == [[1, 2.5], [1, 0], [1, 0]]
+    path.write_text(head + "{0 '2'}\n")
+    with pytest.raises(DataFormatError, match="not one of the declared values"):
+        read_arff(path)
+    path.write_text(head + "{1 1_0}\n")
+    with pytest.raises(DataFormatError, match=r"q\.arff, line 5: value '1_0'"):
+        read_arff(path)
+
+
+def test_sparse_weights_to_evaluate_are_a_clear_error():
+    X, y, K = _data()
+    W = sp.csr_matrix(np.ones((K, 3)))
+    with pytest.raises(ValueError, match="W must be a dense array; got a scipy.sparse CSR"):
+        evaluate(X, y, W)
+    with pytest.raises(ValueError, match="intercept must be a dense array"):
+        evaluate(X, y, np.ones((K, 3)), intercept=sp.csr_matrix(np.ones((1, K))))
+
+
+@pytest.mark.parametrize("options, match", [({"seed": -1}, "seed must be an integer >= 0"),
+                                            ({"seed": 1.9}, "seed must be an integer"),
+                                            ({"scale": float("nan")}, "scale must be"),
+                                            ({"bayes_error": "0.3"}, "bayes_error must be")])
+def test_surrogate_options_are_checked(tmp_path, options, match):
+    from scalable_softmax.data import load_dataset
+
+    with pytest.raises(ValueError, match=match):
+        load_dataset("eurlex-surrogate", cache=False, cache_dir=tmp_path, **options)
+
+
+def test_a_cache_dir_that_is_a_file_fails_before_building(tmp_path):
+    from scalable_softmax.data import load_dataset
+
+    f = tmp_path / "file"
+    f.write_text("x")
+    for cache_dir in (f, f / "sub"):
+        t0 = time.perf_counter()
+        with pytest.raises(NotADirectoryError, match=r"cache_dir .*file is a file"):
+            load_dataset("eurlex-surrogate", cache_dir=cache_dir, scale=0.01)
+        assert time.perf_counter() - t0 < 1

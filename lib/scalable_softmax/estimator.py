@@ -230,6 +230,9 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         rs = self.random_state
         if isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0:
             return int(rs)
+        if isinstance(rs, numbers.Real) and not isinstance(rs, np.random.RandomState):
+            raise ValueError(f"random_state must be None, an integer >= 0 or a "
+                             f"numpy.random.RandomState; got {rs!r}")
         return int(check_random_state(rs).randint(0, 2 ** 31 - 1))
 
     def _store(self, res: FitResult, classes):

@@ -261,6 +261,9 @@ def _check_weights(X, W, keep_float32=False, fm=False):
     """``(W, K)``: ``W`` checked against ``X`` (its shape, dtype, finiteness: one pass)
     and converted to C-contiguous float64 (float32 kept with ``keep_float32``)."""
     D = X.shape[1]
+    if sp.issparse(W):
+        raise ValueError(f"W must be a dense array; got a scipy.sparse {W.format.upper()} "
+                         "matrix (use W.toarray())")
     W = np.asarray(W)
     shape = "(D, K)" if fm else "(K, D)"
     if W.ndim != 2:
@@ -439,6 +442,10 @@ def _unpack_model(W, intercept, fm):
             raise ValueError("a FitResult's W is K x D: evaluate(X, y, result) takes "
                              "layout='class' (the default)")
         W, intercept = W.W, W.intercept
+    for name, a in (("W", W), ("intercept", intercept)):
+        if sp.issparse(a):
+            raise ValueError(f"{name} must be a dense array; got a scipy.sparse "
+                             f"{a.format.upper()} matrix (use {name}.toarray())")
     return W, intercept
 
 

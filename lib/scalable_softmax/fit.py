@@ -240,6 +240,11 @@ class FitResult:
         -------
         pathlib.Path, the path written.
         """
+        if not isinstance(path, (str, bytes)) and not hasattr(path, "__fspath__"):
+            raise ValueError(f"FitResult.save needs a file path; got {path!r}")
+        if str(path) == "" or Path(path).is_dir() or str(path).endswith(("/", "\\")):
+            raise ValueError(f"cannot save to {str(path)!r}: it is a folder or empty, not "
+                             "a file name; give a path like 'model.npz'")
         path = Path(path)
         folder = path.parent if str(path.parent) else Path(".")
         if not folder.is_dir():
@@ -272,8 +277,13 @@ class FitResult:
             "K": self.n_classes, "D": self.n_features, "frames": frames,
         }
         arrays["meta"] = np.array(json.dumps(meta))
-        with atomic_open(path, "wb", fsync=True) as fh:
-            np.savez_compressed(fh, **arrays)
+        try:
+            with atomic_open(path, "wb", fsync=True) as fh:
+                np.savez_compressed(fh, **arrays)
+        except OSError as exc:          # name the target, not the temporary file
+            raise type(exc)(exc.errno, f"cannot save the model to {path} "
+                            f"({exc.strerror or exc}); choose a writable place",
+                            str(path)) from None
         return path
 
     @classmethod
@@ -539,6 +549,9 @@ def _validate_data(config, X, y, eval_sets):
         return X, y, K, {"train": (X, y)}
     if not isinstance(eval_sets, dict):
         raise ValueError("eval_sets must be a dict mapping a name to an (X, y) pair")
+    if not eval_sets:
+        raise ValueError("eval_sets is empty; give at least one (X, y) set, None for the "
+                         "training set, or eval_epochs=[] to evaluate nothing")
     sets = {}
     for name, pair in eval_sets.items():
         if not (isinstance(name, str) and name):
@@ -580,20 +593,38 @@ def _check_init_intercept(fit_intercept, init_intercept):
                          "intercept has none to start from)")
 
 
+def _real_array(a, name):
+    """``a`` as a dense float64 array: refused (naming ``name``) when it is a sparse
+    matrix, complex (its imaginary part would be dropped), or not numbers at all."""
+    if sp.issparse(a):
+        raise ValueError(f"{name} must be a dense array; got a scipy.sparse "
+                         f"{a.format.upper()} matrix (use {name}.toarray())")
+    try:
+        arr = np.asarray(a)
+    except Exception as exc:
+        raise ValueError(f"{name} must be an array of real numbers ({exc})") from None
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold real numbers; got dtype {arr.dtype}"
+                         + (" (its imaginary part would be lost)" if arr.dtype.kind == "c"
+                            else ""))
+    with np.errstate(over="ignore"):
+        return arr.astype(np.float64, copy=False)
+
+
 def _initial_weights(init_W, init_intercept, K, D, fit_intercept, scaling):
     """The trainer's starting weights (``K x D``, or ``K x (D+1)`` with the intercept
     column divided by ``scaling``), or None for the default ``W = 0``."""
     if init_W is None and init_intercept is None:
         return None
-    W0 = np.zeros((K, D)) if init_W is None else np.asarray(init_W, dtype=np.float64)
+    W0 = np.zeros((K, D)) if init_W is None else _real_array(init_W, "init_W")
     if W0.shape != (K, D):
         raise ValueError(f"init_W must have shape (K, D) = ({K}, {D}); got {W0.shape}")
     if not np.all(np.isfinite(W0)):
         raise ValueError("init_W contains non-finite values (NaN or inf)")
     if not fit_intercept:
         return np.ascontiguousarray(W0)
-    b0 = np.zeros(K) if init_intercept is None else np.asarray(init_intercept,
-                                                                   dtype=np.float64)
+    b0 = np.zeros(K) if init_intercept is None else _real_array(init_intercept,
+                                                                    "init_intercept")
     if b0.shape != (K,):
         raise ValueError(f"init_intercept must have shape (K,) = ({K},); got {b0.shape}")
     if not np.all(np.isfinite(b0)):
@@ -1039,6 +1070,8 @@ def fit_config(config, X, y, *, eval_sets=None, init_W=None, init_intercept=None
     (:meth:`~scalable_softmax.protocols.FitConfig.resolve`), then the data; the other
     arguments are :func:`fit`'s. Returns the :class:`FitResult`."""
     t_call = time.perf_counter()
+    if on_epoch is not None and not callable(on_epoch):
+        raise ValueError(f"on_epoch must be None or a callable on_epoch(e); got {on_epoch!r}")
     config = config.resolve()
     trainer, config, sets, params = _prepare(config, X, y, eval_sets, init_W,
                                              init_intercept)

@@ -151,6 +151,14 @@ def _check_options(name: str, options: dict) -> dict:
     out = dict(allowed)
     out.update(options)
     if name in SURROGATE_DATASETS:
+        from scalable_softmax.validation import check
+
+        where = f"load_dataset({name!r}): "
+        check("scale", out["scale"], where, {"type": "number", "above": 0,
+                                             "finite": True})
+        check("seed", out["seed"], where)
+        check("bayes_error", out["bayes_error"], where, {"type": "number", "above": 0,
+                                                         "below": 1})
         surrogate.surrogate_shape(name[:-len("-surrogate")], float(out["scale"]))
         out["scale"] = float(out["scale"])
         out["seed"] = int(out["seed"])
@@ -169,6 +177,17 @@ def _check_options(name: str, options: dict) -> dict:
                                  f">= {lo}, got {v!r}")
             out[k] = int(v)
     return out
+
+
+def _check_cache_dir(cache_dir: Path) -> None:
+    """Raise ``NotADirectoryError`` (before any data is built) when ``cache_dir``, or
+    the nearest of its parents that exists, is not a folder."""
+    p = cache_dir
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        raise NotADirectoryError(f"cache_dir {str(cache_dir)!r} cannot be a folder: {p} is "
+                                 "a file; give a folder (or cache=False)")
 
 
 def _check_caps(max_features, max_points):
@@ -314,6 +333,8 @@ def load_dataset(name: str, split: str = "train", *, max_features: int | None = 
     _check_caps(max_features, max_points)
     opts = _check_options(name, options)
     cache_dir = Path(cache_dir) if cache_dir is not None else paths.processed_dir()
+    if cache:
+        _check_cache_dir(cache_dir)
     is_sur = name in SURROGATE_DATASETS
     base = name[:-len("-surrogate")] if is_sur else name
     t0 = time.perf_counter()

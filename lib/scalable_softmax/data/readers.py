@@ -1,7 +1,8 @@
 """Readers for the raw file formats of the papers' data sets.
 
-Every reader takes a path (plain or gzip-compressed; gzip is recognised by its magic
-bytes, not by the file name), checks the content as it goes and raises
+Every reader takes a path (plain, or compressed by gzip, bzip2 or xz, read by the
+standard library; the compression is recognised by its magic bytes, not by the file
+name), checks the content as it goes and raises
 :class:`~scalable_softmax.data.errors.DataFormatError` naming the file and the line
 (text formats) or byte offset (idx) of the first problem. None of them applies any
 preprocessing beyond turning the file into arrays: see
@@ -23,8 +24,10 @@ Formats
 """
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
+import lzma
 import math
 import re
 import tarfile
@@ -134,11 +137,19 @@ def _canonical_csr(indptr, indices, data, shape) -> sp.csr_matrix:
 
 # --------------------------------------------------------------------------- opening
 _GZIP_MAGIC = b"\x1f\x8b"
+#: the compressions recognised by their magic bytes, each read by the standard library
+_COMPRESSIONS = {"gzip": _GZIP_MAGIC, "bz2": b"BZh", "xz": b"\xfd7zXZ\x00"}
+
+
+def _compression(path) -> str | None:
+    """``"gzip"``, ``"bz2"``, ``"xz"`` (by the file's magic bytes) or None."""
+    with open(path, "rb") as fh:
+        head = fh.read(6)
+    return next((k for k, magic in _COMPRESSIONS.items() if head.startswith(magic)), None)
 
 
 def _is_gzip(path) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(2) == _GZIP_MAGIC
+    return _compression(path) == "gzip"
 
 
 _REFETCH = ("the file is truncated or corrupt: replace it ("
@@ -151,9 +162,9 @@ class _NamedGzip(io.RawIOBase):
     corrupt one: ``BadGzipFile``, ``zlib.error``) become :class:`DataFormatError`
     naming the file."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, kind: str = "gzip"):
         self._path = path
-        self._fh = gzip.open(path, "rb")
+        self._fh = {"gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open}[kind](path, "rb")
 
     def readable(self):
         return True
@@ -161,7 +172,8 @@ class _NamedGzip(io.RawIOBase):
     def readinto(self, b):
         try:
             return self._fh.readinto(b)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        except (EOFError, gzip.BadGzipFile, zlib.error, OSError, lzma.LZMAError) as exc:
+            # bz2 and lzma report a corrupt stream as OSError / lzma.LZMAError
             raise DataFormatError(self._path, f"cannot decompress ({exc}); "
                                   + _REFETCH) from exc
 
@@ -172,13 +184,14 @@ class _NamedGzip(io.RawIOBase):
 
 
 def open_binary(path):
-    """Open ``path`` for reading bytes, decompressing it if it is gzip (a truncated or
-    corrupt gzip file raises :class:`DataFormatError` naming it)."""
+    """Open ``path`` for reading bytes, decompressing it if it is gzip, bzip2 or xz (a
+    truncated or corrupt compressed file raises :class:`DataFormatError` naming it)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    if _is_gzip(path):
-        return io.BufferedReader(_NamedGzip(path), buffer_size=1 << 16)
+    kind = _compression(path)
+    if kind is not None:
+        return io.BufferedReader(_NamedGzip(path, kind), buffer_size=1 << 16)
     return open(path, "rb")
 
 
@@ -451,6 +464,14 @@ def _arff_value_error(path, lineno, attrs, j, tok, why):
 def _arff_convert(path, lineno, attrs, kinds, idx, toks):
     """Convert value strings of attributes ``idx`` to floats (vectorised when possible)."""
     k = kinds[idx]
+    if idx.size and k.max() < 2 and any(t[:1] in "'\"" for t in toks):
+        # a quoted value of a {0,1} attribute ('1'): the value is what the quotes hold
+        toks = [_unquote(t) if kinds[j] == 1 else t for j, t in zip(idx, toks)]
+    if not _plain("".join(toks)):
+        for j, t in zip(idx, toks):
+            if kinds[j] != 2 and not _plain(t):
+                _arff_value_error(path, lineno, attrs, int(j), t,
+                                  "not a number" + _NOT_PLAIN)
     if idx.size and k.max() < 2:
         if "?" in toks:
             j = toks.index("?")
@@ -514,6 +535,10 @@ def _arff_sparse_row(path, lineno, s, attrs, kinds, n_attr):
             if len(e.split()) != 2:
                 raise DataFormatError(path, f"sparse entry {e.strip()!r} is not "
                                       "'index value'", line=lineno)
+    bad = next((t for t in flat[0::2] if not _INT.fullmatch(t)), None)
+    if bad is not None:
+        raise DataFormatError(path, f"attribute index {bad!r} is not an integer",
+                              line=lineno)
     try:
         idx = np.array(flat[0::2], dtype=np.int64)
     except ValueError:
@@ -671,9 +696,17 @@ def read_mulan(arff_path, xml_path, *, label_match: str = "auto") -> LabelledDat
 
 
 # --------------------------------------------------------------------------- sparse text
-_FEAT_TOKEN = re.compile(r"\d+:[^\s:]+")
-_FEATS = re.compile(r"\d+:[^\s:]+(?: \d+:[^\s:]+)*")
-_INT = re.compile(r"[+-]?\d+")
+_FEAT_TOKEN = re.compile(r"\d+:[^\s:]+", re.ASCII)
+_FEATS = re.compile(r"\d+:[^\s:]+(?: \d+:[^\s:]+)*", re.ASCII)
+_INT = re.compile(r"[+-]?\d+", re.ASCII)
+#: what Python's float() and int() accept but a data file's number may not hold
+_NOT_PLAIN = " (digit separators '_' and non-ASCII characters are not part of a number)"
+
+
+def _plain(t: str) -> bool:
+    """``t`` may be read as a number: ASCII, without Python's digit separator ``_``
+    (``float("1_0")`` is 10.0, ``float("\u0661")`` is 1.0)."""
+    return t.isascii() and "_" not in t
 
 
 def _bad_feature_token(feat_str: str) -> str:
@@ -688,6 +721,9 @@ def _parse_labels(path, lineno, label_str: str, mode: str):
     if mode == "single":
         if not label_str:
             raise DataFormatError(path, "line has no label", line=lineno)
+        if not _plain(label_str):
+            raise DataFormatError(path, f"label {label_str!r} is not a number" + _NOT_PLAIN,
+                                  line=lineno)
         try:
             v = float(label_str)
         except ValueError:
@@ -761,8 +797,10 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
     """
     if label_mode not in ("multi", "single"):
         raise ValueError(f"label_mode must be 'multi' or 'single', got {label_mode!r}")
-    if max_points is not None and max_points < 0:
-        raise ValueError(f"max_points must be >= 0 or None, got {max_points}")
+    if max_points is not None and not (isinstance(max_points, (int, np.integer))
+                                       and not isinstance(max_points, (bool, np.bool_))
+                                       and max_points >= 0):
+        raise ValueError(f"max_points must be None or an integer >= 0; got {max_points!r}")
     _check_zero_based(zero_based)
     zero_based = zero_based if isinstance(zero_based, str) else bool(zero_based)
     if n_features is not None and not (isinstance(n_features, (int, np.integer))
@@ -910,6 +948,10 @@ def _parse_features(path, lineno: int, feat_str: str) -> tuple[np.ndarray, np.nd
         raise DataFormatError(path, f"token {bad!r} is not 'index:value' "
                               "(index a non-negative integer)", line=lineno)
     flat = feat_str.replace(":", " ").split()
+    if not _plain(feat_str):
+        bad = next(t for t in flat[1::2] if not _plain(t))
+        raise DataFormatError(path, f"feature value {bad!r} is not a number" + _NOT_PLAIN,
+                              line=lineno)
     try:
         idx = np.array(flat[0::2], dtype=np.int64)
     except OverflowError:

@@ -88,7 +88,7 @@ import pandas as pd
 
 from scalable_softmax import paths
 from scalable_softmax.protocols import EPOCHS, STUDY_DEFAULTS, FitConfig, resolve
-from scalable_softmax.validation import check
+from scalable_softmax.validation import check, violation
 
 __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories_frame",
            "CODE_VERSION", "default_cache_dir", "PAPER_METHODS", "PAPER_DATASETS",
@@ -402,7 +402,20 @@ class RunSpec:
         if "options" in kw:
             opts.update(dict(kw.pop("options")))
         if kw.get("eval_epochs") is not None:
-            kw["eval_epochs"] = tuple(int(e) for e in kw["eval_epochs"])
+            # fit's rule (integers; their range is checked by validate), before int()
+            # could turn 1.5 into 1
+            try:
+                ev = list(kw["eval_epochs"])
+            except TypeError:
+                raise ValueError(f"RunSpec.eval_epochs must be a list of epochs; got "
+                                 f"{kw['eval_epochs']!r}") from None
+            bad = [e for e in ev if violation(e, {"type": "int", "min": 0}) is not None]
+            if bad:
+                raise ValueError(f"RunSpec.eval_epochs must hold integers >= 0 (epochs); "
+                                 f"got {bad}")
+            kw["eval_epochs"] = tuple(int(e) for e in ev)
+        if lr is not None:
+            check("lr", lr, "RunSpec.")         # fit's rule: no "0.1", no True
         if isinstance(kw.get("data_options"), dict):
             kw["data_options"] = tuple(sorted(kw["data_options"].items()))
         given = {nm: kw.pop(nm) for nm in ("lr_decay", "u_init") if nm in kw}
