@@ -580,3 +580,114 @@ def test_a_cache_dir_that_is_a_file_fails_before_building(tmp_path):
         with pytest.raises(NotADirectoryError, match=r"cache_dir .*file is a file"):
             load_dataset("eurlex-surrogate", cache_dir=cache_dir, scale=0.01)
         assert time.perf_counter() - t0 < 1
+
+
+# ---------------------------------------------------------------------------
+# the runner's parameters: every one has a rule, no .inf, YAML values of any shape
+# ---------------------------------------------------------------------------
+
+def _notebooks():
+    from scalable_softmax.repro import runner
+
+    return runner.known_notebooks()
+
+
+def test_every_parameter_of_every_notebook_has_an_allowed_rule():
+    from scalable_softmax.repro import runner
+
+    missing = {nb: [k for k in runner.declared_parameters(nb)
+                    if k != runner.OUTPUT_ROOT and k not in runner.load_allowed(nb)]
+               for nb in _notebooks()}
+    assert not {nb: ks for nb, ks in missing.items() if ks}, \
+        f"parameters without an allowed: rule in params/NAME.yaml: {missing}"
+
+
+@pytest.mark.parametrize("name, key, text", [("09-ove-toy-2d", "gtol", ".inf"),
+                                             ("09-ove-toy-2d", "spread", ".inf"),
+                                             ("09-ove-toy-2d", "spread", ".nan"),
+                                             ("10-ove-classification", "gtol", "-.inf"),
+                                             ("12-peers", "caps", "{bibtex: .inf}"),
+                                             ("03-learning-rate-tuning", "learning_rates",
+                                              "[0.1, .inf]")])
+def test_runner_check_refuses_non_finite_numbers(name, key, text, capsys):
+    from scalable_softmax.repro import runner
+
+    params = runner.effective_params(name, "full", {key: runner.parse_value(text)})
+    with pytest.raises(runner.NotebookParameterError, match=rf"parameter {key} = .*not a "
+                                                            "finite number"):
+        runner.check_values(name, params)
+    assert runner.main(["check", name, "-p", key, " " + text]) != 0   # " -.inf": a value
+    assert "not a finite number" in capsys.readouterr().err
+
+
+def test_any_of_rules():
+    from scalable_softmax import validation
+
+    r = validation.rule({"any_of": [{"one_of": ["paper"]}, {"like": "lr"}]})
+    assert validation.violation("paper", r) is None and validation.violation(0.1, r) is None
+    assert validation.violation("fast", r) == ("fast",)
+    assert validation.violation(True, r) == (True,)
+    assert validation.describe(r) == "one of paper or a finite number > 0"
+    with pytest.raises(ValueError, match="any_of must be a list"):
+        validation.rule({"any_of": {"type": "int"}})
+
+
+_YAML_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
+              st.floats(allow_nan=True, allow_infinity=True),
+              st.text(alphabet="abc-_ .019", max_size=8)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.text(alphabet="abmnist0-", min_size=1,
+                                                    max_size=8), inner, max_size=3)),
+    max_leaves=8)
+
+
+def _kind(v):
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "number"
+    return type(v).__name__
+
+
+@pytest.fixture(scope="module")
+def notebook_parameters():
+    from scalable_softmax.repro import runner
+
+    return {nb: (runner.declared_parameters(nb), runner.load_allowed(nb),
+                 runner.load_params(nb, "full")) for nb in _notebooks()}
+
+
+@PROFILE
+@given(data=st.data(), value=_YAML_VALUES)
+def test_property_yaml_values_across_every_notebooks_parameters(notebook_parameters, data,
+                                                                value):
+    """Any YAML value given with -p to any parameter of any notebook is refused with a
+    NotebookParameterError naming the parameter, or accepted only if it is finite and
+    of the kind the notebook's default has (or None where the rule allows it, or what an
+    any_of rule names)."""
+    import yaml
+
+    from scalable_softmax.repro import runner
+
+    nb = data.draw(st.sampled_from(sorted(notebook_parameters)))
+    declared, rules, full = notebook_parameters[nb]
+    key = data.draw(st.sampled_from(sorted(k for k in declared if k != runner.OUTPUT_ROOT)))
+    text = yaml.safe_dump(value, default_flow_style=True).strip()
+    if text.endswith("\n..."):
+        text = text[:-4].strip()
+    try:
+        parsed = runner.parse_value(text)
+        params = runner.effective_params(nb, "full", {key: parsed})
+        runner.check_values(nb, params)
+    except runner.NotebookParameterError as exc:
+        assert key in str(exc) or "YAML" in str(exc) or "nested" in str(exc), exc
+        return
+    assert runner._non_finite(parsed) is None
+    rule = rules[key]
+    kinds = {_kind(declared[key])} | ({"null"} if rule.get("nullable") else set())
+    if "any_of" in rule or declared[key] is None:
+        return
+    assert _kind(parsed) in kinds, (nb, key, parsed)

@@ -17,6 +17,8 @@ A rule is a mapping of
 * ``each``: a rule every item of a list must follow; ``min_length``: the fewest items;
 * ``keys`` / ``values``: rules for the keys and values of a mapping;
 * ``nullable: true``: None is also allowed;
+* ``any_of``: a list of rules, at least one of which the value must follow (e.g. a
+  number or the string ``paper``);
 * ``like: <name>``: the rule of ``PARAMETERS[name]``, updated by the other keys;
 * ``label``: how the message names the parameter (e.g. ``lr (learning rate)``).
 
@@ -73,7 +75,7 @@ PARAMETERS = {
 
 #: the keys a rule may have
 RULE_KEYS = {"type", "min", "above", "below", "max", "finite", "one_of", "each", "min_length",
-             "keys", "values", "nullable", "like", "label"}
+             "keys", "values", "nullable", "like", "label", "any_of"}
 
 _TYPES = {
     "int": lambda v: isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)),
@@ -113,6 +115,10 @@ def rule(spec) -> dict:
     for sub in ("each", "keys", "values"):
         if sub in out:
             out[sub] = rule(out[sub])
+    if "any_of" in out:
+        if not isinstance(out["any_of"], list) or not out["any_of"]:
+            raise ValueError(f"a rule's any_of must be a list of rules; got {out['any_of']!r}")
+        out["any_of"] = [rule(r) for r in out["any_of"]]
     return out
 
 
@@ -137,6 +143,8 @@ def violation(value, r: dict):
     an offending None is told from no violation)."""
     if value is None and r.get("nullable"):
         return None
+    if "any_of" in r and all(violation(value, sub) is not None for sub in r["any_of"]):
+        return (value,)
     kind = r.get("type")
     if kind is not None and not _TYPES[kind](value):
         return (value,)
@@ -198,6 +206,8 @@ def describe(r: dict) -> str:
             parts.append(f"<= {r['max']}")
         if "below" in r:
             parts.append(f"< {r['below']}")
+    if "any_of" in r:
+        parts.append(" or ".join(describe(sub) for sub in r["any_of"]))
     if "one_of" in r:
         parts.append("one of " + ", ".join(map(str, r["one_of"])))
     if "min_length" in r:

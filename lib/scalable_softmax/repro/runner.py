@@ -41,6 +41,7 @@ import argparse
 import ast
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -222,7 +223,15 @@ def check_values(name: str, params: dict) -> None:
     """Raise :class:`NotebookParameterError` (one line: the parameter, its value and
     what is allowed) if a value of ``params`` breaks a rule of the ``allowed:`` section
     of ``params/<name>.yaml`` (:func:`load_allowed`). Runs before any work."""
-    for key, rule in load_allowed(name).items():
+    rules = load_allowed(name)
+    for key in params:
+        inf = _non_finite(params[key])
+        if inf is not None and rules.get(key, {}).get("finite", True) is not False:
+            raise NotebookParameterError(
+                f"parameter {key} = {params[key]!r}: {inf!r} is not a finite number "
+                f"(.inf and .nan are not accepted; params/{name}.yaml's rule would say "
+                "finite: false)")
+    for key, rule in rules.items():
         if key not in params:
             continue
         bad = validation.violation(params[key], rule)
@@ -233,6 +242,20 @@ def check_values(name: str, params: dict) -> None:
             raise NotebookParameterError(
                 f"parameter {key} = {shown}: {name} allows {validation.describe(rule)} "
                 f"(params/{name}.yaml, section {ALLOWED})")
+
+
+def _non_finite(value):
+    """The first NaN or infinite number in ``value`` (nested lists and mappings
+    included), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
+    items = (value.values() if isinstance(value, dict)
+             else value if isinstance(value, (list, tuple)) else ())
+    for v in items:
+        bad = _non_finite(v)
+        if bad is not None:
+            return bad
+    return None
 
 
 def check_params(name: str, params: dict) -> None:
