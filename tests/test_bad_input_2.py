@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import time
 import tracemalloc
@@ -691,3 +692,56 @@ def test_property_yaml_values_across_every_notebooks_parameters(notebook_paramet
     if "any_of" in rule or declared[key] is None:
         return
     assert _kind(parsed) in kinds, (nb, key, parsed)
+
+
+@PROFILE
+@given(w=st.lists(_HUGE, min_size=6, max_size=6), x=st.lists(_HUGE, min_size=6, max_size=6),
+       b=st.one_of(st.none(), st.lists(_HUGE, min_size=3, max_size=3)))
+def test_property_finite_but_huge_floats_at_every_scoring_entry_point(w, x, b):
+    """Finite weights, intercepts and rows of any magnitude, scored by evaluate,
+    evaluate_sets, FitResult's decision_function / predict_proba / predict_log_proba /
+    predict and the estimator: each either raises NonFiniteScoreError (a score or a
+    log-loss overflowed) or returns finite numbers (probabilities summing to 1); one
+    policy for all, so predict never picks a class among NaN scores."""
+    from scalable_softmax import SoftmaxSGDClassifier
+    from scalable_softmax.evaluate import evaluate_sets
+
+    W = np.asarray(w).reshape(3, 2)
+    X = np.asarray(x).reshape(3, 2)
+    y = np.arange(3)
+    intercept = None if b is None else np.asarray(b)
+    res = FitResult(W=W, u=None, history=None, diverged_at=None, method="umax", params={},
+                    intercept=intercept)
+    with np.errstate(all="ignore"):       # the scores as decision_function sums them
+        S = (sp.csr_matrix(X) @ W.T) + (0 if intercept is None else intercept)
+    # NaN or +inf scores, or a row of -inf scores: no probabilities exist
+    overflow = bool(np.isnan(S).any() or (S == np.inf).any()
+                    or (S.max(axis=1) == -np.inf).any())
+    for call in (res.decision_function, res.predict_proba, res.predict_log_proba,
+                 res.predict):
+        try:
+            out = call(X)
+        except NonFiniteScoreError:
+            assert overflow
+            continue
+        assert not overflow and not np.isnan(out).any() and not (out == np.inf).any()
+        if call == res.predict_proba:
+            assert np.isfinite(out).all() and np.allclose(out.sum(axis=1), 1.0)
+    for ev in (lambda: evaluate(X, y, W, intercept=intercept, precision="float64"),
+               lambda: evaluate_sets({"a": (X, y)}, W, intercept=intercept)["a"]):
+        try:
+            e = ev()
+        except NonFiniteScoreError:      # also for a label's score of -inf (log-loss inf)
+            continue
+        # (its kernel sums in its own order: at the edge of the range it may differ)
+        assert math.isfinite(e.log_loss) and 0 <= e.error <= 1
+    est = SoftmaxSGDClassifier(method="umax", lr=0.1, epochs=1,
+                               fit_intercept=intercept is not None).fit(X * 0 + 1, y)
+    est.coef_, est.intercept_ = W, (np.zeros(3) if intercept is None else intercept)
+    for call in (est.predict, est.predict_proba, est.decision_function):
+        try:
+            out = call(X)
+        except NonFiniteScoreError:
+            assert overflow
+            continue
+        assert not overflow and (call == est.predict or not np.isnan(out).any())

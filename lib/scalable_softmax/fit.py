@@ -496,15 +496,21 @@ class FitResult:
 
 def _check_scores(S):
     """Raise :class:`~scalable_softmax.evaluate.NonFiniteScoreError` (naming the row and
-    the class) when a score overflowed: the one policy of :func:`evaluate`,
+    the class) when a score is NaN or overflowed to ``+inf``, or every score of a row is
+    ``-inf``: the probabilities would be NaN. The policy :func:`evaluate` follows
+    (it raises when a row's metrics are not finite), shared by
     :meth:`FitResult.predict_proba`, :meth:`FitResult.predict` and the estimator, which
-    never return NaN probabilities or a class chosen among NaN scores."""
+    never return NaN probabilities or a class chosen among NaN scores. A score of
+    ``-inf`` next to finite ones is a probability of 0 (a log-probability of ``-inf``)."""
     if _all_finite(S):
         return
     from scalable_softmax.evaluate import NonFiniteScoreError
 
-    i, k = (int(v[0]) for v in np.nonzero(~np.isfinite(S)))
-    raise NonFiniteScoreError(i, k, S[i, k], "a score is not finite")
+    with np.errstate(invalid="ignore"):
+        bad = np.isnan(S) | (S == np.inf) | (S.max(axis=1, keepdims=True) == -np.inf)
+    if bad.any():
+        i, k = (int(v[0]) for v in np.nonzero(bad))
+        raise NonFiniteScoreError(i, k, S[i, k], "a score is not finite")
 
 
 def _jsonable(v):
