@@ -24,9 +24,9 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalable_softmax import _memory
+from scalable_softmax import validation as _memory
 from scalable_softmax.evaluate import NonFiniteScoreError, evaluate
-from scalable_softmax.fit import FitResult, NoProgressWarning, fit
+from scalable_softmax.fit import DivergenceWarning, FitResult, NoProgressWarning, fit
 from scalable_softmax.methods import METHODS, get_trainer_class
 
 settings.register_profile("short", max_examples=25, deadline=None, database=None,
@@ -199,7 +199,7 @@ def test_property_model_files_whose_sizes_disagree_with_their_members(tmp_path, 
 
 
 def test_a_model_larger_than_the_memory_is_refused_before_allocating():
-    from scalable_softmax._memory import ModelTooLargeError
+    from scalable_softmax.fit import ModelTooLargeError
 
     X, y, _ = _data(N=6, D=2)
     t0 = time.perf_counter()
@@ -745,3 +745,52 @@ def test_property_finite_but_huge_floats_at_every_scoring_entry_point(w, x, b):
             assert overflow
             continue
         assert not overflow and (call == est.predict or not np.isnan(out).any())
+
+
+_POSITIVE = st.one_of(st.sampled_from([5e-324, 1e-300, 1e-10, 1.0, 1e10, 1e100, 1e200,
+                                       1e300, 1.7976931348623157e308]),
+                      st.floats(min_value=5e-324, allow_nan=False, allow_infinity=False))
+
+
+@PROFILE
+@given(method=st.sampled_from(sorted(METHODS)), lr=_POSITIVE,
+       mu=st.one_of(st.just(0.0), _POSITIVE), scaling=st.one_of(st.none(), _POSITIVE))
+def test_property_finite_but_huge_settings_in_every_method(method, lr, mu, scaling):
+    """Finite learning rates, ridge parameters and intercept scalings of any magnitude:
+    a clear ValueError naming the setting or the data, or a result that says what
+    happened (finite weights, or DivergenceWarning / NoProgressWarning); never a bare
+    ZeroDivisionError, LinAlgError or MemoryError."""
+    X, y, K = _data(N=12, D=3, K=4)
+    full = get_trainer_class(method).full_batch
+    kw = {"fit_intercept": True, "intercept_scaling": scaling} if scaling else {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            res = fit(X, y, method, None if full else lr, epochs=2, K=K, progress=False,
+                      mu=mu, n_sampled=None if full else 2,
+                      **kw, **({"iters_per_epoch": 5} if full else {}))
+        except ValueError as exc:
+            assert any(w in str(exc) for w in ("X", "row", "intercept", "lr", "mu")), exc
+            return
+    kinds = {type(w.message).__name__ for w in caught}
+    if res.diverged:
+        assert "DivergenceWarning" in kinds and res.diverged_reason
+        return
+    assert np.isfinite(res.W).all()
+    assert res.stalled is None or "NoProgressWarning" in kinds
+
+
+def test_a_kernels_numeric_breakdown_is_a_divergence():
+    X, y, K = _data(N=20, D=3, K=4)
+    with pytest.warns(DivergenceWarning, match=r"failed on huge values \(ZeroDivisionError"):
+        res = fit(np.abs(X), y, "implicit", 0.1, epochs=2, progress=False, mu=1e308)
+    assert res.diverged and "ZeroDivisionError" in res.diverged_reason
+
+
+def test_a_huge_batch_size_is_refused_with_the_bytes():
+    X, y, K = _data(N=20, D=3, K=4)
+    for method in ("softmax-sgd", "ove", "implicit-batch"):
+        with pytest.raises(MemoryError, match=r"batch_size = 1,000,000,000,000 .*needs "
+                                              r".*use a batch_size of at most N = 20"):
+            fit(X, y, method, 0.1, epochs=1, progress=False, batch_size=10**12,
+                n_sampled=2)

@@ -52,10 +52,16 @@ import scipy.sparse as sp
 from scalable_softmax._atomic import atomic_open
 from scalable_softmax._version import __version__
 from scalable_softmax.protocols import EPOCHS, FitConfig, default_eval_epochs
-from scalable_softmax.validation import as_csr, as_labels, check_label_range
+from scalable_softmax.validation import (
+    ModelTooLargeError,
+    as_csr,
+    as_labels,
+    check_fits_in_memory,
+    check_label_range,
+)
 
 __all__ = ["fit", "fit_config", "FitResult", "DivergenceWarning", "NoProgressWarning",
-           "default_eval_epochs",
+           "ModelTooLargeError", "default_eval_epochs",
            "FORMAT_NAME", "FORMAT_VERSION"]
 
 #: what :meth:`FitResult.save` writes in its JSON record (checked by :meth:`FitResult.load`)
@@ -365,77 +371,16 @@ class FitResult:
             raise bad(f"its record's field 'params.N' is not a positive integer (got {N!r})")
         sizes = {}              # member -> the bytes its header declares, all checked
 
-        def header(name):
-            """The .npy header of member ``name`` (shape, dtype), after checking that
-            the zip entry's uncompressed size is exactly the header plus the array the
-            header declares, and that a compressed entry could honestly expand to it
-            (deflate expands at most 1032-fold): a member that lies about its size is
-            refused before anything is allocated."""
-            info = z.zip.getinfo(name + ".npy")
-            with z.zip.open(info) as fh:
-                version = np.lib.format.read_magic(fh)
-                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                        else np.lib.format.read_array_header_2_0)
-                got_shape, _, dtype = read(fh)
-                return got_shape, dtype, fh.tell()
-
-        def held(name, got_shape, dtype, offset):
-            """Check that the zip entry of member ``name`` holds exactly the array its
-            header declares (shape ``got_shape``, ``dtype``, data from ``offset``):
-            the entry's declared size, what its compressed bytes can expand to
-            (deflate: at most 1032-fold) and what it really holds (streamed, CRC
-            checked), before anything of that size is allocated."""
-            info = z.zip.getinfo(name + ".npy")
-            with z.zip.open(info) as fh:
-                fh.read(offset)
-                nbytes = math.prod(got_shape) * dtype.itemsize
-                if info.file_size != offset + nbytes:
-                    raise ValueError(f"its header declares {nbytes:,} bytes of data but "
-                                     f"the archive entry holds {info.file_size - offset:,}")
-                limit = (info.compress_size if info.compress_type == 0
-                         else 1032 * info.compress_size + 1024)
-                if info.file_size > limit:
-                    raise ValueError(f"{info.compress_size:,} compressed bytes cannot "
-                                     f"hold the {info.file_size:,} bytes its entry "
-                                     "declares")
-                got = 0         # what the entry really holds (and its CRC), streamed
-                while chunk := fh.read(1 << 20):
-                    got += len(chunk)
-                if got != nbytes:
-                    raise ValueError(f"its header declares {nbytes:,} bytes of data but "
-                                     f"the entry holds {got:,}")
-            sizes[name] = nbytes
-
         def member(name, shape, kinds="f", required=True, column=None, read_now=True):
-            """Read member ``name`` after checking its .npy header: ``shape`` (None
-            entries: any length) and dtype kind (``column``: a frame's column, named
-            as such in the message)."""
+            """Member ``name`` (or, with ``read_now=False``, its name) after checking
+            its header and size (:func:`_check_member`)."""
             if name not in z.files:
                 if required:
                     raise bad(f"the record lacks or garbles {name!r} (the archive has no "
                               "such array)")
                 return None
-            try:
-                got_shape, dtype, offset = header(name)
-            except Exception as exc:
-                raise bad(f"the array {name!r} could not be read "
-                          f"({type(exc).__name__}: {exc})") from None
-            if len(got_shape) != len(shape) or any(
-                    w is not None and g != w for g, w in zip(got_shape, shape)) \
-                    or dtype.kind not in kinds or dtype.hasobject:
-                want = tuple("n" if w is None else w for w in shape)
-                if column and len(got_shape) == 1 and dtype.kind in kinds:
-                    raise bad(f"{column} has {got_shape[0]} rows, expected {shape[0]}")
-                raise bad(f"{column or name} has shape {got_shape} and dtype {dtype}; "
-                          f"the record says shape {want}, dtype kind {kinds!r}")
-            try:
-                held(name, got_shape, dtype, offset)
-            except Exception as exc:
-                raise bad(f"the array {name!r} could not be read "
-                          f"({type(exc).__name__}: {exc})") from None
-            if read_now:
-                return load(name)
-            return name
+            sizes[name] = _check_member(z, name, shape, kinds, column, bad)
+            return load(name) if read_now else name
 
         def load(name):
             try:
@@ -468,12 +413,10 @@ class FitResult:
                     raise bad(f"column {c!r} of {fname} is not {rows} values in the "
                               "record")
             frames[fname] = (data, columns)
-        from scalable_softmax._memory import check_fits_in_memory
-
-        check_fits_in_memory(sum(sizes.values()),
-                             f"the model in {z.zip.filename} (K = {K:,}, D = {D:,}; its "
-                             f"arrays: {', '.join(f'{k} {v:,} bytes' for k, v in sizes.items())})",
-                             "load it on a machine with more memory")
+        check_fits_in_memory(sum(sizes.values()), f"the model in {z.zip.filename} (K = "
+                             f"{K:,}, D = {D:,}; its arrays: "
+                             + ", ".join(f"{k} {v:,} bytes" for k, v in sizes.items())
+                             + ")", "load it on a machine with more memory")
         W = load(W)
         if W.dtype != np.float64:
             raise bad(f"W has dtype {W.dtype}; the record says float64 ({K}, {D})")
@@ -511,6 +454,69 @@ def _check_scores(S):
     if bad.any():
         i, k = (int(v[0]) for v in np.nonzero(bad))
         raise NonFiniteScoreError(i, k, S[i, k], "a score is not finite")
+
+
+def _check_member(z, name, shape, kinds, column, bad) -> int:
+    """The bytes of member ``name`` of the open archive ``z``, after checking its .npy
+    header against ``shape`` (None entries: any length) and dtype ``kinds``
+    (``column``: a frame's column, named as such in the message), and its zip entry
+    against the header (:func:`_member_bytes`); ``bad(why)`` makes the error."""
+    try:
+        got_shape, dtype, offset = _member_header(z, name)
+    except Exception as exc:
+        raise bad(f"the array {name!r} could not be read "
+                  f"({type(exc).__name__}: {exc})") from None
+    if len(got_shape) != len(shape) or any(
+            w is not None and g != w for g, w in zip(got_shape, shape)) \
+            or dtype.kind not in kinds or dtype.hasobject:
+        want = tuple("n" if w is None else w for w in shape)
+        if column and len(got_shape) == 1 and dtype.kind in kinds:
+            raise bad(f"{column} has {got_shape[0]} rows, expected {shape[0]}")
+        raise bad(f"{column or name} has shape {got_shape} and dtype {dtype}; "
+                  f"the record says shape {want}, dtype kind {kinds!r}")
+    try:
+        return _member_bytes(z, name, got_shape, dtype, offset)
+    except Exception as exc:
+        raise bad(f"the array {name!r} could not be read "
+                  f"({type(exc).__name__}: {exc})") from None
+
+
+def _member_header(z, name):
+    """``(shape, dtype, offset)`` of the .npy header of member ``name`` of the open
+    archive ``z`` (``offset``: where its data begin), read without reading the data."""
+    with z.zip.open(name + ".npy") as fh:
+        version = np.lib.format.read_magic(fh)
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        got_shape, _, dtype = read(fh)
+        return got_shape, dtype, fh.tell()
+
+
+def _member_bytes(z, name, got_shape, dtype, offset) -> int:
+    """The bytes of member ``name``'s array (shape ``got_shape``, ``dtype``, data from
+    ``offset``), after checking that its zip entry holds exactly that: the entry's
+    declared size, what its compressed bytes can expand to (deflate: at most 1032-fold)
+    and what it really holds (streamed, CRC checked), before anything of that size is
+    allocated. ``ValueError`` saying which disagrees."""
+    info = z.zip.getinfo(name + ".npy")
+    nbytes = math.prod(got_shape) * dtype.itemsize
+    if info.file_size != offset + nbytes:
+        raise ValueError(f"its header declares {nbytes:,} bytes of data but the archive "
+                         f"entry holds {info.file_size - offset:,}")
+    limit = (info.compress_size if info.compress_type == 0
+             else 1032 * info.compress_size + 1024)
+    if info.file_size > limit:
+        raise ValueError(f"{info.compress_size:,} compressed bytes cannot hold the "
+                         f"{info.file_size:,} bytes its entry declares")
+    with z.zip.open(info) as fh:
+        fh.read(offset)
+        got = 0             # what the entry really holds (and its CRC), streamed
+        while chunk := fh.read(1 << 20):
+            got += len(chunk)
+    if got != nbytes:
+        raise ValueError(f"its header declares {nbytes:,} bytes of data but the entry "
+                         f"holds {got:,}")
+    return nbytes
 
 
 def _jsonable(v):
@@ -579,8 +585,6 @@ def _check_model_size(config, K, D, N):
     available memory cannot hold: ``W`` (``K x D`` float64; the full-batch methods
     keep ``2 * memory + 6`` arrays of its size: L-BFGS's pairs, the gradient, the
     iterates), a few per-class vectors (class counts, scales) and ``u`` (``N``)."""
-    from scalable_softmax._memory import check_fits_in_memory
-
     cls = config.trainer_class
     copies = (2 * int(cls.resolve_options(config.options).get("memory") or 10) + 6
               if cls.full_batch else 1)
@@ -591,6 +595,13 @@ def _check_model_size(config, K, D, N):
     check_fits_in_memory(need, what, "reduce the number of features D (select or hash "
                          "them; a data file whose feature indices are huge declares a "
                          "huge D) or the number of classes K")
+    n = int(config.batch_size or cls.default_batch_size)
+    m = int(config.n_sampled or cls.default_n_sampled)
+    if n > 1:       # a step's buffers: the minibatch's scores over K (or m) classes
+        check_fits_in_memory(need + 8 * n * (K + D + m),
+                             f"method {config.method!r} with batch_size = {n:,} (K = {K:,},"
+                             f" D = {D:,}; the step's buffers grow with batch_size)",
+                             f"use a batch_size of at most N = {N:,} rows")
 
 
 def _check_init_intercept(fit_intercept, init_intercept):
@@ -678,27 +689,6 @@ class NoProgressWarning(UserWarning):
     ``FitResult.stalled`` holds the sentence; the run is returned so a sweep goes on."""
 
 
-def _stalled(trainer, extras):
-    """None, or a sentence saying how a full-batch trainer stopped before converging
-    for a reason other than its iteration budget."""
-    if not (trainer.full_batch and trainer.finished) or getattr(trainer, "converged", True):
-        return None
-    last = extras[-1] if extras else {}
-    msg = str(last.get("message", ""))
-    head = msg.upper()
-    if head.startswith("CONVERGE") or head.startswith("NOTHING TO DO") \
-            or "NUMBER OF ITERATIONS" in head or "ITERATIONS REACHED" in head:
-        return None
-    steps = sum(int(e.get("nit", 0)) for e in extras)
-    f0, f1 = getattr(trainer, "start_fun", None), last.get("fun")
-    change = ""
-    if f0 is not None and f1 is not None and math.isfinite(f0):
-        change = f"; the objective went from {f0:.6g} to {float(f1):.6g}"
-    return (f"stopped without converging after {steps} L-BFGS iteration(s): "
-            f"{msg.split(' (mu = 0')[0]} (max |gradient| {last.get('grad_inf', math.nan):.3g}"
-            f", gtol {trainer.opts.get('gtol')!r}){change}")
-
-
 def _all_finite(A, chunk_rows=1024):
     """``np.isfinite(A).all()`` without a full-size temporary."""
     if A is None:
@@ -777,9 +767,16 @@ class _Monitor:
         return row
 
 
+#: errors of a step's arithmetic on huge values, which stop a run as a divergence
+_NUMERIC_ERRORS = (ZeroDivisionError, OverflowError, FloatingPointError,
+                   np.linalg.LinAlgError)
+
+
 def _epoch_divergence(rep, trainer):
     """``(step, reason)`` when epoch report ``rep`` or the trainer's ``u`` shows a
     non-finite value (``step = -1``: found after the epoch), else ``(None, None)``."""
+    if (rep.extra or {}).get("numeric_error"):
+        return -1, (f"a training step failed on huge values ({rep.extra['numeric_error']})")
     if rep.diverged_at is not None and rep.diverged_at >= 0:
         return int(rep.diverged_at), "a training step produced a non-finite value"
     if not _all_finite(trainer.u):
@@ -838,7 +835,15 @@ def run_epochs(trainer, monitor, config, n_rows, on_epoch=None):
             t0 = time.perf_counter()
             idx = make_order(rng, n_rows, config.order)
             kseed = int(rng.integers(0, 2 ** 63 - 1))
-            rep = trainer.run_epoch(idx, lr_e, kseed)
+            try:
+                rep = trainer.run_epoch(idx, lr_e, kseed)
+            except _NUMERIC_ERRORS as exc:
+                from scalable_softmax.methods.base import EpochReport
+
+                # a kernel's float division by zero (numba raises it), a singular
+                # system: the arithmetic broke down on huge values, as a divergence does
+                rep = EpochReport(steps=0, diverged_at=0, extra={
+                    "numeric_error": f"{type(exc).__name__}: {exc}"})
             seconds += time.perf_counter() - t0
             steps += int(rep.steps)
             extras.append({"epoch": e, **(rep.extra or {})})
@@ -1089,7 +1094,7 @@ def fit_config(config, X, y, *, eval_sets=None, init_W=None, init_intercept=None
         warn_divergence(config.method, config.lr, diverged_at, reason, stacklevel=4)
     if len(rows) - 1 < config.epochs and diverged_at is None:
         params["stopped_at_epoch"] = len(rows) - 1
-    stalled = _stalled(trainer, extras) if diverged_at is None else None
+    stalled = trainer.stalled() if diverged_at is None else None
     if stalled is not None:
         params["stalled"] = stalled
         warnings.warn(f"fit({config.method!r}) {stalled}; FitResult.stalled says so. "

@@ -34,13 +34,15 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["PARAMETERS", "ORDERS", "U_INITS", "RULE_KEYS", "rule", "violation",
            "describe", "check", "check_options", "as_csr", "check_sparse", "as_labels",
-           "check_label_range", "check_trainer_data"]
+           "check_label_range", "check_trainer_data", "ModelTooLargeError",
+           "available_bytes", "check_fits_in_memory"]
 
 #: accepted values of ``order``
 ORDERS = ("shuffle", "uniform", "file")
@@ -526,3 +528,45 @@ def check_trainer_data(X, y, K: int) -> None:
     if N:
         check_label_range(arr, int(K), "y", "; map the labels to 0..K-1 or pass a "
                           "larger K")
+
+
+# ---------------------------------------------------------------------------
+# memory: the one check of a model's size (fit before it allocates W, FitResult.load
+# before it reads a saved model)
+# ---------------------------------------------------------------------------
+class ModelTooLargeError(MemoryError, ValueError):
+    """A model (or a saved model's arrays) would not fit in the machine's available
+    memory; raised before anything is allocated. A ``ValueError`` too, so that the
+    callers that catch bad arguments catch it."""
+
+
+def available_bytes() -> int | None:
+    """The memory the machine can give this process now: ``MemAvailable`` of
+    ``/proc/meminfo`` (Linux), else the free physical pages (``os.sysconf``), else
+    None (unknown: no check is made)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def gib(n: int) -> str:
+    """``n`` bytes in words: ``"2.0 GiB (2,147,483,648 bytes)"``."""
+    return f"{n / 2**30:,.1f} GiB ({n:,} bytes)"
+
+
+def check_fits_in_memory(need: int, what: str, fix: str) -> None:
+    """Raise :class:`ModelTooLargeError` when ``need`` bytes exceed the available
+    memory (:func:`available_bytes`); ``what`` says what needs them and ``fix`` what
+    to do. Nothing is checked when the available memory is unknown."""
+    have = available_bytes()
+    if have is not None and need > have:
+        raise ModelTooLargeError(f"{what} needs {gib(need)} but this machine has "
+                                 f"{gib(have)} of memory available; {fix}")

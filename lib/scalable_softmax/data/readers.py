@@ -764,6 +764,13 @@ def _int64_label(path, lineno, v: int, text: str) -> int:
     return v
 
 
+def _check_max_points(max_points) -> None:
+    if max_points is not None and not (isinstance(max_points, (int, np.integer))
+                                       and not isinstance(max_points, (bool, np.bool_))
+                                       and max_points >= 0):
+        raise ValueError(f"max_points must be None or an integer >= 0; got {max_points!r}")
+
+
 def _check_zero_based(zero_based) -> None:
     if not (isinstance(zero_based, (bool, np.bool_))
             or (isinstance(zero_based, str) and zero_based == "auto")):
@@ -797,10 +804,7 @@ def read_sparse_multilabel(path, *, header: bool, zero_based, label_mode: str = 
     """
     if label_mode not in ("multi", "single"):
         raise ValueError(f"label_mode must be 'multi' or 'single', got {label_mode!r}")
-    if max_points is not None and not (isinstance(max_points, (int, np.integer))
-                                       and not isinstance(max_points, (bool, np.bool_))
-                                       and max_points >= 0):
-        raise ValueError(f"max_points must be None or an integer >= 0; got {max_points!r}")
+    _check_max_points(max_points)
     _check_zero_based(zero_based)
     zero_based = zero_based if isinstance(zero_based, str) else bool(zero_based)
     if n_features is not None and not (isinstance(n_features, (int, np.integer))

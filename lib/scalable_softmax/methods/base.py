@@ -225,6 +225,13 @@ class Trainer:
         kernels read ``X`` row by row keeps them (all the registered methods)."""
         return self._indptr, self._indices, self._data, self._y
 
+    def stalled(self) -> str | None:
+        """None, or a sentence saying that the method stopped for good on a failure
+        before converging (``fit`` then issues a ``NoProgressWarning`` and records the
+        sentence in ``FitResult.stalled``). Default: None (a stochastic method runs
+        its epochs)."""
+        return None
+
     def warmup(self) -> None:
         """Compile (or load from numba's cache) every kernel :meth:`run_epoch` will use,
         so that ``fit`` does not count compilation as training time. Called once after

@@ -670,6 +670,25 @@ class _LBFGSTrainer(Trainer):
         self.history.append(rep.extra)
         return rep
 
+    def stalled(self):
+        """None, or a sentence when L-BFGS stopped for good on a failure (its line
+        search found no step, it ran out of evaluations) before converging: not on
+        convergence, and not on its iteration budget (``maxiter``)."""
+        if not self.finished or self.converged or not self.history:
+            return None
+        last = self.history[-1]
+        msg = str(last.get("message", ""))
+        head = msg.upper()
+        if head.startswith(("CONVERGE", "NOTHING TO DO")) or "NUMBER OF ITERATIONS" in head \
+                or "ITERATIONS REACHED" in head:
+            return None
+        change = ""
+        if self.start_fun is not None and math.isfinite(self.start_fun):
+            change = f"; the objective went from {self.start_fun:.6g} to {last['fun']:.6g}"
+        return (f"stopped without converging after {self.total_iters} L-BFGS "
+                f"iteration(s): {msg.split(' (mu = 0')[0]} (max |gradient| "
+                f"{last['grad_inf']:.3g}, gtol {self.opts['gtol']!r}){change}")
+
     def _extra(self, val, g, nit, msg):
         return {"fun": float(val), "grad_inf": float(np.max(np.abs(g))) if g.size else 0.0,
                 "grad_norm": float(np.linalg.norm(g)), "nit": nit, "nfev": self.nfev,
