@@ -780,11 +780,22 @@ def test_property_finite_but_huge_settings_in_every_method(method, lr, mu, scali
     assert res.stalled is None or "NoProgressWarning" in kinds
 
 
-def test_a_kernels_numeric_breakdown_is_a_divergence():
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_a_kernels_numeric_breakdown_is_a_divergence(monkeypatch):
     X, y, K = _data(N=20, D=3, K=4)
     with pytest.warns(DivergenceWarning, match=r"failed on huge values \(ZeroDivisionError"):
         res = fit(np.abs(X), y, "implicit", 0.1, epochs=2, progress=False, mu=1e308)
     assert res.diverged and "ZeroDivisionError" in res.diverged_reason
+    # a singular system in a step (implicit-batch's Newton solve) the same way
+    cls = get_trainer_class("implicit-batch")
+
+    def singular(self, order, lr, seed):
+        raise np.linalg.LinAlgError("Matrix is singular")
+
+    monkeypatch.setattr(cls, "run_epoch", singular)
+    with pytest.warns(DivergenceWarning, match=r"LinAlgError: Matrix is singular"):
+        res = fit(X, y, "implicit-batch", 0.1, epochs=2, progress=False)
+    assert res.diverged_at == (1, -1)
 
 
 def test_a_huge_batch_size_is_refused_with_the_bytes():
