@@ -39,7 +39,8 @@ The expression is Python, evaluated with these names only:
   parsed JSON, for the pages that quote the benchmarks (``docs/speed.md``,
   ``docs/own-data.md``);
 * ``provenance()`` -- ``tables/PROVENANCE.md``: ``{'commit': short hash, 'seconds':
-  {notebook: seconds}, 'runs': {make target: end-to-end time as written}}``;
+  {notebook: seconds}, 'runs': {make target: end-to-end time as written}, 'blas': its
+  BLAS kernel line as written}``;
 * ``np``, ``len``, ``min``, ``max``, ``sum``, ``abs``, ``round``, ``sorted``, ``int``,
   ``float``, ``str``.
 
@@ -194,8 +195,9 @@ class Tables:
         commits = {m.group(1): (m.group(3) or commit.group(1))[:7] for m in rows}
         runs = {m.group(1): m.group(2) for m in
                 re.finditer(r"^\| `make ([\w-]+)` \| [^|]+ \| [^|]+ \| ([^|]+?) \|$", text, re.M)}
+        blas = re.search(r"^- BLAS kernel: (.+)$", text, re.M)
         return {"commit": commit.group(1)[:7], "seconds": seconds, "commits": commits,
-                "runs": runs}
+                "runs": runs, "blas": blas.group(1).strip() if blas else "an unrecorded kernel"}
 
     def peers_first(self, tolerance_pct: str = "1") -> str:
         """"N of M": on how many of notebook 12's data sets one of ours is first within
