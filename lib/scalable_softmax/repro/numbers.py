@@ -46,7 +46,7 @@ The expression is Python, evaluated with these names only:
   {notebook: seconds}, 'runs': {make target: end-to-end time as written}, 'blas': its
   BLAS kernel line as written}``;
 * ``np``, ``len``, ``min``, ``max``, ``sum``, ``abs``, ``round``, ``sorted``, ``int``,
-  ``float``, ``str``.
+  ``float``, ``str``, ``zip``, ``range``, ``list``, ``all``, ``any``.
 
 A ``|`` in a shown value is escaped (``\\|``), so that it can stand in a markdown table.
 
@@ -290,7 +290,8 @@ class Tables:
                 "pieces": self.piece_rule(),
                 "bench": self.bench, "np": np,
                 "len": len, "min": min, "max": max, "sum": sum, "abs": abs, "round": round,
-                "sorted": sorted, "int": int, "float": float, "str": str,
+                "sorted": sorted, "int": int, "float": float, "str": str, "zip": zip,
+                "range": range, "list": list, "all": all, "any": any,
                 "__builtins__": {}}
 
 
