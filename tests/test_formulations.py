@@ -72,6 +72,13 @@ def test_run_formulations_fits_both_formulations():
     assert list(two.seed) == [0, 0, 1, 1]
     # seed 0's runs are the same whether or not other seeds run beside them
     assert two.log_loss.iloc[:2].tolist() == runs.log_loss.tolist()
+    # and the same in two worker processes, bit for bit and in the same order
+    par = fm.run_formulations({"toy": ds}, [0.1], epochs=1, lr_decay=0.9, mu=0.0,
+                              seeds=[0, 1], delta0=1.0, progress=False, workers=2)
+    pd.testing.assert_frame_equal(par.drop(columns="seconds"), two.drop(columns="seconds"))
+    with pytest.raises(ValueError, match="workers"):
+        fm.run_formulations({"toy": ds}, [0.1], epochs=1, lr_decay=0.9, mu=0.0, seeds=0,
+                            delta0=1.0, workers=0)
     assert np.isfinite(runs.log_loss).all() and (runs.epochs_run == 1).all()
     assert runs.synthetic.all()
 

@@ -38,35 +38,60 @@ def dataset_label(name: str, ds) -> str:
     return f"{name} (SYNTHETIC)" if ds.synthetic else name
 
 
+def _fit_both(name: str, ds, lr: float, seed: int, epochs: int, lr_decay: float, mu: float,
+              delta0: float, eval_rows) -> list[dict]:
+    """Both formulations on ``ds`` at ``lr`` and ``seed``: the rows of
+    :func:`run_formulations`."""
+    rows = []
+    for form, spec in FORMULATIONS.items():
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():   # recorded in the row (diverged, log_loss)
+            warnings.simplefilter("ignore", DivergenceWarning)
+            res = fit(ds.X, ds.y, lr=lr, epochs=epochs, lr_decay=lr_decay, mu=mu,
+                      K=ds.K, seed=seed, eval_epochs=[epochs], eval_rows=eval_rows,
+                      progress=False, delta0=delta0, **spec)
+        last = res.history.iloc[-1]
+        rows.append(dict(dataset=name, synthetic=bool(ds.synthetic), lr=lr,
+                         seed=seed, formulation=form,
+                         log_loss=float(last["train_log_loss"]),
+                         diverged=res.diverged,
+                         diverged_at=str(res.diverged_at) if res.diverged else "",
+                         epochs_run=int(last["epoch"]),
+                         seconds=time.perf_counter() - t0))
+    return rows
+
+
 def run_formulations(data: dict, learning_rates, epochs: int, lr_decay: float, mu: float,
                      seeds, delta0: float, eval_rows=None,
-                     progress: bool = True) -> pd.DataFrame:
+                     progress: bool = True, workers: int = 1) -> pd.DataFrame:
     """Fit both :data:`FORMULATIONS` on every data set of ``data`` (``{name: Dataset}``)
     at every rate and seed of ``seeds`` (a seed or a list), the same seed for both (so they
     see the same data order), evaluated after the last epoch only. One row per run: data
     set, rate, seed, formulation, final training log-loss (``inf`` when the run
-    overflowed), divergence, epochs run, seconds."""
+    overflowed), divergence, epochs run, seconds. ``workers`` > 1 trains that many
+    (data set, rate, seed) pairs at once in separate processes (joblib's loky, one thread
+    each); every run is the same as in one process (the rows, in the same order, differ
+    only in their seconds)."""
     seeds = [int(seeds)] if np.ndim(seeds) == 0 else [int(s) for s in seeds]
+    if int(workers) < 1:
+        raise ValueError(f"workers must be at least 1, got {workers!r}")
+    tasks = list(itertools.product(data.items(), learning_rates, seeds))
+    args = (epochs, lr_decay, mu, delta0, eval_rows)
+    bar = tqdm(total=len(tasks) * len(FORMULATIONS), desc="05 runs", disable=not progress)
     rows = []
-    bar = tqdm(total=len(data) * len(learning_rates) * len(FORMULATIONS) * len(seeds),
-               desc="05 runs", disable=not progress)
-    for (name, ds), lr, seed in itertools.product(data.items(), learning_rates, seeds):
-        for form, spec in FORMULATIONS.items():
-            t0 = time.perf_counter()
-            with warnings.catch_warnings():   # recorded in the row (diverged, log_loss)
-                warnings.simplefilter("ignore", DivergenceWarning)
-                res = fit(ds.X, ds.y, lr=lr, epochs=epochs, lr_decay=lr_decay, mu=mu,
-                          K=ds.K, seed=seed, eval_epochs=[epochs], eval_rows=eval_rows,
-                          progress=False, delta0=delta0, **spec)
-            last = res.history.iloc[-1]
-            rows.append(dict(dataset=name, synthetic=bool(ds.synthetic), lr=lr,
-                             seed=seed, formulation=form,
-                             log_loss=float(last["train_log_loss"]),
-                             diverged=res.diverged,
-                             diverged_at=str(res.diverged_at) if res.diverged else "",
-                             epochs_run=int(last["epoch"]),
-                             seconds=time.perf_counter() - t0))
-            bar.update(1)
+    if int(workers) == 1:
+        for (name, ds), lr, seed in tasks:
+            rows += _fit_both(name, ds, lr, seed, *args)
+            bar.update(len(FORMULATIONS))
+    else:
+        from joblib import Parallel, delayed
+
+        par = Parallel(n_jobs=int(workers), backend="loky", return_as="generator",
+                       inner_max_num_threads=1)
+        for part in par(delayed(_fit_both)(name, ds, lr, seed, *args)
+                        for (name, ds), lr, seed in tasks):
+            rows += part
+            bar.update(len(FORMULATIONS))
     bar.close()
     return pd.DataFrame(rows)
 
