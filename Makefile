@@ -117,7 +117,10 @@ tables/data-table1.md: $(LIB_SOURCES) $(DATA_STAMP) | $(STAMP)
 
 # the end-to-end time of `make reproduce` (.venv, data, Table 1, notebooks) is measured
 # here and written to tables/PROVENANCE.md; then the README's and docs' quoted numbers are
-# recomputed from the new tables (python -m scalable_softmax.repro.numbers)
+# recomputed from the new tables (python -m scalable_softmax.repro.numbers). Its own files
+# go under build/ (build/reproduce.started); keep a run's log there too
+# (make reproduce > build/reproduce.log 2>&1): the repository's root holds only the entries
+# tests/test_layout.py declares, and a committed log at the root fails the tests
 reproduce:  ## regenerate every table and figure, the executed notebooks and PROVENANCE.md
 	@mkdir -p build && date -u +%Y-%m-%dT%H:%M:%SZ > build/reproduce.started
 	@$(MAKE) --no-print-directory reproduce-steps

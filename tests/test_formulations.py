@@ -64,8 +64,54 @@ def test_run_formulations_fits_both_formulations():
     rng = np.random.default_rng(0)
     X = sp.random(40, 6, density=0.5, format="csr", random_state=0)
     ds = SimpleNamespace(X=X, y=rng.integers(0, 4, 40), K=4, synthetic=True)
-    runs = fm.run_formulations({"toy": ds}, [0.1], epochs=1, lr_decay=0.9, mu=0.0, seed=0,
+    runs = fm.run_formulations({"toy": ds}, [0.1], epochs=1, lr_decay=0.9, mu=0.0, seeds=0,
                                delta0=1.0, progress=False)
     assert list(runs.formulation) == ["proposed", "raman"]
+    two = fm.run_formulations({"toy": ds}, [0.1], epochs=1, lr_decay=0.9, mu=0.0,
+                              seeds=[0, 1], delta0=1.0, progress=False)
+    assert list(two.seed) == [0, 0, 1, 1]
+    # seed 0's runs are the same whether or not other seeds run beside them
+    assert two.log_loss.iloc[:2].tolist() == runs.log_loss.tolist()
+    # and the same in two worker processes, bit for bit and in the same order
+    par = fm.run_formulations({"toy": ds}, [0.1], epochs=1, lr_decay=0.9, mu=0.0,
+                              seeds=[0, 1], delta0=1.0, progress=False, workers=2)
+    pd.testing.assert_frame_equal(par.drop(columns="seconds"), two.drop(columns="seconds"))
+    with pytest.raises(ValueError, match="workers"):
+        fm.run_formulations({"toy": ds}, [0.1], epochs=1, lr_decay=0.9, mu=0.0, seeds=0,
+                            delta0=1.0, workers=0)
     assert np.isfinite(runs.log_loss).all() and (runs.epochs_run == 1).all()
     assert runs.synthetic.all()
+
+
+def _two_seeds():
+    one, other = _runs(), _runs()
+    one["seed"], other["seed"] = 0, 1
+    other.loc[(other.lr == 1.0) & (other.formulation == "raman"), "log_loss"] = 0.5
+    return pd.concat([one, other], ignore_index=True)
+
+
+def test_ratio_table_averages_the_seeds_and_gives_their_range():
+    runs = _two_seeds()
+    t = fm.ratio_table(runs, DATA, 2, 3.08).set_index("rate")
+    # log-losses averaged over the seeds: raman at rate 1 is (1.5 + 0.5) / 2
+    assert t.raman_log_loss["1e+00"] == pytest.approx(1.0)
+    assert t.ratio_raman_over_proposed["1e+00"] == pytest.approx(1.0)
+    assert (t.ratio_min["1e+00"], t.ratio_max["1e+00"]) == (0.5, 1.5)
+    assert (t.seeds == 2).all()
+    # the mean row's range is that of each seed's own mean over rates
+    assert t.ratio_min["mean over rates"] == pytest.approx((2.0 + 0.5) / 2)
+    assert t.ratio_max["mean over rates"] == pytest.approx((2.0 + 1.5) / 2)
+    fm.check_formulations(runs, t.reset_index(), DATA, [0.1, 1.0, 10.0], 2)
+
+
+def test_claims_table_counts_the_seeds_that_support_each_claim():
+    c = fm.claims_table(_two_seeds(), DATA, 2, 3.08).set_index("claim")
+    assert list(c.dataset.unique()) == ["bibtex"]
+    every = c.loc["the proposed double sum is better at every rate"]
+    # rate 10 diverged for raman (ratio inf > 1): seed 0 better at 3 of 3, seed 1 at 2 of 3
+    assert every.seeds == "1 of 2 seeds"
+    assert every.verdict == "inconclusive (1 of 2 seeds)"
+    factor = c.loc["the proposed double sum beats Raman's by the paper's factor, on average "
+                   "over the rates"]
+    assert factor.verdict == "not confirmed" and factor.seeds == "0 of 2 seeds"
+    assert factor.paper == "3.08"

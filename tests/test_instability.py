@@ -114,3 +114,38 @@ def test_replay_runs_gradient_table_summary_and_figures():
     assert len(I.plot_divergence(table, 4, "toy", 1).axes) == 2
     assert len(I.plot_histograms(runs, [0.1, 50.0], 2).axes) == 4
     assert len(I.plot_raman(runs, [0.1, 50.0]).axes) == 4
+
+
+def test_seed_claims_count_the_seeds_and_one_overflow_refutes_a_claim_about_every_run():
+    import pandas as pd
+
+    from scalable_softmax.repro import instability as ins
+
+    def table(umax_diverged):
+        return pd.DataFrame(dict(method=["vanilla", "vanilla", "umax", "umax"],
+                                 lr=[0.1, 10.0, 0.1, 10.0],
+                                 diverged=[False, True, False, umax_diverged],
+                                 final_train_log_loss=[1.0, np.inf, 1.0,
+                                                       np.inf if umax_diverged else 2.0]))
+
+    def init(log_k_worse):
+        return pd.DataFrame(dict(u_init=["zero", "zero", "logK", "logK"], lr=[0.1, 10.0] * 2,
+                                 diverged=[False, True, log_k_worse, True],
+                                 final_train_log_loss=[1.0, np.inf, 1.0, np.inf]))
+
+    h = pd.DataFrame(dict(finite=[True, True], log10_grad=[0.0, 1.0], log10_bound=[1.0, 1.0]))
+    replays = {s: {("umax", 10.0): h} for s in (0, 1)}
+    c = ins.seed_claims({0: table(False), 1: table(True)}, {0: init(False), 1: init(True)},
+                        replays, [0.1, 10.0], [10.0]).set_index("claim")
+    assert c.loc["vanilla SGD overflows at the largest rate", "verdict"] == "confirmed"
+    assert c.loc["vanilla SGD overflows at the largest rate", "seeds"] == "2 of 2 seeds"
+    umax = c.loc["U-max stays finite at every rate"]
+    assert (umax.verdict, umax.seeds, umax.ours) == ("not confirmed", "1 of 2 seeds",
+                                                     "1 of 4 runs overflowed")
+    assert c.loc["u = log K is at least as stable as u = 0 at every rate",
+                 "verdict"] == "not confirmed"
+    assert c.loc["U-max's gradient stays below its bound at every replayed step",
+                 "verdict"] == "confirmed"
+    every = ins.seeds_table({0: table(False)}, {0: init(False)})
+    assert list(every.columns[:4]) == ["seed", "u_init", "method", "lr"]
+    assert len(every) == 4 + 2 and set(every.u_init) == {"zero", "logK"}

@@ -383,3 +383,46 @@ def test_notebooks_are_glue_not_programs(path):
     defs = [line.strip() for c in nb["cells"] if c["cell_type"] == "code"
             for line in "".join(c["source"]).splitlines() if line.lstrip().startswith("def ")]
     assert len(defs) <= 2, f"{path.name} defines functions: {defs}"
+
+
+#: what the repository's root holds, each with what it is for; a run's log, a scratch file
+#: or a stamp belongs under build/ (ignored), never at the root
+ROOT_ENTRIES = {
+    ".ci": "the CI configuration",
+    ".gitignore": "what git ignores (build/, .venv/, data caches)",
+    "CONTRIBUTING.md": "how to add a method, the defaults and conventions",
+    "LICENSE": "the licence",
+    "Makefile": "the two commands and every other target",
+    "README.md": "the front page (rendered from docs/templates/README.md)",
+    "benchmarks": "the speed benchmarks and their results",
+    "conftest.py": "pytest's options for the whole repository",
+    "data": "the data notes and checksums",
+    "docs": "the pages and their templates",
+    "environment.yml": "conda's way into the same lock",
+    "figures": "the record's figures",
+    "lib": "the library and the reproduction",
+    "notebooks": "the notebooks and their executed copies",
+    "params": "the notebooks' settings, verify's tolerances, the pages' constants",
+    "pyproject.toml": "the package and its tools' settings",
+    "requirements-peers.lock": "the hash-checked lock of the peers extra",
+    "requirements.lock": "the hash-checked lock",
+    "tables": "the record's tables and PROVENANCE.md",
+    "tests": "the tests",
+}
+
+
+def test_the_root_holds_only_the_declared_entries():
+    """A committed file at the repository's root outside :data:`ROOT_ENTRIES` fails (a
+    record run once committed its logs there: ``log``, ``rc1``, ``verify.log``)."""
+    try:
+        out = subprocess.run(["git", "ls-files"], cwd=LIB.parent, capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: the committed files cannot be listed")
+    top = {line.split("/")[0] for line in out.splitlines() if line}
+    extra = sorted(top - set(ROOT_ENTRIES))
+    assert not extra, (f"files at the repository's root outside ROOT_ENTRIES "
+                       f"(tests/test_layout.py): {extra}; a run's logs go under build/, "
+                       "a new top-level entry is declared there with what it is for")
+    gone = sorted(set(ROOT_ENTRIES) - top)
+    assert not gone, f"ROOT_ENTRIES declares {gone}, which the repository no longer has"

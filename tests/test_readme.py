@@ -332,3 +332,18 @@ def test_peers_count_and_crossover_verdict_come_from_the_tables(tmp_path):
     assert t.crossover_first(0) == "K = 1,000: softmax SGD (full-softmax, 1 s)"
     assert t.crossover_first(1) == "K = 30,000: Implicit SGD (double-sum, 4 s)"
     assert t.crossover_first(2) == ""
+
+
+def test_verdicts_of_a_one_protocol_claims_table_and_has_table(tmp_path):
+    import pandas as pd
+    pd.DataFrame({"claim": ["a", "b"], "dataset": ["x", "x"], "verdict":
+                  ["confirmed", "inconclusive (2 of 3 seeds)"],
+                  "seeds": ["3 of 3 seeds", "2 of 3 seeds"]}).to_csv(tmp_path / "t.csv",
+                                                                     index=False)
+    t = numbers.Tables(tmp_path)
+    assert t.verdicts("t", "a") == "confirmed, holds in 3 of 3 seeds"
+    assert t.verdicts("t", "b", dataset="x") == "inconclusive (2 of 3 seeds)"
+    assert t.has_table("t") and not t.has_table("u")
+    text = "<!--= verdicts('t', 'a') if has_table('t') else 'one seed' --> / " \
+           "<!--= verdicts('u', 'a') if has_table('u') else 'one seed' -->"
+    assert numbers.render_text(text, t) == "confirmed, holds in 3 of 3 seeds / one seed"

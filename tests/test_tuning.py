@@ -243,3 +243,37 @@ def test_sensitivity_figures():
     assert "N = 100, K = 20" in fig._suptitle.get_text()
     fig = tuning.plot_final_vs_rate(table, {"bibtex": "bibtex"}, variants, 2)
     assert fig.axes[0].get_title() == "bibtex"
+
+
+def test_sensitivity_seed_claims_judge_the_means_and_every_seed():
+    import numpy as np
+    import pandas as pd
+
+    from scalable_softmax.repro import tuning as tu
+
+    methods = ["umax", "implicit"]
+    variants = tu.sensitivity_variants(methods, nce_11=False)
+
+    def table(implicit_at_1):
+        rows = []
+        for lr, umax, impl in ((0.1, 2.0, 1.0), (1.0, 50.0, implicit_at_1), (10.0, 90.0, 1.0)):
+            for m, ll in (("umax", umax), ("implicit", impl)):
+                rows.append(dict(dataset="bibtex", data="bibtex", method=m, lr=lr,
+                                 train_log_loss=ll, log_K=np.log(146.0),
+                                 diverged=not np.isfinite(ll)))
+        return pd.DataFrame(rows)
+
+    tables = {0: table(1.0), 1: table(np.inf)}
+    c = tu.sensitivity_seed_claims(tables, {"bibtex": "bibtex"}, [0.1, 1.0, 10.0], methods,
+                                   variants).set_index("claim")
+    best = c.loc["Implicit SGD is best at most rates"]
+    assert (best.verdict, best.seeds) == ("confirmed", "2 of 2 seeds")
+    never = c.loc["Implicit SGD never diverges"]
+    assert (never.verdict, never.seeds, never.ours) == ("not confirmed", "1 of 2 seeds",
+                                                        "1 of 6 runs diverged")
+    large = c.loc["U-max's log-loss is extremely large at the largest rate"]
+    assert large.verdict == "confirmed" and large.ours.startswith("18.1 times log K")
+    every = tu.sensitivity_seeds(tables, {"bibtex": "bibtex"}, [0.1, 1.0, 10.0], methods,
+                                 variants)
+    assert list(every.seed) == [0, 0, 0, 1, 1, 1]
+    assert list(every.best_method) == ["implicit"] * 3 + ["implicit", "umax", "implicit"]

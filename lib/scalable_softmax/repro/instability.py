@@ -31,7 +31,8 @@ from scalable_softmax.protocols import LIBRARY_DEFAULTS
 __all__ = ["replay", "REPLAY_METHODS", "log10_bound", "NOTEBOOK_REPLAYS", "overflow_runs",
            "u_init_runs", "largest_stable_rates", "replay_runs", "gradient_table",
            "plot_divergence", "plot_histograms", "plot_raman", "summary",
-           "overflow_found_lines", "u_init_found_lines", "replay_found_lines"]
+           "overflow_found_lines", "u_init_found_lines", "replay_found_lines", "seed_claims",
+           "seeds_table"]
 
 #: methods :func:`replay` knows
 REPLAY_METHODS = ("vanilla", "umax", "raman-vanilla", "raman-umax")
@@ -447,3 +448,71 @@ def replay_found_lines(grads: pd.DataFrame, runs: dict, methods=None) -> list[st
                      f"{r.steps_above_bound} steps above the bound (largest log10 ratio to "
                      f"it {ratio:.3g}).")
     return lines
+
+
+def seed_claims(tables: dict, inits: dict, replays: dict, lrs, replay_lrs) -> pd.DataFrame:
+    """Notebook 01's claims judged seed by seed (``reporting.seed_claim``) from each
+    seed's :func:`overflow_runs` table (``tables``: ``{seed: table}``), :func:`u_init_runs`
+    table (``inits``) and :func:`replay_runs` (``replays``): vanilla SGD overflows at the
+    largest rate; U-max and Implicit SGD stay finite at every rate (one overflow in any
+    seed refutes it); U-max's replayed gradient stays below its bound; ``u = log K`` is at
+    least as stable as ``u = 0`` at every rate."""
+    from scalable_softmax.repro.reporting import seed_claim
+
+    seeds = sorted(tables)
+    top = max(lrs)
+    rows = []
+    van = [bool(tables[s][(tables[s].method == "vanilla") & (tables[s].lr == top)]
+                .diverged.all()) for s in seeds]
+    rows.append(seed_claim("vanilla SGD overflows at the largest rate", "overflow at large rates",
+                           f"overflowed at lr {top:g} in {sum(van)} of {len(seeds)} seeds",
+                           all(van), van))
+    for m, name in (("umax", "U-max"), ("implicit", "Implicit SGD")):
+        ok = []
+        n_div = n_runs = 0
+        for s in seeds:
+            g = tables[s][tables[s].method == m]
+            n_div += int(g.diverged.sum())
+            n_runs += len(g)
+            ok.append(bool(not g.diverged.any() and np.isfinite(g.final_train_log_loss).all()))
+        rows.append(seed_claim(f"{name} stays finite at every rate", "never overflows",
+                               f"{n_div} of {n_runs} runs overflowed", all(ok), ok,
+                               pooled=True))
+    ok = [all(bool(replays[s]["umax", lr].finite.all()
+                   and (replays[s]["umax", lr].log10_grad
+                        <= replays[s]["umax", lr].log10_bound + 1e-12).all())
+              for lr in replay_lrs) for s in seeds]
+    rows.append(seed_claim("U-max's gradient stays below its bound at every replayed step",
+                           "(K-1) e^delta0 ||x_i||",
+                           f"below at every step in {sum(ok)} of {len(seeds)} seeds",
+                           all(ok), ok, pooled=True))
+    ok = []
+    for s in seeds:
+        t = inits[s]
+        if set(t.u_init) >= {"zero", "logK"}:
+            zs = t[t.u_init == "zero"].set_index("lr").diverged
+            ls = t[t.u_init == "logK"].set_index("lr").diverged
+            ok.append(bool(not (ls & ~zs).any()))
+        else:
+            ok.append(None)
+    judged = [o for o in ok if o is not None]
+    rows.append(seed_claim("u = log K is at least as stable as u = 0 at every rate",
+                           "Algorithm 1 starts from u = log K",
+                           f"in {sum(judged)} of {len(judged)} seeds" if judged else "-",
+                           all(judged) if judged else None, ok, pooled=True))
+    return pd.DataFrame(rows)
+
+
+def seeds_table(tables: dict, inits: dict) -> pd.DataFrame:
+    """Every seed's overflow runs (:func:`overflow_runs`, from ``u = 0``) and vanilla SGD's
+    runs from every other initial ``u`` (:func:`u_init_runs`), with their ``seed`` and
+    ``u_init`` (without the wall-clock seconds: a seed's table is deterministic)."""
+    parts = []
+    for s in sorted(tables):
+        parts.append(tables[s].assign(seed=s, u_init="zero"))
+        other = inits[s][inits[s].u_init != "zero"]
+        if len(other):
+            parts.append(other.assign(seed=s, method="vanilla"))
+    out = pd.concat(parts, ignore_index=True).drop(columns=["seconds"], errors="ignore")
+    first = ["seed", "u_init", "method", "lr"]
+    return out[first + [c for c in out.columns if c not in first]]

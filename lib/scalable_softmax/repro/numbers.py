@@ -34,14 +34,19 @@ The expression is Python, evaluated with these names only:
   protocols with the same verdict grouped, each with its seed support when the table has
   ``seeds_<protocol>`` columns (how many seeds support the claim) and the verdict does
   not already name it: ``"confirmed, holds in 3 of 3 seeds (authors' code);
-  not confirmed, holds in 0 of 3 seeds (1 pass, paper's text)"``;
+  not confirmed, holds in 0 of 3 seeds (1 pass, paper's text)"``; a table of one
+  protocol has a plain ``verdict`` column (and ``seeds``): ``"confirmed, holds in 3 of 3
+  seeds"``;
+* ``has_table(stem)`` -- whether ``tables/<stem>.csv`` exists (a table an older record
+  lacks);
 * ``bench(name)`` -- ``benchmarks/results/<name>.json`` (what ``make bench`` wrote) as
   parsed JSON, for the pages that quote the benchmarks (``docs/speed.md``,
   ``docs/own-data.md``);
 * ``provenance()`` -- ``tables/PROVENANCE.md``: ``{'commit': short hash, 'seconds':
-  {notebook: seconds}, 'runs': {make target: end-to-end time as written}}``;
+  {notebook: seconds}, 'runs': {make target: end-to-end time as written}, 'blas': its
+  BLAS kernel line as written}``;
 * ``np``, ``len``, ``min``, ``max``, ``sum``, ``abs``, ``round``, ``sorted``, ``int``,
-  ``float``, ``str``.
+  ``float``, ``str``, ``zip``, ``range``, ``list``, ``all``, ``any``.
 
 A ``|`` in a shown value is escaped (``\\|``), so that it can stand in a markdown table.
 
@@ -165,6 +170,12 @@ class Tables:
             raise LookupError(f"table {stem}: {len(row)} rows match claim {claim!r} {where} "
                               "(need exactly 1)")
         groups: dict[str, list[str]] = {}
+        if "verdict" in row.columns:   # one verdict, no protocols (notebooks 01, 04, 05)
+            verdict = str(row["verdict"].iloc[0])
+            support = str(row["seeds"].iloc[0]) if "seeds" in row.columns else "-"
+            if support not in ("-", "", "nan") and "seed" not in verdict:
+                verdict = f"{verdict}, holds in {support}"
+            return verdict
         for col in row.columns:
             if col.startswith("verdict_"):
                 protocol = col[len("verdict_"):]
@@ -175,8 +186,13 @@ class Tables:
                     verdict = f"{verdict}, holds in {support}"
                 groups.setdefault(verdict, []).append(PROTOCOL_NAMES.get(protocol, protocol))
         if not groups:
-            raise LookupError(f"table {stem} has no verdict_<protocol> column")
+            raise LookupError(f"table {stem} has no verdict or verdict_<protocol> column")
         return "; ".join(f"{v} ({', '.join(p)})" for v, p in groups.items())
+
+    def has_table(self, stem: str) -> bool:
+        """Whether the record has ``tables/<stem>.csv`` (a table a newer notebook writes
+        and an older record lacks)."""
+        return (self.folder / f"{stem}.csv").is_file()
 
     def provenance(self) -> dict:
         path = self.folder / "PROVENANCE.md"
@@ -194,8 +210,9 @@ class Tables:
         commits = {m.group(1): (m.group(3) or commit.group(1))[:7] for m in rows}
         runs = {m.group(1): m.group(2) for m in
                 re.finditer(r"^\| `make ([\w-]+)` \| [^|]+ \| [^|]+ \| ([^|]+?) \|$", text, re.M)}
+        blas = re.search(r"^- BLAS kernel: (.+)$", text, re.M)
         return {"commit": commit.group(1)[:7], "seconds": seconds, "commits": commits,
-                "runs": runs}
+                "runs": runs, "blas": blas.group(1).strip() if blas else "an unrecorded kernel"}
 
     def peers_first(self, tolerance_pct: str = "1") -> str:
         """"N of M": on how many of notebook 12's data sets one of ours is first within
@@ -264,6 +281,7 @@ class Tables:
 
     def namespace(self) -> dict:
         return {"table": self.table, "rows": self.rows, "cell": self.cell,
+                "has_table": self.has_table,
                 "verdicts": self.verdicts, "provenance": self.provenance,
                 "peers_first": self.peers_first, "crossover_verdict": self.crossover_verdict,
                 "crossover_first": self.crossover_first,
@@ -272,7 +290,8 @@ class Tables:
                 "pieces": self.piece_rule(),
                 "bench": self.bench, "np": np,
                 "len": len, "min": min, "max": max, "sum": sum, "abs": abs, "round": round,
-                "sorted": sorted, "int": int, "float": float, "str": str,
+                "sorted": sorted, "int": int, "float": float, "str": str, "zip": zip,
+                "range": range, "list": list, "all": all, "any": any,
                 "__builtins__": {}}
 
 

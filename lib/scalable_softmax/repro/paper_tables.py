@@ -578,21 +578,8 @@ def seed_used(runs: pd.DataFrame, used: pd.DataFrame, seed) -> pd.DataFrame:
     return out
 
 
-def seed_verdict(ok, ok_seeds, pooled=False):
-    """``(verdict, seeds)`` of a claim judged on the means (``ok``: True, False or None
-    for not judged) and on each seed alone (``ok_seeds``). ``confirmed`` or ``not
-    confirmed`` when every seed agrees with the means, else ``inconclusive (k of n
-    seeds)``; ``seeds`` says how many seeds support the claim (``"3 of 3 seeds"``).
-    ``pooled``: a claim about every run (no run diverges), which one counterexample in
-    any seed refutes: its verdict is the pooled one, the seeds only counted."""
-    judged = [o for o in ok_seeds if o is not None]
-    n, k = len(judged), sum(bool(o) for o in judged)
-    support = f"{k} of {n} seeds" if n else "-"
-    if ok is None:
-        return "not judged", support
-    if pooled or (k == n if ok else k == 0):
-        return ("confirmed" if ok else "not confirmed"), support
-    return f"inconclusive ({k} of {n} seeds)", support
+#: re-exported: notebooks 01, 04 and 05 judge their claims with it too
+seed_verdict = rp.seed_verdict
 
 
 def seed_range(template: str, values: list, digits: int = 2) -> str:

@@ -220,3 +220,32 @@ def finding(condition, message: str, strict: bool = True) -> bool:
     run's profile."""
     f = Findings("full" if strict else None)
     return f(condition, message)
+
+
+def seed_verdict(ok, ok_seeds, pooled=False):
+    """``(verdict, seeds)`` of a claim judged on the means (``ok``: True, False or None
+    for not judged) and on each seed alone (``ok_seeds``). ``confirmed`` or ``not
+    confirmed`` when every seed agrees with the means, else ``inconclusive (k of n
+    seeds)``; ``seeds`` says how many seeds support the claim (``"3 of 3 seeds"``).
+    ``pooled``: a claim about every run (no run diverges), which one counterexample in
+    any seed refutes: its verdict is the pooled one, the seeds only counted."""
+    judged = [o for o in ok_seeds if o is not None]
+    n, k = len(judged), sum(bool(o) for o in judged)
+    support = f"{k} of {n} seeds" if n else "-"
+    if ok is None:
+        return "not judged", support
+    if pooled or (k == n if ok else k == 0):
+        return ("confirmed" if ok else "not confirmed"), support
+    return f"inconclusive ({k} of {n} seeds)", support
+
+
+def seed_claim(claim: str, paper: str, ours: str, ok, ok_seeds, pooled: bool = False,
+               **where) -> dict:
+    """One row of a claims table of one protocol (notebooks 01, 04 and 05): the claim,
+    the ``where`` columns that tell its rows apart (``dataset``), the paper's words or
+    number, ours (the numbers of the means or of the pooled runs), the verdict of
+    :func:`seed_verdict` on ``ok`` and each seed's ``ok_seeds``, and the seeds that
+    support it (``"3 of 3 seeds"``), as ``scalable_softmax.repro.numbers`` reads them."""
+    verdict, support = seed_verdict(ok, list(ok_seeds), pooled=pooled)
+    return {"claim": claim, **where, "paper": paper, "ours": ours, "verdict": verdict,
+            "seeds": support}

@@ -41,7 +41,7 @@ __all__ = ["AGREEMENT_ORDER", "SAMPLED", "CHOSEN_MD_COLUMNS", "GRID_MD_COLUMNS",
            "sensitivity_found_lines", "tuning_found_lines",
            "sensitivity_table", "sensitivity_preamble", "best_method_table",
            "best_method_summary", "plot_sensitivity_curves", "plot_final_vs_rate",
-           "check_sensitivity"]
+           "check_sensitivity", "sensitivity_seeds", "sensitivity_seed_claims"]
 
 #: the agreement classes of a tuned rate with the paper's, closest first
 AGREEMENT_ORDER = ["equal", "within 10x", "within 100x", "further", "no stable rate"]
@@ -779,3 +779,87 @@ def tuning_found_lines(chosen: pd.DataFrame, grid: pd.DataFrame,
                          f"{r.dataset} {fmt_rate(r.authors_code_lr)} / {fmt_rate(r.paper_lr)}"
                          for r in both[both.method == "implicit"].itertuples()) + ".")
     return lines
+
+
+def _mean_table(tables: dict) -> pd.DataFrame:
+    """Notebook 04's run tables of several seeds averaged: the mean final training
+    log-loss per data set, method and rate (``inf`` when a seed's run diverged)."""
+    all_ = pd.concat(tables.values(), ignore_index=True)
+    return (all_.groupby(["dataset", "data", "method", "lr"], sort=False)
+            .agg(train_log_loss=("train_log_loss", "mean"), log_K=("log_K", "first"),
+                 diverged=("diverged", "any"))
+            .reset_index())
+
+
+def sensitivity_seeds(tables: dict, loader: dict, learning_rates, methods,
+                      variants) -> pd.DataFrame:
+    """Per seed of ``tables`` (``{seed: sensitivity_table}``), data set and rate: the best
+    of ``methods`` and Implicit SGD's log-loss over the best one
+    (:func:`best_method_table` of that seed's runs)."""
+    parts = [best_method_table(t, loader, learning_rates, methods, variants)
+             .assign(seed=s) for s, t in sorted(tables.items())]
+    out = pd.concat(parts, ignore_index=True)
+    keep = ["seed", "dataset", "lr", "best_method", "best_log_loss", "implicit_over_best",
+            "log_K"]
+    return out[[c for c in keep if c in out.columns]]
+
+
+def sensitivity_seed_claims(tables: dict, loader: dict, learning_rates, methods, variants,
+                            nce_tolerance: float = 0.05,
+                            umax_factor: float = 10.0) -> pd.DataFrame:
+    """Notebook 04's claims per data set, judged on the log-losses averaged over the seeds
+    of ``tables`` (``{seed: sensitivity_table}``) and on each seed alone
+    (``reporting.seed_claim``): Implicit SGD is best at most rates; it never diverges (one
+    diverged run in any seed refutes it); U-max's log-loss at the largest rate is
+    extremely large (at least ``umax_factor`` times ``log K``); NCE (1,1) is nearly
+    identical to NCE (within ``nce_tolerance`` at every rate where both are finite)."""
+    from scalable_softmax.repro.reporting import seed_claim
+
+    seeds = sorted(tables)
+    mean = _mean_table(tables)
+    top = max(learning_rates)
+
+    def best_count(t, d):
+        b = best_method_table(t, {d: loader[d]}, learning_rates, methods, variants)
+        return int((b.best_method == "implicit").sum()), len(b)
+
+    def part(t, d, m):
+        return t[(t.data == loader[d]) & (t.method == m)].set_index("lr")
+
+    rows = []
+    for d in loader:
+        lab = mean[mean.data == loader[d]].dataset.iloc[0]
+        if "implicit" in methods:
+            k, n = best_count(mean, d)
+            each = [best_count(tables[s], d) for s in seeds]
+            rows.append(seed_claim(
+                "Implicit SGD is best at most rates", "most rates",
+                f"{k} of {n} rates (seeds: {', '.join(str(e[0]) for e in each)})",
+                k > n / 2, [e[0] > e[1] / 2 for e in each], dataset=lab))
+            div = [int(part(tables[s], d, "implicit").diverged.sum()) for s in seeds]
+            runs = sum(len(part(tables[s], d, "implicit")) for s in seeds)
+            rows.append(seed_claim(
+                "Implicit SGD never diverges", "never", f"{sum(div)} of {runs} runs diverged",
+                sum(div) == 0, [x == 0 for x in div], pooled=True, dataset=lab))
+        if "umax" in methods:
+            def over(t, d=d):
+                u = part(t, d, "umax")
+                return float(u.train_log_loss[top] / u.log_K[top])
+            rows.append(seed_claim(
+                "U-max's log-loss is extremely large at the largest rate",
+                f"extremely large at {top:g}",
+                f"{over(mean):.3g} times log K at {top:g}", over(mean) >= umax_factor,
+                [over(tables[s]) >= umax_factor for s in seeds], dataset=lab))
+        if "nce (1,1)" in variants and "nce" in variants:
+            def near(t, d=d):
+                a, b = part(t, d, "nce (1,1)").train_log_loss, part(t, d, "nce").train_log_loss
+                ok = np.isfinite(a) & np.isfinite(b)
+                close = (np.abs(a[ok] / b[ok] - 1) <= nce_tolerance)
+                return int(close.sum()), int(ok.sum())
+            k, n = near(mean)
+            each = [near(tables[s]) for s in seeds]
+            rows.append(seed_claim(
+                "NCE (1,1) performs nearly identically to NCE", "nearly identical",
+                f"within {nce_tolerance:.0%} at {k} of {n} rates", k == n,
+                [e[0] == e[1] for e in each], dataset=lab))
+    return pd.DataFrame(rows)
