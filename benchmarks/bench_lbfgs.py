@@ -85,7 +85,7 @@ def main(argv=None):
            "iters": iters, "repeats": args.repeats}
 
     # 1. objective vs its memory-access bound
-    tr = ExactTrainer(X, y, K, mu=1.0, parallel=False)
+    tr = ExactTrainer(X, y, K, mu=1.0, threads=1)
     tr.init_params()
     tr.warmup()
     rng = np.random.default_rng(1)
@@ -104,7 +104,7 @@ def main(argv=None):
     runs = {"scipy": [], "lbfgs": []}
     for _ in range(args.repeats):
         for solver in ("scipy", "lbfgs"):
-            t = ExactTrainer(X, y, K, mu=1.0, parallel=False, solver=solver,
+            t = ExactTrainer(X, y, K, mu=1.0, threads=1, solver=solver,
                              iters_per_epoch=None, maxiter=iters, gtol=0.0, memory=10)
             t.init_params()
             t.warmup()

@@ -19,12 +19,12 @@ Measures, in one run (ratios side by side):
 3. ``sparse``: every kernel variant of ove, nce, is with own and shared negatives:
    the straightforward kernel (``fused=False``), ``fused=True`` without and with
    ``prefetch=1`` (the default), and the default on numba's threads
-   (``parallel=True``). Also ove with ``mu > 0`` (lazy ridge) against ``mu = 0``.
+   (``threads`` = numba's thread count). Also ove with ``mu > 0`` (lazy ridge) against ``mu = 0``.
 4. ``sparse_zipf``: ove on the same shape with Zipf-distributed columns and labels
    (text-like), for context.
 5. ``softmax_sgd``: exact softmax SGD (n = 100), O(K) per datapoint, at K = 18,000
    and K = 1,000 (20 and 200 minibatches, not whole epochs): the straightforward
-   kernel (``transposed=False``) beside the default one, serial and on threads.
+   kernel (``layout="class-rowwise"``) beside the class-major default one, serial and on threads.
 6. ``converged``: on a small ridge problem (N=200, D=10, K=5, mu=1), the distance of
    each method's end point to the exact optimum (L-BFGS), as in tests/test_sampled.py.
 
@@ -654,6 +654,7 @@ def run(quick=False, repeats=3, baseline=None):
         t.W, t.scale = Ws, np.ones(K)
         return t
 
+    nthr = numba.get_num_threads()      # the "parallel" variants' threads
     res["sparse"] = {}
     for name, cls in (("ove", sampled.OVETrainer), ("nce", sampled.NCETrainer),
                       ("is", sampled.ISTrainer)):
@@ -661,12 +662,12 @@ def run(quick=False, repeats=3, baseline=None):
         for shared in (False, True):
             tr = trainer(cls, shared_negatives=shared)
             tag = f"{name}{'_shared' if shared else ''}"
-            variants[f"{tag}_plain"] = runner(tr, fused=False, parallel=False)
-            variants[f"{tag}_fused"] = runner(tr, fused=True, prefetch=0, parallel=False)
+            variants[f"{tag}_plain"] = runner(tr, fused=False, threads=1)
+            variants[f"{tag}_fused"] = runner(tr, fused=True, prefetch=0, threads=1)
             variants[f"{tag}_fused_prefetch"] = runner(tr, fused=True, prefetch=1,
-                                                      parallel=False)
+                                                      threads=1)
             variants[f"{tag}_fused_prefetch_parallel"] = runner(tr, fused=True, prefetch=1,
-                                                               parallel=True, frac=0.2)
+                                                               threads=nthr, frac=0.2)
         res["sparse"].update(time_variants(variants, N, repeats))
         print(json.dumps({k: round(v["best_M_per_s"], 3) for k, v in res["sparse"].items()
                           if k.startswith(name)}), flush=True)
@@ -700,19 +701,20 @@ def run(quick=False, repeats=3, baseline=None):
         ys = y % Ks
         # the class-major kernel's variants (transposed or not) on the shared W;
         # benchmarks/bench_softmax_sgd.py times the default feature-major one
-        ts = full.SoftmaxSGDTrainer(X, ys, Ks, batch_size=n, layout="class")
-        ts.W, ts.cs = W[:Ks], np.ones(1)
-        r = time_variants({
-            f"softmax_sgd_K{Ks}_plain": runner(ts, transposed=False, parallel=False),
-            f"softmax_sgd_K{Ks}_transposed": runner(ts, transposed=True, parallel=False),
-            f"softmax_sgd_K{Ks}_transposed_parallel": runner(ts, transposed=True,
-                                                             parallel=True)},
-            sub, max(2, repeats - 1), 3)
+        tss = {}
+        for tag, layout, threads in (("plain", "class-rowwise", 1),
+                                     ("transposed", "class", 1),
+                                     ("transposed_parallel", "class", nthr)):
+            ts = full.SoftmaxSGDTrainer(X, ys, Ks, batch_size=n, layout=layout,
+                                        threads=threads)
+            ts.W, ts.cs = W[:Ks], np.ones(1)
+            tss[f"softmax_sgd_K{Ks}_{tag}"] = runner(ts)
+        r = time_variants(tss, sub, max(2, repeats - 1), 3)
         for v in r.values():
             v["minibatches"] = nb
         res["softmax_sgd"].update(r)
         print(json.dumps({k: round(v["best_M_per_s"] * 1e6) for k, v in r.items()}), flush=True)
-    del W, trainer, t0, t1, ts  # every holder of the shared W, before the converged point
+    del W, trainer, t0, t1, ts, tss  # every holder of the shared W, before the converged point
 
     # --- the converged point ---------------------------------------------------------------
     res["converged"] = converged_point(epochs_biased=500 if quick else 1500)

@@ -363,7 +363,7 @@ def run(quick=False, repeats=5, ridge_pairs=21):
           flush=True)
 
     # --- hogwild ---------------------------------------------------------------------
-    hw = make_trainer(sgd.UmaxTrainer, X, y, K, hogwild=True, threads=2)
+    hw = make_trainer(sgd.UmaxTrainer, X, y, K, threads=2)
     res["hogwild"] = time_variants({
         "umax_serial": epoch_runner(um, mode=ksgd.PREFETCH_DEFAULT),
         "umax_hogwild_2threads": epoch_runner(hw),

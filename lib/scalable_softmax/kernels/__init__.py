@@ -31,6 +31,9 @@ The submodules:
 :mod:`scalable_softmax.kernels.hogwild`
     the lock-free two-or-more-thread epochs of ``"implicit"`` and ``"implicit-batch"``
     (option ``threads``), built from the serial kernels' step functions.
+:mod:`scalable_softmax.kernels.threads`
+    ``numba_threads(n)``, the context manager every parallel kernel runs inside (the
+    one place that sets numba's thread count).
 
 And here:
 

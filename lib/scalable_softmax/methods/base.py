@@ -8,6 +8,7 @@ of ``f_ik`` is dropped), so the paper's Table 2 rates apply as published.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numba
@@ -16,10 +17,53 @@ import scipy.sparse as sp
 
 from scalable_softmax.validation import check_options, check_trainer_data
 
-#: the rule of the ``threads`` option of the stochastic methods
+#: the rule of the ``threads`` option (numba threads, at most numba's pool)
 THREADS_RULE = {"type": "int", "min": 1, "max": int(numba.config.NUMBA_NUM_THREADS),
-                "nullable": True,
                 "label": "option 'threads' (numba threads, at most NUMBA_NUM_THREADS)"}
+
+
+def _from_hogwild(value, given, method):
+    """``hogwild=True``: U-max's Hogwild kernel on ``threads`` threads, 2 when not
+    given (its old default); ``hogwild=False``: nothing."""
+    if value:
+        if given.get("threads") is None:
+            given["threads"] = 2
+    return "threads"
+
+
+def _from_parallel(value, given, method):
+    """``parallel=True``: numba's thread count now (``numba.get_num_threads()``);
+    ``parallel=False``: 1 thread; with ``threads=`` as well: an error."""
+    if given.get("threads") is not None:
+        if value:
+            raise ValueError(f"method {method!r}: give the option 'threads' (an int) or "
+                             "the older 'parallel=True' (numba's thread count), not both")
+        return "threads"
+    given["threads"] = int(numba.get_num_threads()) if value else 1
+    return "threads"
+
+
+def _from_transposed(value, given, method):
+    """``softmax-sgd``'s summation order: ``transposed=False`` is the class-major
+    straightforward loop, ``layout="class-rowwise"``; ``True`` the other layouts."""
+    layout = given.get("layout")
+    if value:
+        if layout == "class-rowwise":
+            raise ValueError(f"method {method!r}: option transposed=True contradicts "
+                             "layout='class-rowwise'; give layout alone")
+    elif layout in (None, "class"):
+        given["layout"] = "class-rowwise"
+    elif layout != "class-rowwise":
+        raise ValueError("option transposed=False is the class-major loop: pass "
+                         "layout='class-rowwise' instead (it needs class-major weights)")
+    return "layout"
+
+
+#: the older option names, each mapped here (the one place) onto ``threads`` or
+#: ``layout`` with a DeprecationWarning by :meth:`Trainer.resolve_options`; a method
+#: lists those it still accepts in its fact ``deprecated_options``
+DEPRECATED_OPTIONS = {"hogwild": _from_hogwild, "parallel": _from_parallel,
+                      "transposed": _from_transposed}
 
 
 @dataclass
@@ -110,6 +154,9 @@ class Trainer:
     full_batch: bool = False
     minibatch: bool = False
     parallel_kernel: bool = False
+    #: the older option names the method still accepts (keys of
+    #: :data:`DEPRECATED_OPTIONS`), mapped onto ``threads`` / ``layout``
+    deprecated_options: tuple = ()
     reference: str = "reference_step"
     #: True once the method has nothing left to do (a converged full-batch method):
     #: ``fit`` then stops its epoch loop
@@ -127,13 +174,29 @@ class Trainer:
         against its rule (:func:`scalable_softmax.validation.check_options`: the one
         check of method options; no data needed, so ``fit`` calls it before any work).
 
+        An older name the method still accepts (``deprecated_options``: ``hogwild``,
+        ``parallel``, ``transposed``) is first mapped onto ``threads`` or ``layout``
+        (:data:`DEPRECATED_OPTIONS`) with a ``DeprecationWarning``; the result holds
+        the new names only, so resolving it again changes nothing.
+
         Raises
         ------
         ValueError
             For an unknown option (the message lists the accepted ones) or a value
             that breaks its rule.
         """
-        return check_options(cls.options, dict(given), f"method {cls.name!r}")
+        given = dict(given)
+        for old in cls.deprecated_options:
+            if old in given:
+                value = given.pop(old)
+                if not isinstance(value, (bool, np.bool_)):
+                    raise ValueError(f"method {cls.name!r}: option {old!r} must be a bool; "
+                                     f"got {value!r}")
+                new = DEPRECATED_OPTIONS[old](bool(value), given, cls.name)
+                warnings.warn(f"method {cls.name!r}: option {old}={value!r} is deprecated; "
+                              f"use {new}={given.get(new)!r}", DeprecationWarning,
+                              stacklevel=3)
+        return check_options(cls.options, given, f"method {cls.name!r}")
 
     @classmethod
     def max_n_sampled(cls, K: int, options: dict) -> int | None:
@@ -237,21 +300,15 @@ class StochasticTrainer(Trainer):
     the option ``threads`` (int >= 1, default 1: the serial kernel, bit-identical to
     the runs before the option existed). ``threads > 1`` runs the method's parallel
     kernel where it has one (:attr:`Trainer.parallel_kernel`); the others refuse it. A
-    method with an older switch for its parallel kernel (``hogwild``, ``parallel``)
-    declares ``threads`` with the default None: the switch's meaning, else 1."""
+    method's older switch for its parallel kernel (``hogwild``, ``parallel``) is
+    mapped onto ``threads`` by :meth:`Trainer.resolve_options`."""
 
     options = {"threads": (1, THREADS_RULE)}
 
     def __init__(self, X, y, K, **kw):
         super().__init__(X, y, K, **kw)
-        if not self.parallel_kernel and (self.opts["threads"] or 1) > 1:
+        if not self.parallel_kernel and self.opts["threads"] > 1:
             raise ValueError(no_parallel_kernel(self.name, self.opts["threads"]))
-
-    def n_threads(self, alias: int | None = None) -> int:
-        """The threads to run on: the option ``threads`` when given, else ``alias``
-        (what a method's older switch, ``hogwild`` or ``parallel``, means), else 1."""
-        t = self.opts["threads"]
-        return int(t if t is not None else (alias or 1))
 
 
 def no_parallel_kernel(method: str, threads: int, why: str = "") -> str:
