@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax import _kernels, kernels
+from scalable_softmax import kernels
+from scalable_softmax.kernels import common as kcommon
 from scalable_softmax.kernels import evaluate as kevaluate
 from scalable_softmax.methods import METHODS, full, sgd
 
@@ -38,8 +39,8 @@ def test_the_method_modules_call_the_kernels_own_objects():
     """A trainer's kernels are the public objects of ``scalable_softmax.kernels`` (the
     method module imports them, it defines none), so a benchmark times the library's
     own code."""
-    assert kernels.prefetch_w is _kernels.prefetch_w
-    assert kernels.prefetch_r is _kernels.prefetch_r
+    assert kernels.prefetch_w is kcommon.prefetch_w
+    assert kernels.prefetch_r is kcommon.prefetch_r
     kmods = {m.__name__: m for m in _kernel_modules()}
     for module in _method_modules():
         family = module.__name__.rsplit(".", 1)[1]

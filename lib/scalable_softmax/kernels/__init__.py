@@ -49,7 +49,7 @@ And here:
 """
 from __future__ import annotations
 
-from scalable_softmax._kernels import logaddexp, prefetch_r, prefetch_w, sigmoid, softplus
+from scalable_softmax.kernels.common import logaddexp, prefetch_r, prefetch_w, sigmoid, softplus
 
 __all__ = ["prefetch_r", "prefetch_w", "softplus", "logaddexp", "sigmoid", "csr_arrays",
            "prefetch_mode", "set_prefetch_mode", "dense_rows", "objective"]

@@ -35,10 +35,8 @@ import numba
 import numpy as np
 from numba import prange
 
-from scalable_softmax._kernels import JIT, PJIT
-
 # the vectorised exponential and sum, shared with softmax SGD's kernel
-from scalable_softmax.kernels.common import lanesum, vexp
+from scalable_softmax.kernels.common import JIT, PJIT, lanesum, vexp
 
 __all__ = ["JIT32", "JIT32R", "PJIT32", "all_finite", "finish", "lanemax",
            "max32", "mul_lanesum", "mul_lanesum_wide", "scores32", "state_pass",

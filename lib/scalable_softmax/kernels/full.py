@@ -23,12 +23,11 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT, PJIT
-from scalable_softmax._kernels import sigmoid as _sigmoid
-from scalable_softmax._kernels import softplus as _softplus
+from scalable_softmax.kernels.common import JIT, PJIT, lanesum, vexp
 from scalable_softmax.kernels.common import axpy_check as _axpy_check
 from scalable_softmax.kernels.common import dot as _dot
-from scalable_softmax.kernels.common import lanesum, vexp
+from scalable_softmax.kernels.common import sigmoid as _sigmoid
+from scalable_softmax.kernels.common import softplus as _softplus
 
 __all__ = ["KIND_MODES", "alpha_g", "batch_transpose", "fold", "full_pass", "row_coef",
            "sgd_scores", "sgd_update", "softmax_cols", "softmax_sgd_epoch", "solve_alpha"]

@@ -64,9 +64,8 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT, PJIT
-from scalable_softmax._kernels import prefetch_r as _prefetch_r
-from scalable_softmax.kernels.common import prefetch_csr_row
+from scalable_softmax.kernels.common import JIT, PJIT, prefetch_csr_row
+from scalable_softmax.kernels.common import prefetch_r as _prefetch_r
 from scalable_softmax.kernels.implicit import apply_step as _implicit_step
 from scalable_softmax.kernels.implicit import apply_u_only as _implicit_u_only
 from scalable_softmax.kernels.implicit import draw_class as _implicit_draw_class

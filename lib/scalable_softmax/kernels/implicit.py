@@ -23,12 +23,11 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT
-from scalable_softmax._kernels import prefetch_r as _prefetch_r
-from scalable_softmax._kernels import prefetch_w as _prefetch_w
-from scalable_softmax._kernels import softplus as _softplus
-from scalable_softmax.kernels.common import prefetch_csr_row
-from scalable_softmax.lambertw import lambertw_exp
+from scalable_softmax.kernels.common import JIT, prefetch_csr_row
+from scalable_softmax.kernels.common import prefetch_r as _prefetch_r
+from scalable_softmax.kernels.common import prefetch_w as _prefetch_w
+from scalable_softmax.kernels.common import softplus as _softplus
+from scalable_softmax.kernels.lambertw import lambertw_exp
 
 __all__ = ["apply_step", "apply_u_only", "draw_class", "draw_classes_epoch", "epoch_fast",
            "epoch_simple", "fill", "fold_row", "g_eval", "prop4_bound", "row_sqnorms",

@@ -24,14 +24,13 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT, PJIT
-from scalable_softmax._kernels import logaddexp as _logaddexp
-from scalable_softmax._kernels import prefetch_r as _prefetch_r
-from scalable_softmax._kernels import prefetch_w as _prefetch_w
-from scalable_softmax._kernels import softplus as _softplus
-from scalable_softmax.kernels.common import prefetch_csr_row
+from scalable_softmax.kernels.common import JIT, PJIT, prefetch_csr_row
+from scalable_softmax.kernels.common import logaddexp as _logaddexp
+from scalable_softmax.kernels.common import prefetch_r as _prefetch_r
+from scalable_softmax.kernels.common import prefetch_w as _prefetch_w
 from scalable_softmax.kernels.common import rand_below as _rand_below
 from scalable_softmax.kernels.common import seed_state as _seed_state
+from scalable_softmax.kernels.common import softplus as _softplus
 
 __all__ = ["KIND_RAMAN_UMAX", "KIND_RAMAN_VANILLA", "KIND_UMAX", "KIND_VANILLA",
            "PREFETCH_DEFAULT", "axpy2", "axpy_checked", "draw_all_drop_label",

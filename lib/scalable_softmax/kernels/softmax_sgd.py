@@ -63,8 +63,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT, PJIT
-from scalable_softmax.kernels.common import lanesum, vexp
+from scalable_softmax.kernels.common import JIT, PJIT, lanesum, vexp
 
 # the minibatch as lists by feature: the class-major kernel's own transpose, shared
 from scalable_softmax.kernels.full import batch_buffers, batch_transpose
