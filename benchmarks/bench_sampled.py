@@ -55,7 +55,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import logsumexp
 
-from scalable_softmax import kernels
+from scalable_softmax import methods
 from scalable_softmax import objectives as ob
 from scalable_softmax.kernels import prefetch_r as _prefetch_r
 from scalable_softmax.kernels import prefetch_w as _prefetch_w
@@ -335,7 +335,7 @@ def _pattern_kernel_order(indptr, indices, data, order, cls, ncls, W, n, m, pf, 
 def kernel_order_runner(trainer, W, pf, shared, drop_hits=True):
     """A :func:`time_variants` runner of :func:`_pattern_kernel_order` on the kernel's
     draws (drawn before the clock starts)."""
-    ip, ix, xd, y = kernels.csr_arrays(trainer)
+    ip, ix, xd, y = methods.csr_arrays(trainer)
 
     def run(order, e):
         order = np.ascontiguousarray(order, dtype=np.int64)
@@ -372,7 +372,7 @@ def pattern_runner(trainer, W, loop, shared, drop_hits=True, umax=False):
     epoch (drawn before the clock starts): the sampled trainer's, or with ``umax`` a
     label and one class uniform among the others per step (U-max's access pattern)."""
     pf, hint_all, touch, read_first, xpf = loop
-    ip, ix, xd, y = kernels.csr_arrays(trainer)
+    ip, ix, xd, y = methods.csr_arrays(trainer)
     n, m = trainer.batch_size, trainer.n_sampled
 
     def run(order, e):
@@ -500,6 +500,9 @@ def load_baseline(rev):
         return mod
 
     kern = show("lib/scalable_softmax/kernels/sampled.py")
+    if kern is not None:     # (revisions before the flags moved to kernels.common)
+        kern = kern.replace("from scalable_softmax._kernels import",
+                            "from scalable_softmax.kernels.common import")
     if kern is not None and "def sampled_epoch" in kern:
         load("sampled_kernels_baseline", kern)
         src = src.replace("from scalable_softmax.kernels.sampled import",

@@ -12,7 +12,6 @@ import scipy.sparse as sp
 
 import benchlib
 from scalable_softmax.fit import fit
-from scalable_softmax.kernels import full as kfull
 from scalable_softmax.kernels import softmax_sgd as ksgd
 from scalable_softmax.methods.full import SoftmaxSGDTrainer, reference_step
 
@@ -268,7 +267,7 @@ def test_batch_by_feature_lists_each_feature_entries_in_minibatch_order():
     order = np.array([2, 0, 1], dtype=np.int64)
     cnt, fptr, feat = (np.zeros(3, np.int64), np.zeros(4, np.int64), np.zeros(3, np.int64))
     tt, vv = np.zeros(6, np.int64), np.zeros(6)
-    nf = kfull.batch_transpose(indptr, indices, X.data, order, 0, 3, cnt, fptr, feat, tt, vv)
+    nf = ksgd.batch_transpose(indptr, indices, X.data, order, 0, 3, cnt, fptr, feat, tt, vv)
     assert nf == 3 and list(feat) == [0, 1, 2] and list(fptr) == [0, 2, 3, 5]
     assert list(tt[:5]) == [0, 1, 2, 1, 2] and list(vv[:5]) == [5.0, 1.0, 3.0, 2.0, 4.0]
     assert not cnt.any()

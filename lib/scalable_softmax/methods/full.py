@@ -102,7 +102,6 @@ import scipy.optimize
 import scipy.sparse as sp
 
 from scalable_softmax.kernels import common as kcommon
-from scalable_softmax.kernels import full as kfull
 from scalable_softmax.kernels import softmax_sgd as ksgd
 from scalable_softmax.kernels.common import touched_zeros as _touched_zeros
 from scalable_softmax.kernels.full import KIND_MODES, full_pass, solve_alpha
@@ -271,7 +270,7 @@ class SoftmaxSGDTrainer(StochasticTrainer):
             if self._layout == "class":
                 # one slice of the classes per thread (the slicing does not change the
                 # result)
-                steps, div = kfull.softmax_sgd_epoch(
+                steps, div = ksgd.class_major_epoch(
                     self._indptr, self._indices, self._data, self._y, order, self._store,
                     self.cs, self.batch_size, float(lr), self.mu / self.N, nthr,
                     self._transposed)
