@@ -26,7 +26,8 @@ from numba.extending import intrinsic
 
 __all__ = ["JIT", "PJIT", "IJIT", "softplus", "sigmoid", "logaddexp", "prefetch_r",
            "prefetch_w", "rand_below", "seed_state", "dot", "axpy_check",
-           "prefetch_csr_row", "touched_zeros", "transpose_scaled", "vexp", "lanesum"]
+           "prefetch_csr_row", "prefetch_ahead", "touched_zeros", "transpose_scaled", "vexp",
+           "lanesum"]
 
 #: flags for serial kernels
 JIT = dict(nogil=True, cache=True, fastmath=False, boundscheck=False)
@@ -193,6 +194,26 @@ def prefetch_csr_row(indptr, indices, data, j, with_indices):
             for p in range(b0, b1, 16):
                 prefetch_r(indices, p)
             prefetch_r(indices, b1 - 1)
+
+
+@numba.njit(**IJIT)
+def prefetch_ahead(indptr, indices, data, y, u, extra, with_extra, order, t, end, li, lx,
+                   with_indices):
+    """The datapoint pipeline of the one-datapoint-per-step kernels (explicit SGD,
+    implicit SGD and its Hogwild chunks), one copy for all: at step ``t`` of the steps
+    before ``end`` of ``order``, hint the per-datapoint values of step ``t + li``
+    (``indptr``, ``y``, ``u`` and, when ``with_extra``, ``extra``: ``||x||^2``) and the
+    CSR row of step ``t + lx`` (:func:`prefetch_csr_row`). Hints never change a
+    result."""
+    if t + li < end:
+        j = order[t + li]
+        prefetch_r(indptr, j)
+        prefetch_r(y, j)
+        prefetch_r(u, j)
+        if with_extra:
+            prefetch_r(extra, j)
+    if t + lx < end:
+        prefetch_csr_row(indptr, indices, data, order[t + lx], with_indices)
 
 
 def touched_zeros(K, D):

@@ -64,7 +64,7 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax.kernels.common import JIT, PJIT, prefetch_csr_row
+from scalable_softmax.kernels.common import JIT, PJIT, prefetch_ahead
 from scalable_softmax.kernels.common import prefetch_r as _prefetch_r
 from scalable_softmax.kernels.implicit import apply_step as _implicit_step
 from scalable_softmax.kernels.implicit import apply_u_only as _implicit_u_only
@@ -164,14 +164,7 @@ def _implicit_steps(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, c
     n_u = 0
     diverged = -1
     for t in range(a, b):
-        if t + _LI < b:
-            j = order[t + _LI]
-            _prefetch_r(indptr, j)
-            _prefetch_r(y, j)
-            _prefetch_r(u, j)
-            _prefetch_r(sqnorm, j)
-        if t + _LX < b:
-            prefetch_csr_row(indptr, indices, data, order[t + _LX], True)
+        prefetch_ahead(indptr, indices, data, y, u, sqnorm, True, order, t, b, _LI, _LX, True)
         q = 0
         q1 = 0
         kk = 0
