@@ -430,10 +430,10 @@ def time_variants(variants, N, repeats, seed=0):
     return out
 
 
-def runner(trainer, lr=0.05, frac=1.0, **opts):
-    """Run an epoch (or its first ``frac``) with the options ``opts``."""
+def runner(trainer, lr=0.05, frac=1.0):
+    """Run an epoch (or its first ``frac``) of ``trainer`` (its options are fixed when it
+    is built: one trainer per variant)."""
     def run(order, e):
-        trainer.opts.update(opts)
         order = order[: max(1, int(frac * len(order)))]
         rep = trainer.run_epoch(order, lr, 1000 + e)
         if rep.diverged_at >= 0:
@@ -663,14 +663,15 @@ def run(quick=False, repeats=3, baseline=None):
                       ("is", sampled.ISTrainer)):
         variants = {}
         for shared in (False, True):
-            tr = trainer(cls, shared_negatives=shared)
             tag = f"{name}{'_shared' if shared else ''}"
-            variants[f"{tag}_plain"] = runner(tr, fused=False, threads=1)
-            variants[f"{tag}_fused"] = runner(tr, fused=True, prefetch=0, threads=1)
-            variants[f"{tag}_fused_prefetch"] = runner(tr, fused=True, prefetch=1,
-                                                      threads=1)
-            variants[f"{tag}_fused_prefetch_parallel"] = runner(tr, fused=True, prefetch=1,
-                                                               threads=nthr, frac=0.2)
+            for kind, kw, frac in (("plain", dict(fused=False, threads=1), 1.0),
+                                   ("fused", dict(fused=True, prefetch=0, threads=1), 1.0),
+                                   ("fused_prefetch", dict(fused=True, prefetch=1, threads=1),
+                                    1.0),
+                                   ("fused_prefetch_parallel",
+                                    dict(fused=True, prefetch=1, threads=nthr), 0.2)):
+                tr = trainer(cls, shared_negatives=shared, **kw)
+                variants[f"{tag}_{kind}"] = runner(tr, frac=frac)
         res["sparse"].update(time_variants(variants, N, repeats))
         print(json.dumps({k: round(v["best_M_per_s"], 3) for k, v in res["sparse"].items()
                           if k.startswith(name)}), flush=True)
@@ -690,10 +691,11 @@ def run(quick=False, repeats=3, baseline=None):
     Xz, yz = sparse_data(N, D, nnz, K, seed=1, zipf=True)
     variants = {}
     for shared in (False, True):
-        tr = trainer(sampled.OVETrainer, Xz, yz, shared_negatives=shared)
         tag = f"ove{'_shared' if shared else ''}"
-        variants[f"{tag}_plain"] = runner(tr, fused=False)
-        variants[f"{tag}_fused_prefetch"] = runner(tr, fused=True, prefetch=1)
+        for kind, kw in (("plain", dict(fused=False)), ("fused_prefetch",
+                                                        dict(fused=True, prefetch=1))):
+            tr = trainer(sampled.OVETrainer, Xz, yz, shared_negatives=shared, **kw)
+            variants[f"{tag}_{kind}"] = runner(tr)
     res["sparse_zipf"] = time_variants(variants, N, repeats, 2)
     del Xz, yz, variants, tr
 

@@ -165,3 +165,32 @@ def test_an_older_option_that_contradicts_or_does_not_apply_is_refused(method, g
     with pytest.raises(ValueError, match=match), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         get_trainer_class(method).resolve_options(given)
+
+
+@pytest.mark.parametrize("method, given, match", [
+    ("ove", dict(remove_accidental_hits=True), "applies only with shared_negatives=True"),
+    ("umax", dict(threads=TWO, n_sampled=2), "threads"),
+    ("vanilla", dict(threads=TWO, sample_from="all"), "threads"),
+])
+def test_joint_option_rules_are_checked_with_the_schema_before_any_data(method, given, match):
+    """A rule between options (or an option and n_sampled) is declared on the method
+    (``option_rules``) and checked when the configuration is resolved: no data needed."""
+    from scalable_softmax.protocols import FitConfig
+
+    if TWO < 2 and "threads" in given:
+        pytest.skip("numba has one thread here (NUMBA_NUM_THREADS=1)")
+    with pytest.raises(ValueError, match=match):
+        FitConfig.make(method, 0.1, **given).resolve()
+
+
+def test_resolved_options_are_read_only_and_pickle():
+    import pickle
+
+    X, y, K = _data()
+    tr = get_trainer_class("ove")(X, y, K, fused=False)
+    with pytest.raises(TypeError, match="read-only"):
+        tr.opts["fused"] = True
+    with pytest.raises(TypeError, match="read-only"):
+        tr.opts.update(threads=2)
+    back = pickle.loads(pickle.dumps(tr.opts))
+    assert back == tr.opts and type(back) is type(tr.opts)

@@ -59,6 +59,22 @@ def _from_transposed(value, given, method):
     return "layout"
 
 
+class FrozenOptions(dict):
+    """A method's resolved options (:meth:`Trainer.resolve_options`): a dict that refuses
+    to be changed, so that an option is never rewritten after its check (a value derived
+    from the options lives in an attribute of its own). Pickles as a plain copy."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a method's resolved options are read-only (checked once); keep a "
+                        "derived value in an attribute of its own")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):
+        return (FrozenOptions, (dict(self),))
+
+
 #: the older option names, each mapped here (the one place) onto ``threads`` or
 #: ``layout`` with a DeprecationWarning by :meth:`Trainer.resolve_options`; a method
 #: lists those it still accepts in its fact ``deprecated_options``
@@ -157,6 +173,10 @@ class Trainer:
     #: the older option names the method still accepts (keys of
     #: :data:`DEPRECATED_OPTIONS`), mapped onto ``threads`` / ``layout``
     deprecated_options: tuple = ()
+    #: the joint rules of the options, beside the schema's single-value rules: functions
+    #: ``rule(cls, opts, n_sampled) -> message or None`` of the checked options and the
+    #: classes per datapoint (no data needed), run by :meth:`resolve_options`
+    option_rules: tuple = ()
     reference: str = "reference_step"
     #: True once the method has nothing left to do (a converged full-batch method):
     #: ``fit`` then stops its epoch loop
@@ -169,10 +189,13 @@ class Trainer:
         return getattr(sys.modules[cls.__module__], cls.reference)
 
     @classmethod
-    def resolve_options(cls, given: dict) -> dict:
+    def resolve_options(cls, given: dict, n_sampled: int | None = None) -> FrozenOptions:
         """``given`` merged over the defaults of :attr:`options`, every value checked
         against its rule (:func:`scalable_softmax.validation.check_options`: the one
-        check of method options; no data needed, so ``fit`` calls it before any work).
+        check of method options; no data needed, so ``fit`` calls it before any work),
+        then the joint rules :attr:`option_rules` (with ``n_sampled`` classes per
+        datapoint; None: :attr:`default_n_sampled`). Returns the options read-only
+        (:class:`FrozenOptions`).
 
         An older name the method still accepts (``deprecated_options``: ``hogwild``,
         ``parallel``, ``transposed``) is first mapped onto ``threads`` or ``layout``
@@ -196,7 +219,13 @@ class Trainer:
                 warnings.warn(f"method {cls.name!r}: option {old}={value!r} is deprecated; "
                               f"use {new}={given.get(new)!r}", DeprecationWarning,
                               stacklevel=3)
-        return check_options(cls.options, given, f"method {cls.name!r}")
+        opts = check_options(cls.options, given, f"method {cls.name!r}")
+        m = cls.default_n_sampled if n_sampled is None else int(n_sampled)
+        for rule in cls.option_rules:
+            message = rule(cls, opts, m)
+            if message:
+                raise ValueError(message)
+        return FrozenOptions(opts)
 
     @classmethod
     def max_n_sampled(cls, K: int, options: dict) -> int | None:
@@ -242,8 +271,9 @@ class Trainer:
         self.mu = float(mu)
         self.batch_size = int(batch_size or self.default_batch_size)
         self.n_sampled = int(n_sampled or self.default_n_sampled)
-        #: the resolved options (the schema's defaults, overridden by those given)
-        self.opts = self.resolve_options(options)
+        #: the resolved options (the schema's defaults, overridden by those given;
+        #: read-only)
+        self.opts = self.resolve_options(options, n_sampled=self.n_sampled)
         self.W: np.ndarray | None = None
         self.u: np.ndarray | None = None
 
@@ -295,6 +325,13 @@ class Trainer:
         return None
 
 
+def _threads_need_a_parallel_kernel(cls, opts, n_sampled):
+    """``threads > 1`` only where the method has a parallel kernel."""
+    if not cls.parallel_kernel and opts["threads"] > 1:
+        return no_parallel_kernel(cls.name, opts["threads"])
+    return None
+
+
 class StochasticTrainer(Trainer):
     """Base class of the stochastic methods (steps at a learning rate): they all take
     the option ``threads`` (int >= 1, default 1: the serial kernel, bit-identical to
@@ -304,11 +341,7 @@ class StochasticTrainer(Trainer):
     mapped onto ``threads`` by :meth:`Trainer.resolve_options`."""
 
     options = {"threads": (1, THREADS_RULE)}
-
-    def __init__(self, X, y, K, **kw):
-        super().__init__(X, y, K, **kw)
-        if not self.parallel_kernel and self.opts["threads"] > 1:
-            raise ValueError(no_parallel_kernel(self.name, self.opts["threads"]))
+    option_rules = (_threads_need_a_parallel_kernel,)
 
 
 def no_parallel_kernel(method: str, threads: int, why: str = "") -> str:

@@ -275,6 +275,16 @@ def reference_step(X, y, W, rows, cls, ncls, lr, kind, weight, c_nce, weighted=T
 # trainers
 # ---------------------------------------------------------------------------
 
+def _hits_need_shared_negatives(cls, opts, n_sampled):
+    """``remove_accidental_hits`` is a choice of shared negatives only."""
+    rah = opts["remove_accidental_hits"]
+    if rah is not None and not opts["shared_negatives"]:
+        return (f"option 'remove_accidental_hits' of method {cls.name!r} applies only with "
+                f"shared_negatives=True (per-datapoint negatives never draw the label); "
+                f"got remove_accidental_hits={rah!r} with shared_negatives=False")
+    return None
+
+
 class _SampledTrainer(StochasticTrainer):
     """Shared machinery of :class:`OVETrainer`, :class:`NCETrainer` and :class:`ISTrainer`.
 
@@ -316,6 +326,7 @@ class _SampledTrainer(StochasticTrainer):
     default_n_sampled = 5
     parallel_kernel = True
     deprecated_options = ("parallel",)
+    option_rules = (*StochasticTrainer.option_rules, _hits_need_shared_negatives)
     options = {**StochasticTrainer.options,
                "shared_negatives": (False, {"type": "bool"}),
                "fused": (True, {"type": "bool"}),
@@ -341,11 +352,6 @@ class _SampledTrainer(StochasticTrainer):
         self.weight = K / m if self.shared else (K - 1) / m
         self.c_nce = math.log(m / K)
         rah = self.opts["remove_accidental_hits"]
-        if rah is not None and not self.shared:
-            raise ValueError(
-                f"option 'remove_accidental_hits' of method {self.name!r} applies only with "
-                f"shared_negatives=True (per-datapoint negatives never draw the label); "
-                f"got remove_accidental_hits={rah!r} with shared_negatives=False")
         #: drop a sampled class equal to the datapoint's label (shared negatives only)
         self.drop_hits = self.shared and (self.kind != KIND_NCE if rah is None else rah)
         #: ``reduction="sum"``: no 1/b in the step

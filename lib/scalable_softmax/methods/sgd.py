@@ -225,6 +225,15 @@ def _touch_weights(y, K, m, from_all=False):
     return N / (n + (N - n) * m / ((K if from_all else K - 1)))
 
 
+def _hogwild_needs_one_class(cls, opts, n_sampled):
+    """The Hogwild kernel (``threads > 1``) runs one class per step drawn among the
+    others."""
+    if opts["threads"] > 1 and (n_sampled != 1 or opts["sample_from"] == "all"):
+        return no_parallel_kernel(cls.name, opts["threads"],
+                                  " for n_sampled > 1 or sample_from='all'")
+    return None
+
+
 class _DoubleSumTrainer(StochasticTrainer):
     """Shared machinery of the three explicit-SGD methods (see the module docstring).
 
@@ -248,6 +257,7 @@ class _DoubleSumTrainer(StochasticTrainer):
     default_n_sampled = 1
     parallel_kernel = True
     deprecated_options = ("hogwild",)
+    option_rules = (*StochasticTrainer.option_rules, _hogwild_needs_one_class)
     options = {**StochasticTrainer.options,
                "prefetch": (True, {"one_of": [True, False, 0, 1, 2, 3]}),
                "sample_from": ("others", {"one_of": ["others", "all"]})}
@@ -260,9 +270,6 @@ class _DoubleSumTrainer(StochasticTrainer):
         #: threads of the Hogwild kernel (1: the serial kernels)
         self._threads = opts["threads"]
         self._hogwild = self._threads > 1
-        if self._hogwild and (self.n_sampled != 1 or self._from_all):
-            raise ValueError(no_parallel_kernel(
-                self.name, self._threads, " for n_sampled > 1 or sample_from='all'"))
         pf = opts["prefetch"]
         if isinstance(pf, (bool, np.bool_)):
             # a W that fits in the L2 cache gains nothing from prefetching its rows
