@@ -194,3 +194,13 @@ def test_resolved_options_are_read_only_and_pickle():
         tr.opts.update(threads=2)
     back = pickle.loads(pickle.dumps(tr.opts))
     assert back == tr.opts and type(back) is type(tr.opts)
+
+
+def test_an_older_option_warns_once_per_fit():
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        res = _fit("ove", batch_size=10, parallel=False)
+    deprecations = [w for w in seen if issubclass(w.category, DeprecationWarning)
+                    and "parallel=False is deprecated" in str(w.message)]
+    assert len(deprecations) == 1
+    assert res.params["options"] == {"threads": 1}

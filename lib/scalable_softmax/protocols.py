@@ -271,6 +271,7 @@ class FitConfig:
                             batch_size=self.batch_size, n_sampled=self.n_sampled,
                             **self.options))
         fields = {k: conv.pop(k, None) for k in CONVENTIONS}
+        conv = cls.map_deprecated(conv)         # older names -> threads / layout, once
         if cls.full_batch:
             if self.lr is not None:
                 raise ValueError(f"lr={self.lr!r} is not used by {self.method!r} (full-batch "

@@ -208,6 +208,20 @@ class Trainer:
             For an unknown option (the message lists the accepted ones) or a value
             that breaks its rule.
         """
+        given = cls.map_deprecated(given)
+        opts = check_options(cls.options, given, f"method {cls.name!r}")
+        m = cls.default_n_sampled if n_sampled is None else int(n_sampled)
+        for rule in cls.option_rules:
+            message = rule(cls, opts, m)
+            if message:
+                raise ValueError(message)
+        return FrozenOptions(opts)
+
+    @classmethod
+    def map_deprecated(cls, given: dict) -> dict:
+        """``given`` (a new dict) with the older names the method accepts mapped onto
+        ``threads`` / ``layout`` (:data:`DEPRECATED_OPTIONS`), each with a
+        ``DeprecationWarning``; nothing else is checked or filled in."""
         given = dict(given)
         for old in cls.deprecated_options:
             if old in given:
@@ -218,14 +232,8 @@ class Trainer:
                 new = DEPRECATED_OPTIONS[old](bool(value), given, cls.name)
                 warnings.warn(f"method {cls.name!r}: option {old}={value!r} is deprecated; "
                               f"use {new}={given.get(new)!r}", DeprecationWarning,
-                              stacklevel=3)
-        opts = check_options(cls.options, given, f"method {cls.name!r}")
-        m = cls.default_n_sampled if n_sampled is None else int(n_sampled)
-        for rule in cls.option_rules:
-            message = rule(cls, opts, m)
-            if message:
-                raise ValueError(message)
-        return FrozenOptions(opts)
+                              stacklevel=4)
+        return given
 
     @classmethod
     def max_n_sampled(cls, K: int, options: dict) -> int | None:
