@@ -230,9 +230,10 @@ class Trainer:
                     raise ValueError(f"method {cls.name!r}: option {old!r} must be a bool; "
                                      f"got {value!r}")
                 new = DEPRECATED_OPTIONS[old](bool(value), given, cls.name)
+                use = (f"{new}={given[new]!r}" if given.get(new) is not None
+                       else f"the default of {new!r}")
                 warnings.warn(f"method {cls.name!r}: option {old}={value!r} is deprecated; "
-                              f"use {new}={given.get(new)!r}", DeprecationWarning,
-                              stacklevel=4)
+                              f"use {use}", DeprecationWarning, stacklevel=4)
         return given
 
     @classmethod
