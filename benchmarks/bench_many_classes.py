@@ -49,7 +49,7 @@ import numpy as np
 
 from _common import RESULTS, machine_info, machine_line, publish
 from bench_sgd import sparse_data, time_variants
-from scalable_softmax import kernels
+from scalable_softmax import kernels, methods
 from scalable_softmax.kernels import implicit_batch as ib
 from scalable_softmax.kernels import sgd as ksgd
 from scalable_softmax.methods import sgd
@@ -185,7 +185,7 @@ def sgd_runner(trainer, lr, mode=None):
     """One epoch of an explicit-SGD trainer (kernel ``mode``: 0 plain, 2 pipelined)."""
     def run(order, e):
         if mode is not None:
-            kernels.set_prefetch_mode(trainer, mode)
+            methods.set_prefetch_mode(trainer, mode)
         rep = trainer.run_epoch(order, lr, 1000 + e)
         if rep.diverged_at >= 0:
             raise RuntimeError(f"{trainer.name} m={trainer.n_sampled} diverged at "
@@ -196,7 +196,7 @@ def sgd_runner(trainer, lr, mode=None):
 
 def rows_bound_runner(trainer, m, ahead, dots=0):
     """:func:`_rw_rows` with the classes the kernel draws in epoch ``e``."""
-    indptr, indices, data, y = kernels.csr_arrays(trainer)
+    indptr, indices, data, y = methods.csr_arrays(trainer)
 
     def run(order, e):
         _rw_rows(trainer.W, indptr, indices, data, y, order, m, np.int64(1000 + e), ahead,
@@ -230,7 +230,7 @@ class BatchRunner:
         def run(order, e):
             # the classes of the kernel's epoch e (drawn by its own random stream)
             order_e, classes = self.classes[e]
-            _rw_batches(tr.W, *kernels.csr_arrays(tr), order_e, tr.batch_size, classes,
+            _rw_batches(tr.W, *methods.csr_arrays(tr), order_e, tr.batch_size, classes,
                         ahead, dots)
             return order.size
         return run

@@ -19,12 +19,12 @@ Measures, in one run (ratios side by side):
 3. ``sparse``: every kernel variant of ove, nce, is with own and shared negatives:
    the straightforward kernel (``fused=False``), ``fused=True`` without and with
    ``prefetch=1`` (the default), and the default on numba's threads
-   (``parallel=True``). Also ove with ``mu > 0`` (lazy ridge) against ``mu = 0``.
+   (``threads`` = numba's thread count). Also ove with ``mu > 0`` (lazy ridge) against ``mu = 0``.
 4. ``sparse_zipf``: ove on the same shape with Zipf-distributed columns and labels
    (text-like), for context.
 5. ``softmax_sgd``: exact softmax SGD (n = 100), O(K) per datapoint, at K = 18,000
    and K = 1,000 (20 and 200 minibatches, not whole epochs): the straightforward
-   kernel (``transposed=False``) beside the default one, serial and on threads.
+   kernel (``layout="class-rowwise"``) beside the class-major default one, serial and on threads.
 6. ``converged``: on a small ridge problem (N=200, D=10, K=5, mu=1), the distance of
    each method's end point to the exact optimum (L-BFGS), as in tests/test_sampled.py.
 
@@ -55,7 +55,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import logsumexp
 
-from scalable_softmax import kernels
+from scalable_softmax import methods
 from scalable_softmax import objectives as ob
 from scalable_softmax.kernels import prefetch_r as _prefetch_r
 from scalable_softmax.kernels import prefetch_w as _prefetch_w
@@ -335,7 +335,7 @@ def _pattern_kernel_order(indptr, indices, data, order, cls, ncls, W, n, m, pf, 
 def kernel_order_runner(trainer, W, pf, shared, drop_hits=True):
     """A :func:`time_variants` runner of :func:`_pattern_kernel_order` on the kernel's
     draws (drawn before the clock starts)."""
-    ip, ix, xd, y = kernels.csr_arrays(trainer)
+    ip, ix, xd, y = methods.csr_arrays(trainer)
 
     def run(order, e):
         order = np.ascontiguousarray(order, dtype=np.int64)
@@ -372,7 +372,7 @@ def pattern_runner(trainer, W, loop, shared, drop_hits=True, umax=False):
     epoch (drawn before the clock starts): the sampled trainer's, or with ``umax`` a
     label and one class uniform among the others per step (U-max's access pattern)."""
     pf, hint_all, touch, read_first, xpf = loop
-    ip, ix, xd, y = kernels.csr_arrays(trainer)
+    ip, ix, xd, y = methods.csr_arrays(trainer)
     n, m = trainer.batch_size, trainer.n_sampled
 
     def run(order, e):
@@ -430,10 +430,10 @@ def time_variants(variants, N, repeats, seed=0):
     return out
 
 
-def runner(trainer, lr=0.05, frac=1.0, **opts):
-    """Run an epoch (or its first ``frac``) with the options ``opts``."""
+def runner(trainer, lr=0.05, frac=1.0):
+    """Run an epoch (or its first ``frac``) of ``trainer`` (its options are fixed when it
+    is built: one trainer per variant)."""
     def run(order, e):
-        trainer.opts.update(opts)
         order = order[: max(1, int(frac * len(order)))]
         rep = trainer.run_epoch(order, lr, 1000 + e)
         if rep.diverged_at >= 0:
@@ -500,6 +500,9 @@ def load_baseline(rev):
         return mod
 
     kern = show("lib/scalable_softmax/kernels/sampled.py")
+    if kern is not None:     # (revisions before the flags moved to kernels.common)
+        kern = kern.replace("from scalable_softmax._kernels import",
+                            "from scalable_softmax.kernels.common import")
     if kern is not None and "def sampled_epoch" in kern:
         load("sampled_kernels_baseline", kern)
         src = src.replace("from scalable_softmax.kernels.sampled import",
@@ -654,19 +657,21 @@ def run(quick=False, repeats=3, baseline=None):
         t.W, t.scale = Ws, np.ones(K)
         return t
 
+    nthr = numba.get_num_threads()      # the "parallel" variants' threads
     res["sparse"] = {}
     for name, cls in (("ove", sampled.OVETrainer), ("nce", sampled.NCETrainer),
                       ("is", sampled.ISTrainer)):
         variants = {}
         for shared in (False, True):
-            tr = trainer(cls, shared_negatives=shared)
             tag = f"{name}{'_shared' if shared else ''}"
-            variants[f"{tag}_plain"] = runner(tr, fused=False, parallel=False)
-            variants[f"{tag}_fused"] = runner(tr, fused=True, prefetch=0, parallel=False)
-            variants[f"{tag}_fused_prefetch"] = runner(tr, fused=True, prefetch=1,
-                                                      parallel=False)
-            variants[f"{tag}_fused_prefetch_parallel"] = runner(tr, fused=True, prefetch=1,
-                                                               parallel=True, frac=0.2)
+            for kind, kw, frac in (("plain", dict(fused=False, threads=1), 1.0),
+                                   ("fused", dict(fused=True, prefetch=0, threads=1), 1.0),
+                                   ("fused_prefetch", dict(fused=True, prefetch=1, threads=1),
+                                    1.0),
+                                   ("fused_prefetch_parallel",
+                                    dict(fused=True, prefetch=1, threads=nthr), 0.2)):
+                tr = trainer(cls, shared_negatives=shared, **kw)
+                variants[f"{tag}_{kind}"] = runner(tr, frac=frac)
         res["sparse"].update(time_variants(variants, N, repeats))
         print(json.dumps({k: round(v["best_M_per_s"], 3) for k, v in res["sparse"].items()
                           if k.startswith(name)}), flush=True)
@@ -686,10 +691,11 @@ def run(quick=False, repeats=3, baseline=None):
     Xz, yz = sparse_data(N, D, nnz, K, seed=1, zipf=True)
     variants = {}
     for shared in (False, True):
-        tr = trainer(sampled.OVETrainer, Xz, yz, shared_negatives=shared)
         tag = f"ove{'_shared' if shared else ''}"
-        variants[f"{tag}_plain"] = runner(tr, fused=False)
-        variants[f"{tag}_fused_prefetch"] = runner(tr, fused=True, prefetch=1)
+        for kind, kw in (("plain", dict(fused=False)), ("fused_prefetch",
+                                                        dict(fused=True, prefetch=1))):
+            tr = trainer(sampled.OVETrainer, Xz, yz, shared_negatives=shared, **kw)
+            variants[f"{tag}_{kind}"] = runner(tr)
     res["sparse_zipf"] = time_variants(variants, N, repeats, 2)
     del Xz, yz, variants, tr
 
@@ -700,19 +706,20 @@ def run(quick=False, repeats=3, baseline=None):
         ys = y % Ks
         # the class-major kernel's variants (transposed or not) on the shared W;
         # benchmarks/bench_softmax_sgd.py times the default feature-major one
-        ts = full.SoftmaxSGDTrainer(X, ys, Ks, batch_size=n, layout="class")
-        ts.W, ts.cs = W[:Ks], np.ones(1)
-        r = time_variants({
-            f"softmax_sgd_K{Ks}_plain": runner(ts, transposed=False, parallel=False),
-            f"softmax_sgd_K{Ks}_transposed": runner(ts, transposed=True, parallel=False),
-            f"softmax_sgd_K{Ks}_transposed_parallel": runner(ts, transposed=True,
-                                                             parallel=True)},
-            sub, max(2, repeats - 1), 3)
+        tss = {}
+        for tag, layout, threads in (("plain", "class-rowwise", 1),
+                                     ("transposed", "class", 1),
+                                     ("transposed_parallel", "class", nthr)):
+            ts = full.SoftmaxSGDTrainer(X, ys, Ks, batch_size=n, layout=layout,
+                                        threads=threads)
+            ts.W, ts.cs = W[:Ks], np.ones(1)
+            tss[f"softmax_sgd_K{Ks}_{tag}"] = runner(ts)
+        r = time_variants(tss, sub, max(2, repeats - 1), 3)
         for v in r.values():
             v["minibatches"] = nb
         res["softmax_sgd"].update(r)
         print(json.dumps({k: round(v["best_M_per_s"] * 1e6) for k, v in r.items()}), flush=True)
-    del W, trainer, t0, t1, ts  # every holder of the shared W, before the converged point
+    del W, trainer, t0, t1, ts, tss  # every holder of the shared W, before the converged point
 
     # --- the converged point ---------------------------------------------------------------
     res["converged"] = converged_point(epochs_biased=500 if quick else 1500)

@@ -42,7 +42,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from scalable_softmax import kernels
+from scalable_softmax import kernels, methods
 from scalable_softmax.kernels import sgd as ksgd
 from scalable_softmax.methods import sgd
 
@@ -161,7 +161,7 @@ def _read_rows(data, indptr, order, ahead):
 
 def read_rows_runner(trainer, ahead=0):
     """A :func:`time_variants` runner of :func:`_read_rows`."""
-    indptr, _, data, _ = kernels.csr_arrays(trainer)
+    indptr, _, data, _ = methods.csr_arrays(trainer)
 
     def run(order, e):
         _read_rows(data, indptr, order, ahead)
@@ -171,7 +171,7 @@ def read_rows_runner(trainer, ahead=0):
 
 def gather_runner(trainer, ahead=0):
     """A :func:`time_variants` runner of the read-only loops (``ahead = 0``: plain)."""
-    args = (trainer.W, *kernels.csr_arrays(trainer))
+    args = (trainer.W, *methods.csr_arrays(trainer))
 
     def run(order, e):
         ks = ksgd.draw_classes_m1(e, order, args[4], trainer.K)
@@ -189,7 +189,7 @@ def memory_bound(trainer, repeats=3, seed=0):
     fast this machine, at this moment, delivers a step's cache lines."""
     rng = np.random.default_rng(seed)
     N, K = trainer.N, trainer.K
-    args = (trainer.W, *kernels.csr_arrays(trainer))
+    args = (trainer.W, *methods.csr_arrays(trainer))
     _gather(*args, np.arange(2), np.zeros(2, np.int64))
     _gather_prefetched(*args, np.arange(2), np.zeros(2, np.int64), 1)
     best = {"plain": np.inf, "prefetch1": np.inf, "prefetch2": np.inf}
@@ -269,7 +269,7 @@ def paired_overhead(base, other, N, pairs, seed=0):
 def epoch_runner(trainer, lr=0.01, mode=None):
     def run(order, e):
         if mode is not None:
-            kernels.set_prefetch_mode(trainer, mode)
+            methods.set_prefetch_mode(trainer, mode)
         rep = trainer.run_epoch(order, lr, 1000 + e)
         if rep.diverged_at >= 0:
             raise RuntimeError(f"diverged at {rep.diverged_at}")
@@ -363,7 +363,7 @@ def run(quick=False, repeats=5, ridge_pairs=21):
           flush=True)
 
     # --- hogwild ---------------------------------------------------------------------
-    hw = make_trainer(sgd.UmaxTrainer, X, y, K, hogwild=True, threads=2)
+    hw = make_trainer(sgd.UmaxTrainer, X, y, K, threads=2)
     res["hogwild"] = time_variants({
         "umax_serial": epoch_runner(um, mode=ksgd.PREFETCH_DEFAULT),
         "umax_hogwild_2threads": epoch_runner(hw),
@@ -403,10 +403,10 @@ def run(quick=False, repeats=5, ridge_pairs=21):
     Nd, Dd, Kd = (20_000, 784, 10) if quick else (60_000, 784, 10)
     Xd, yd = dense_data(Nd, Dd, Kd)
     ud = make_trainer(sgd.UmaxTrainer, Xd, yd, Kd)
-    assert kernels.dense_rows(ud)
+    assert methods.dense_rows(ud)
     res["dense"] = time_variants({
         "umax_plain": epoch_runner(ud, mode=0),
-        "umax_fast": epoch_runner(ud, mode=kernels.prefetch_mode(ud)),
+        "umax_fast": epoch_runner(ud, mode=methods.prefetch_mode(ud)),
         "umax_plain_file_order": file_order_runner(ud, mode=0),
         "read_rows_bound_plain": read_rows_runner(ud, 0),
         "read_rows_bound_prefetch4": read_rows_runner(ud, 4)}, Nd, repeats, 6)
@@ -425,7 +425,7 @@ def run(quick=False, repeats=5, ridge_pairs=21):
         um_ = make_trainer(sgd.UmaxTrainer, Xm, ym, Km)
         res["mnist"] = time_variants({
             "umax_plain": epoch_runner(um_, mode=0),
-            "umax_fast": epoch_runner(um_, mode=kernels.prefetch_mode(um_))},
+            "umax_fast": epoch_runner(um_, mode=methods.prefetch_mode(um_))},
             Xm.shape[0], repeats, 8)
         res["mnist_shape"] = {"N": Xm.shape[0], "D": Xm.shape[1], "K": Km,
                               "nnz_per_row": Xm.nnz / Xm.shape[0]}

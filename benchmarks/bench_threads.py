@@ -81,16 +81,14 @@ def ceiling(n=100_000_000, repeats=2):
     out = np.zeros(2)
     _busy(10, out)
     best = {1: np.inf, 2: np.inf}
-    prev = numba.get_num_threads()
-    try:
-        for _ in range(repeats):
-            for T in (1, 2):
-                numba.set_num_threads(T)
+    from scalable_softmax.kernels.threads import numba_threads
+
+    for _ in range(repeats):
+        for T in (1, 2):
+            with numba_threads(T):
                 t0 = time.perf_counter()
                 _busy(n // 2, out)
                 best[T] = min(best[T], time.perf_counter() - t0)
-    finally:
-        numba.set_num_threads(prev)
     return {"seconds_1": best[1], "seconds_2": best[2], "ratio": best[1] / best[2]}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 import pytest
 import scipy.optimize
@@ -38,12 +39,11 @@ def _problem(N=80, D=9, K=6, seed=0, scale=1.0):
 # --- softmax-sgd ------------------------------------------------------------------
 
 @pytest.mark.parametrize("mu", [0.0, 3.0])
-@pytest.mark.parametrize("parallel", [False, True])
-@pytest.mark.parametrize("transposed", [False, True])
-def test_softmax_sgd_step_matches_reference(mu, parallel, transposed):
+@pytest.mark.parametrize("threads", [1, numba.get_num_threads()])
+@pytest.mark.parametrize("layout", ["class-rowwise", "feature"])
+def test_softmax_sgd_step_matches_reference(mu, threads, layout):
     X, y, rng = _problem()
-    tr = SoftmaxSGDTrainer(X, y, 6, mu=mu, batch_size=16, parallel=parallel,
-                           transposed=transposed)
+    tr = SoftmaxSGDTrainer(X, y, 6, mu=mu, batch_size=16, threads=threads, layout=layout)
     tr.init_params()
     W0 = rng.normal(size=tr.W.shape)
     tr.W[:] = W0
@@ -58,8 +58,9 @@ def test_softmax_sgd_epoch_matches_repeated_reference_steps_and_fold():
     # several steps (last minibatch short), with a ridge strong enough that the lazy
     # scale gets folded (lr mu / N >= 1)
     X, y, rng = _problem(N=45)
-    for lr, mu, transposed in ((0.5, 2.0, True), (30.0, 2.0, True), (30.0, 2.0, False)):
-        tr = SoftmaxSGDTrainer(X, y, 6, mu=mu, batch_size=10, transposed=transposed)
+    for lr, mu, layout in ((0.5, 2.0, "feature"), (30.0, 2.0, "feature"),
+                           (30.0, 2.0, "class-rowwise")):
+        tr = SoftmaxSGDTrainer(X, y, 6, mu=mu, batch_size=10, layout=layout)
         tr.init_params()
         W = rng.normal(size=tr.W.shape)
         tr.W[:] = W
@@ -71,13 +72,13 @@ def test_softmax_sgd_epoch_matches_repeated_reference_steps_and_fold():
         np.testing.assert_allclose(tr.weights(), W, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("transposed", [False, True])
-def test_softmax_sgd_deterministic_and_thread_independent(transposed):
+@pytest.mark.parametrize("layout", ["class-rowwise", "feature"])
+def test_softmax_sgd_deterministic_and_thread_independent(layout):
     X, y, _ = _problem(N=70)
     out = []
-    for parallel in (False, True, False):
-        tr = SoftmaxSGDTrainer(X, y, 6, mu=0.5, batch_size=8, parallel=parallel,
-                               transposed=transposed)
+    for threads in (1, numba.get_num_threads(), 1):
+        tr = SoftmaxSGDTrainer(X, y, 6, mu=0.5, batch_size=8, threads=threads,
+                               layout=layout)
         tr.init_params()
         for e in range(3):
             tr.run_epoch(np.random.default_rng(e).permutation(70), 0.4, e)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax import _kernels, kernels
+from scalable_softmax import kernels, methods
+from scalable_softmax.kernels import common as kcommon
 from scalable_softmax.kernels import evaluate as kevaluate
 from scalable_softmax.methods import METHODS, full, sgd
 
@@ -38,8 +39,8 @@ def test_the_method_modules_call_the_kernels_own_objects():
     """A trainer's kernels are the public objects of ``scalable_softmax.kernels`` (the
     method module imports them, it defines none), so a benchmark times the library's
     own code."""
-    assert kernels.prefetch_w is _kernels.prefetch_w
-    assert kernels.prefetch_r is _kernels.prefetch_r
+    assert kernels.prefetch_w is kcommon.prefetch_w
+    assert kernels.prefetch_r is kcommon.prefetch_r
     kmods = {m.__name__: m for m in _kernel_modules()}
     for module in _method_modules():
         family = module.__name__.rsplit(".", 1)[1]
@@ -68,21 +69,25 @@ def test_trainer_accessors_see_what_the_kernels_see():
     X = sp.random(30, 12, density=0.3, random_state=1, format="csr")
     y = rng.integers(0, 4, 30)
     tr = sgd.UmaxTrainer(X, y, 4)
-    indptr, indices, data, yy = kernels.csr_arrays(tr)
+    indptr, indices, data, yy = methods.csr_arrays(tr)
     np.testing.assert_array_equal(indptr, X.indptr)
     np.testing.assert_array_equal(indices, X.indices)
     np.testing.assert_array_equal(data, X.data)
     np.testing.assert_array_equal(yy, y)
-    assert indptr is kernels.csr_arrays(tr)[0]            # the trainer's arrays, no copy
-    assert kernels.prefetch_mode(tr) in (0, 1, 2, 3) and kernels.dense_rows(tr) is False
-    kernels.set_prefetch_mode(tr, 0)
-    assert kernels.prefetch_mode(tr) == 0
+    assert indptr is methods.csr_arrays(tr)[0]            # the trainer's arrays, no copy
+    assert methods.prefetch_mode(tr) in (0, 1, 2, 3) and methods.dense_rows(tr) is False
+    methods.set_prefetch_mode(tr, 0)
+    assert methods.prefetch_mode(tr) == 0
     with pytest.raises(ValueError, match="mode must be 0, 1, 2 or 3"):
-        kernels.set_prefetch_mode(tr, 7)
+        methods.set_prefetch_mode(tr, 7)
+    # the kernels package takes arrays only; its former trainer accessors forward
+    assert not [n for n in kernels.__all__ if n in kernels._MOVED]
+    with pytest.warns(DeprecationWarning, match="moved to scalable_softmax.methods"):
+        assert kernels.csr_arrays(tr)[0] is indptr
     ex = full.ExactTrainer(X, y, 4, mu=0.5)
     ex.init_params()
     W = rng.normal(scale=0.1, size=(4, 12))
-    val, g = kernels.objective(ex, np.ascontiguousarray(W.T).ravel())
+    val, g = methods.objective(ex, np.ascontiguousarray(W.T).ravel())
     want, G, _ = full.full_objective_reference(X, y, W, mu=0.5)
     assert val == pytest.approx(want, rel=1e-12)
     np.testing.assert_allclose(g, np.ascontiguousarray(G.T).ravel(), rtol=1e-10, atol=1e-14)

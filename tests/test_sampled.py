@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numba
 import numpy as np
 import pytest
 import scipy.optimize
@@ -73,7 +74,8 @@ def _one_step(name, shared, opts, mu, lr=0.7, n=10, m=3, seed=5, **kernel_opts):
 @pytest.mark.parametrize("name,shared,opts", list(_variants()))
 @pytest.mark.parametrize("mu", [0.0, 2.5])
 @pytest.mark.parametrize("kernel", [dict(fused=False), dict(fused=True, prefetch=0),
-                                    dict(fused=True), dict(fused=True, parallel=True)],
+                                    dict(fused=True),
+                                    dict(fused=True, threads=numba.get_num_threads())],
                          ids=["plain", "fused", "fused-prefetch", "parallel"])
 def test_kernel_step_matches_numpy_reference(name, shared, opts, mu, kernel):
     tr, rep, W_ref, W0 = _one_step(name, shared, opts, mu, **kernel)
@@ -87,7 +89,7 @@ def test_fused_parallel_plain_kernels_bit_identical(name, shared, opts):
     X, y, rng = _problem(N=97)
     out = []
     kernels = (dict(fused=False), dict(fused=True, prefetch=0), dict(fused=True, prefetch=3),
-               dict(fused=True, parallel=True))
+               dict(fused=True, threads=numba.get_num_threads()))
     for kern in kernels:
         tr = TRAINERS[name](X, y, 7, mu=1.5, batch_size=10, n_sampled=3,
                             shared_negatives=shared, **opts, **kern)

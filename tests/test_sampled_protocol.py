@@ -7,6 +7,7 @@ hits, the options' effects, the sum/mean equivalence, the fit() API and validati
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 
@@ -54,7 +55,7 @@ VARIANTS = [
 ]
 KERNELS = [pytest.param(dict(fused=False), id="plain"),
            pytest.param(dict(fused=True), id="fused"),
-           pytest.param(dict(fused=True, parallel=True), id="parallel")]
+           pytest.param(dict(fused=True, threads=numba.get_num_threads()), id="parallel")]
 
 
 def test_defaults_are_bit_identical_to_explicit_none_mean():
@@ -116,7 +117,8 @@ def test_plain_fused_parallel_bit_identical_with_hits_kept(name, opts, reduction
     W0 = rng.normal(size=(K, X.shape[1]))
     order = rng.permutation(X.shape[0])
     out = []
-    for kernel in (dict(fused=False), dict(fused=True), dict(fused=True, parallel=True)):
+    for kernel in (dict(fused=False), dict(fused=True),
+                   dict(fused=True, threads=numba.get_num_threads())):
         tr = _trainer(name, X, y, mu=1.0, shared_negatives=True, remove_accidental_hits=False,
                       reduction=reduction, **opts, **kernel)
         _set_w(tr, W0)

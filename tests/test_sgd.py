@@ -428,7 +428,7 @@ def _learnable(N=400, D=20, K=5, seed=16):
 
 def test_hogwild_runs_and_learns():
     X, y, K = _learnable()
-    t = _trainer(KIND_UMAX, X, y, K, hogwild=True, threads=2)
+    t = _trainer(KIND_UMAX, X, y, K, threads=2)
     before = ob.log_loss(X, y, t.weights())
     rng = np.random.default_rng(0)
     for e in range(5):
@@ -452,7 +452,8 @@ def test_trainer_option_errors():
         fit(X, y, "umax", 0.1, K=K, n_sampled=6, epochs=1, progress=False)
     with pytest.raises(ValueError, match="batch_size must be 1"):
         fit(X, y, "umax", 0.1, K=K, batch_size=10, epochs=1, progress=False)
-    with pytest.raises(ValueError, match="hogwild=True supports n_sampled=1"):
+    with pytest.raises(ValueError, match="threads"), \
+            pytest.warns(DeprecationWarning, match="hogwild=True"):
         UmaxTrainer(X, y, K, n_sampled=2, hogwild=True)
     with pytest.raises(ValueError, match="no parallel kernel for n_sampled > 1"):
         UmaxTrainer(X, y, K, n_sampled=2, threads=2)

@@ -118,6 +118,8 @@ def test_fit_accepts_the_option_and_rejects_bad_values():
     with pytest.raises(ValueError, match="n_sampled"):
         fit(X, y, "vanilla", 1.0, epochs=1, n_sampled=K + 1, sample_from="all",
             progress=False, K=K)
-    with pytest.raises(ValueError, match="hogwild"):
+    # (threads=2: no parallel kernel for sample_from='all', or more than numba's pool)
+    with pytest.raises(ValueError, match="threads"), \
+            pytest.warns(DeprecationWarning, match="hogwild=True"):
         fit(X, y, "vanilla", 1.0, epochs=1, sample_from="all", hogwild=True,
             progress=False, K=K)

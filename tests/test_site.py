@@ -71,7 +71,7 @@ def test_the_api_reference_is_rendered_from_the_docstrings(built):
                 "protocols.PROTOCOLS", "protocols.fit_kwargs", "protocols.resolve",
                 "estimator.SoftmaxSGDClassifier", "estimator.SoftmaxSGDClassifier.fit",
                 "estimator.SoftmaxSGDClassifier.partial_fit", "methods.get_trainer_class",
-                "kernels.csr_arrays"):
+                "methods.csr_arrays"):
         assert f'id="scalable_softmax.{obj}"' in page, obj
     text = _text(page)
     # the words come from the docstrings (napoleon renders their numpydoc sections)

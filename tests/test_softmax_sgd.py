@@ -5,13 +5,13 @@ bit-identical to the former class-major kernel and for every number of threads, 
 trainer keeps ``W`` ``K x D`` for warm starts, ``fit`` and the estimator."""
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 import benchlib
 from scalable_softmax.fit import fit
-from scalable_softmax.kernels import full as kfull
 from scalable_softmax.kernels import softmax_sgd as ksgd
 from scalable_softmax.methods.full import SoftmaxSGDTrainer, reference_step
 
@@ -109,7 +109,7 @@ def test_bit_identical_to_the_class_major_kernel_and_for_every_thread_count(shap
         runs = {}
         for key, opts in {"class": {"layout": "class"}, "f1": {"threads": 1},
                           "f2": {"threads": 2}, "f3": {"threads": 3},
-                          "parallel": {"parallel": True}}.items():
+                          "all": {"threads": numba.get_num_threads()}}.items():
             tr, reps = _trained(X, y, K, W0, orders, lr, mu, B, **opts)
             assert all(r.diverged_at == -1 for r in reps)
             runs[key] = tr.weights()
@@ -177,11 +177,9 @@ def test_estimator_partial_fit_runs_on_the_feature_major_trainer():
 
 
 @pytest.mark.parametrize("opts, msg", [
-    (dict(threads=2, parallel=True), "not both"),
-    (dict(threads=0), "'threads' must be None or an integer >= 1"),
-    (dict(threads=1.5), "'threads' must be None or an integer >= 1"),
-    (dict(layout="rows"), "'feature' or 'class'"),
-    (dict(layout="feature", transposed=False), "layout='class'"),
+    (dict(threads=0), "'threads' must be an integer >= 1"),
+    (dict(threads=1.5), "'threads' must be an integer >= 1"),
+    (dict(layout="rows"), "'feature', 'class' or 'class-rowwise'"),
 ])
 def test_bad_options_are_refused_with_a_clear_message(opts, msg):
     X, y, _ = _problem(20, 5, 3, 0.5)
@@ -189,10 +187,10 @@ def test_bad_options_are_refused_with_a_clear_message(opts, msg):
         SoftmaxSGDTrainer(X, y, 3, **opts)
 
 
-def test_transposed_false_alone_selects_the_class_major_loop():
+def test_layout_class_rowwise_is_the_class_major_loop():
     X, y, rng = _problem(50, 6, 4, 0.5)
-    tr = SoftmaxSGDTrainer(X, y, 4, transposed=False)
-    assert tr.opts["layout"] == "class"
+    tr = SoftmaxSGDTrainer(X, y, 4, layout="class-rowwise")
+    assert tr._layout == "class" and not tr._transposed
     tr.init_params()
     W0 = rng.normal(size=(4, 6))
     tr.W[:] = W0
@@ -269,7 +267,7 @@ def test_batch_by_feature_lists_each_feature_entries_in_minibatch_order():
     order = np.array([2, 0, 1], dtype=np.int64)
     cnt, fptr, feat = (np.zeros(3, np.int64), np.zeros(4, np.int64), np.zeros(3, np.int64))
     tt, vv = np.zeros(6, np.int64), np.zeros(6)
-    nf = kfull.batch_transpose(indptr, indices, X.data, order, 0, 3, cnt, fptr, feat, tt, vv)
+    nf = ksgd.batch_transpose(indptr, indices, X.data, order, 0, 3, cnt, fptr, feat, tt, vv)
     assert nf == 3 and list(feat) == [0, 1, 2] and list(fptr) == [0, 2, 3, 5]
     assert list(tt[:5]) == [0, 1, 2, 1, 2] and list(vv[:5]) == [5.0, 1.0, 3.0, 2.0, 4.0]
     assert not cnt.any()

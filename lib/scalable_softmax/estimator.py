@@ -134,10 +134,10 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
     method_options : None or dict
         Extra options of the method (e.g. ``{"delta0": 1.0}`` for ``umax``).
     n_jobs : None or int
-        Threads of the stochastic methods (their option ``threads``): None or 1 one
-        thread (bit-identical runs), ``-1`` numba's thread count. Methods without a
-        parallel kernel refuse more than one; the full-batch methods use their
-        ``parallel`` option instead (``n_jobs`` other than None and 1 sets it).
+        Threads of the method (its option ``threads``, unless ``method_options``
+        gives it): None or 1 one thread (bit-identical runs), ``-1`` numba's thread
+        count. Methods without a parallel kernel refuse more than one; the full-batch
+        methods' ``threads`` change no result.
     random_state : None, int or numpy RandomState
         Seed of the data order and class sampling (None: a fresh seed each fit).
     verbose : bool, default False
@@ -214,8 +214,6 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
                     raise ValueError(f"n_jobs must be None, -1 or an integer >= 1; got {n!r}")
                 options.setdefault("threads", int(numba.config.NUMBA_NUM_THREADS)
                                    if n == -1 else int(n))
-            else:
-                options.setdefault("parallel", True)
         base = FitConfig(method=self.method, lr=1.0, lr_decay=self.lr_decay, mu=self.mu,
                          batch_size=self.batch_size, n_sampled=self.n_sampled,
                          order=self.order, u_init=self.u_init,

@@ -111,6 +111,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax.kernels.evaluate import all_finite, finish, state_pass, state_pass32
+from scalable_softmax.kernels.threads import numba_threads
 from scalable_softmax.validation import as_csr, as_labels, check_label_range
 
 __all__ = ["Evaluation", "evaluate", "evaluate_sets", "NonFiniteScoreError",
@@ -378,10 +379,7 @@ def _row_pass(X, y, W, sel, *, block_rows, threads, tile, precision, fm, groups=
     D = X.shape[1]
     K = W.shape[int(fm)]
     tw = tile_width(K, D, tile, 8 if precision == "float64" else 4)
-    old = numba.get_num_threads()
-    if threads is not None:
-        numba.set_num_threads(int(threads))
-    try:
+    with numba_threads(threads):
         if precision == "float64":
             state = state_pass(X.indptr, X.indices, X.data, sel, y, W, tw, int(block_rows),
                                fm)
@@ -412,9 +410,6 @@ def _row_pass(X, y, W, sel, *, block_rows, threads, tile, precision, fm, groups=
                     for whole, redone in zip(state, part):
                         whole[idx] = redone
         return finish(*state, y[sel], K)
-    finally:
-        if threads is not None:
-            numba.set_num_threads(old)
 
 
 def _model_inputs(X, W, intercept, fm=False):

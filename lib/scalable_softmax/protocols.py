@@ -271,6 +271,7 @@ class FitConfig:
                             batch_size=self.batch_size, n_sampled=self.n_sampled,
                             **self.options))
         fields = {k: conv.pop(k, None) for k in CONVENTIONS}
+        conv = cls.map_deprecated(conv)         # older names -> threads / layout, once
         if cls.full_batch:
             if self.lr is not None:
                 raise ValueError(f"lr={self.lr!r} is not used by {self.method!r} (full-batch "
@@ -285,7 +286,8 @@ class FitConfig:
             check(name, value)                  # validation.PARAMETERS
         if self.K is not None:
             check("K", self.K, spec={"like": "K", "nullable": False})
-        cls.resolve_options(conv)               # unknown options and bad values raise
+        # unknown options, bad values and broken joint rules raise, before any data
+        cls.resolve_options(conv, n_sampled=fields["n_sampled"])
         return dataclasses.replace(
             self, **fields, lr=None if self.lr is None else float(self.lr),
             eval_epochs=self._eval_epochs(), options=conv)
@@ -313,5 +315,5 @@ class FitConfig:
         cls = self.trainer_class
         cls.check_sizes(int(K), self.batch_size or cls.default_batch_size,
                         self.n_sampled or cls.default_n_sampled,
-                        cls.resolve_options(self.options))
+                        cls.resolve_options(self.options, n_sampled=self.n_sampled))
         return dataclasses.replace(self, K=int(K))

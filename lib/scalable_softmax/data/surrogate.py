@@ -49,12 +49,11 @@ import math
 import zlib
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import brentq
 
-from .._kernels import PJIT
+from ..kernels.surrogate import planted_sample_rows
 from .readers import LabelledData
 
 __all__ = ["SURROGATES", "SurrogateSpec", "PlantedModel", "make_model", "generate_split",
@@ -127,87 +126,6 @@ def surrogate_shape(name: str, scale: float = 1.0) -> dict:
                 nnz=min(spec.nnz, D / 4))
 
 
-# --------------------------------------------------------------------------- kernels
-@numba.njit(**PJIT)
-def _planted_sample(x_indptr, x_indices, x_data, wt_indptr, wt_indices, wt_data, K,
-                    inv_tau, u, do_sample, y, logp, pmax, amax, ent, logz):
-    """Scores ``x_i · W[k] * inv_tau`` over all K classes, one row at a time.
-
-    ``W^T`` is given as CSR (feature-major): classes whose score is never touched by a
-    row's features have score exactly 0. Writes, per row, the sampled class ``y`` (inverse
-    CDF in class order at ``u[i]``, if ``do_sample``), ``log p(y|x)``, ``max_k p``, the
-    argmax (smallest index on ties), the entropy and ``log sum_k exp(s_k)``.
-    """
-    n = x_indptr.size - 1
-    chunk = 256
-    n_chunks = (n + chunk - 1) // chunk
-    for c in numba.prange(n_chunks):
-        s = np.zeros(K)
-        mark = np.zeros(K, dtype=np.uint8)
-        touched = np.empty(K, dtype=np.int64)
-        for i in range(c * chunk, min(n, (c + 1) * chunk)):
-            nt = 0
-            for p in range(x_indptr[i], x_indptr[i + 1]):
-                j = x_indices[p]
-                xv = x_data[p] * inv_tau
-                for q in range(wt_indptr[j], wt_indptr[j + 1]):
-                    k = wt_indices[q]
-                    if mark[k] == 0:
-                        mark[k] = 1
-                        touched[nt] = k
-                        nt += 1
-                    s[k] += xv * wt_data[q]
-            n_un = K - nt
-            m = -np.inf
-            best = -1
-            for t in range(nt):
-                k = touched[t]
-                if s[k] > m or (s[k] == m and k < best):
-                    m = s[k]
-                    best = k
-            if n_un > 0:
-                first_un = 0
-                while mark[first_un] == 1:
-                    first_un += 1
-                if nt == 0 or m < 0.0:
-                    m = 0.0
-                    best = first_un
-                elif m == 0.0 and first_un < best:
-                    best = first_un
-            e_un = math.exp(-m)
-            Z = n_un * e_un
-            ps = 0.0
-            for t in range(nt):
-                k = touched[t]
-                e = math.exp(s[k] - m)
-                Z += e
-                ps += e * s[k]
-            lz = math.log(Z)
-            logz[i] = m + lz
-            pmax[i] = 1.0 / Z  # exp(m - m) / Z
-            amax[i] = best
-            ent[i] = lz + m - ps / Z
-            if do_sample:
-                target = u[i] * Z
-                acc = 0.0
-                yi = K - 1
-                for k in range(K):
-                    if mark[k] == 1:
-                        acc += math.exp(s[k] - m)
-                    else:
-                        acc += e_un
-                    if acc > target:
-                        yi = k
-                        break
-                y[i] = yi
-                sy = s[yi] if mark[yi] == 1 else 0.0
-                logp[i] = sy - m - lz
-            for t in range(nt):
-                k = touched[t]
-                s[k] = 0.0
-                mark[k] = 0
-
-
 def planted_sample(X: sp.csr_matrix, W: sp.csr_matrix, inv_tau: float, u=None):
     """Softmax statistics of the planted model ``p(k|x) ∝ exp(x·W[k] * inv_tau)``.
 
@@ -239,7 +157,7 @@ def planted_sample(X: sp.csr_matrix, W: sp.csr_matrix, inv_tau: float, u=None):
     amax = np.zeros(n, dtype=np.int64)
     ent = np.zeros(n)
     logz = np.zeros(n)
-    _planted_sample(X.indptr.astype(np.int64), X.indices.astype(np.int64),
+    planted_sample_rows(X.indptr.astype(np.int64), X.indices.astype(np.int64),
                     X.data.astype(np.float64), Wt.indptr.astype(np.int64),
                     Wt.indices.astype(np.int64), Wt.data.astype(np.float64), K,
                     float(inv_tau), uu, do, y, logp, pmax, amax, ent, logz)

@@ -1,19 +1,103 @@
-"""Helpers shared by the kernels of several methods: the splitmix64 random stream,
-sparse-row dot products and updates, pre-touched weight arrays, and a vectorised
-exponential and sum (``vexp``, ``lanesum``: the exact evaluator and softmax SGD).
+"""What every kernel shares: one set of numba JIT flags (``numba.njit(**JIT)`` for serial
+kernels, ``numba.njit(**PJIT)`` for kernels parallelised with ``numba.prange``,
+``IJIT`` for small helpers inlined into their callers), the scalar helpers (stable
+``softplus``, ``sigmoid``, ``logaddexp``), cache prefetch hints (``prefetch_r``,
+``prefetch_w``), the splitmix64 random stream, sparse-row dot products and updates,
+pre-touched weight arrays, and a vectorised exponential and sum (``vexp``, ``lanesum``:
+the exact evaluator and softmax SGD).
 
 They live here, not in one method's module, so that every method imports them by their
-public names (``sgd``, ``sampled`` and ``full`` all use them).
+public names (``sgd``, ``sampled`` and ``full`` all use them). (The flags, scalar
+helpers and prefetch hints were in the private module ``scalable_softmax._kernels``.)
+
+The prefetch hints emit ``llvm.prefetch`` (locality 3: keep in all cache levels; data
+cache) for the address of an array element. They never change a result; under
+``NUMBA_DISABLE_JIT=1`` they are no-ops so kernels still run as plain Python.
 """
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
-from scalable_softmax._kernels import JIT, PJIT, prefetch_r
+__all__ = ["JIT", "PJIT", "IJIT", "softplus", "sigmoid", "logaddexp", "prefetch_r",
+           "prefetch_w", "rand_below", "seed_state", "dot", "axpy_check",
+           "prefetch_csr_row", "prefetch_ahead", "touched_zeros", "transpose_scaled", "vexp",
+           "lanesum"]
 
-__all__ = ["rand_below", "seed_state", "dot", "axpy_check", "prefetch_csr_row",
-           "touched_zeros", "transpose_scaled", "vexp", "lanesum", "IJIT"]
+#: flags for serial kernels
+JIT = dict(nogil=True, cache=True, fastmath=False, boundscheck=False)
+#: flags for kernels parallelised with ``numba.prange``
+PJIT = dict(JIT, parallel=True)
+
+
+@numba.njit(**JIT)
+def softplus(z):
+    """``log(1 + exp(z))`` without overflow."""
+    if z > 0.0:
+        return z + math.log1p(math.exp(-z))
+    return math.log1p(math.exp(z))
+
+
+@numba.njit(**JIT)
+def sigmoid(z):
+    """``1 / (1 + exp(-z))`` without overflow."""
+    if z >= 0.0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+@numba.njit(**JIT)
+def logaddexp(a, b):
+    """``log(exp(a) + exp(b))`` without overflow."""
+    if a >= b:
+        return a + math.log1p(math.exp(b - a))
+    return b + math.log1p(math.exp(a - b))
+
+
+def _prefetch_codegen(rw):
+    """Code generator of ``llvm.prefetch`` (``rw``: 0 read, 1 write intent)."""
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        idx = [context.cast(builder, v, t, types.intp)
+               for v, t in zip(args[1:], signature.args[1:])]
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, idx,
+                                       wraparound=False)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, rw),
+                          ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return codegen
+
+
+@intrinsic
+def prefetch_w(typingctx, arr, i, j):
+    """Hint: the cache line holding ``arr[i, j]`` (2-D) will be written soon."""
+    return types.void(arr, i, j), _prefetch_codegen(1)
+
+
+@intrinsic
+def prefetch_r(typingctx, arr, i):
+    """Hint: the cache line holding ``arr[i]`` (1-D) will be read soon."""
+    return types.void(arr, i), _prefetch_codegen(0)
+
+
+if numba.config.DISABLE_JIT:  # plain-Python runs: hints are no-ops
+    def prefetch_w(arr, i, j):  # noqa: F811
+        return None
+
+    def prefetch_r(arr, i):  # noqa: F811
+        return None
+
 
 #: flags of the small helpers inlined (numba IR) into every kernel that calls them
 IJIT = dict(JIT, inline="always")
@@ -110,6 +194,26 @@ def prefetch_csr_row(indptr, indices, data, j, with_indices):
             for p in range(b0, b1, 16):
                 prefetch_r(indices, p)
             prefetch_r(indices, b1 - 1)
+
+
+@numba.njit(**IJIT)
+def prefetch_ahead(indptr, indices, data, y, u, extra, with_extra, order, t, end, li, lx,
+                   with_indices):
+    """The datapoint pipeline of the one-datapoint-per-step kernels (explicit SGD,
+    implicit SGD and its Hogwild chunks), one copy for all: at step ``t`` of the steps
+    before ``end`` of ``order``, hint the per-datapoint values of step ``t + li``
+    (``indptr``, ``y``, ``u`` and, when ``with_extra``, ``extra``: ``||x||^2``) and the
+    CSR row of step ``t + lx`` (:func:`prefetch_csr_row`). Hints never change a
+    result."""
+    if t + li < end:
+        j = order[t + li]
+        prefetch_r(indptr, j)
+        prefetch_r(y, j)
+        prefetch_r(u, j)
+        if with_extra:
+            prefetch_r(extra, j)
+    if t + lx < end:
+        prefetch_csr_row(indptr, indices, data, order[t + lx], with_indices)
 
 
 def touched_zeros(K, D):

@@ -26,6 +26,16 @@ and the description of the algorithm and its precision).
 
 :func:`scalable_softmax.evaluate.per_row` (the per-row metrics ``evaluate`` averages) and
 :func:`scalable_softmax.evaluate.tile_width` (the classes scored per tile) drive them.
+
+Why the two precisions are written twice (``state_pass`` / ``state_pass32`` and their
+inner kernels), not generated from one source: they differ in more than the dtype. The
+float32 pass scores a float32 copy of each tile of ``W`` (``transpose32``) with fused
+multiply-adds and sums with reassociation (``JIT32``, ``JIT32R``: ``fastmath``
+contraction and reassociation), the float64 pass reads ``W`` in place under the
+library's exact flags (``JIT``: no fastmath) with the eight-lane sums of
+:mod:`~scalable_softmax.kernels.common`. One template would have to change either the
+flags or the summation order of one of them, so the results would move; the pair is
+kept, tested against the same NumPy reference (``tests/test_evaluate*.py``).
 """
 from __future__ import annotations
 
@@ -35,10 +45,8 @@ import numba
 import numpy as np
 from numba import prange
 
-from scalable_softmax._kernels import JIT, PJIT
-
 # the vectorised exponential and sum, shared with softmax SGD's kernel
-from scalable_softmax.kernels.common import lanesum, vexp
+from scalable_softmax.kernels.common import JIT, PJIT, lanesum, vexp
 
 __all__ = ["JIT32", "JIT32R", "PJIT32", "all_finite", "finish", "lanemax",
            "max32", "mul_lanesum", "mul_lanesum_wide", "scores32", "state_pass",

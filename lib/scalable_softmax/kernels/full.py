@@ -1,12 +1,9 @@
-"""The numba kernels of the full-softmax methods: minibatch softmax SGD
-(``"softmax-sgd"``) and the full-batch objectives of the L-BFGS methods (``"exact"``,
+"""The numba kernels of the full-batch objectives of the L-BFGS methods (``"exact"``,
 ``"bouchard"``, ``"ove-exact"``). :mod:`scalable_softmax.methods.full` holds the
-trainers, the plain NumPy ``reference_step`` and ``full_objective_reference``, and the
-description of the blocked layout these kernels use.
+trainers, the plain NumPy ``full_objective_reference``, and the description of the
+blocked layout these kernels use. (Minibatch softmax SGD's kernels, both layouts, are in
+:mod:`scalable_softmax.kernels.softmax_sgd`.)
 
-``softmax_sgd_epoch(indptr, indices, data, y, order, V, cs, n, lr, muN, nchunk,
-transposed)``
-    one epoch of minibatch softmax SGD.
 ``full_pass(indptr, indices, data, y, WT, GT, mode, alpha, block, nchunk, max_iter)``
     the value and gradient of a full-batch objective, ``mode`` one of ``KIND_MODES``.
 ``solve_alpha(s, a0, max_iter)``
@@ -23,211 +20,14 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT, PJIT
-from scalable_softmax._kernels import sigmoid as _sigmoid
-from scalable_softmax._kernels import softplus as _softplus
-from scalable_softmax.kernels.common import axpy_check as _axpy_check
-from scalable_softmax.kernels.common import dot as _dot
-from scalable_softmax.kernels.common import lanesum, vexp
+from scalable_softmax.kernels.common import JIT, PJIT
+from scalable_softmax.kernels.common import sigmoid as _sigmoid
+from scalable_softmax.kernels.common import softplus as _softplus
 
-__all__ = ["KIND_MODES", "alpha_g", "batch_transpose", "fold", "full_pass", "row_coef",
-           "sgd_scores", "sgd_update", "softmax_cols", "softmax_sgd_epoch", "solve_alpha"]
-
-_TINY_SCALE = 1e-100
+__all__ = ["KIND_MODES", "alpha_g", "full_pass", "row_coef", "solve_alpha"]
 
 #: objective kind -> mode of the kernel :func:`full_pass`
 KIND_MODES = {"softmax": 0, "bouchard": 1, "ove": 2}
-
-
-@numba.njit(**JIT)
-def softmax_cols(ST, y, order, b0, t0, t1):
-    """Columns ``t0..t1-1`` of the batch's scores ``ST`` (``K x n``) become
-    ``p_tk - 1[k = y_t]``."""
-    K = ST.shape[0]
-    col = np.empty(K)
-    e = np.empty(K)
-    tmpf = np.empty(K)
-    for t in range(t0, t1):
-        mx = ST[0, t]
-        for k in range(K):
-            col[k] = ST[k, t]
-            if col[k] > mx:
-                mx = col[k]
-        # the exponentials and their sum as the feature-major kernel makes them
-        # (kernels.softmax_sgd.softmax_gradient), so that the two agree bit for bit
-        vexp(col, mx, e, tmpf, tmpf.view(np.int64), K)
-        z = lanesum(e, K)
-        if not z >= 1.0:    # non-finite scores (a diverged step): the gradient is NaN
-            z = np.nan
-        for k in range(K):
-            ST[k, t] = e[k] / z
-        ST[y[order[b0 + t]], t] -= 1.0
-
-
-@numba.njit(**JIT)
-def batch_buffers(indptr, order, D, n):
-    """The buffers of :func:`batch_transpose` for minibatches of ``n`` rows of
-    ``order``: ``(cnt, fptr, feat, tt, vv)``, sized by the largest row's non-zeros."""
-    cnt = np.zeros(D, dtype=np.int64)
-    fptr = np.zeros(D + 1, dtype=np.int64)
-    feat = np.zeros(D, dtype=np.int64)
-    mx_nnz = 0
-    for t in range(order.shape[0]):
-        i = order[t]
-        mx_nnz = max(mx_nnz, indptr[i + 1] - indptr[i])
-    tt = np.zeros(n * mx_nnz, dtype=np.int64)
-    vv = np.zeros(n * mx_nnz)
-    return cnt, fptr, feat, tt, vv
-
-
-@numba.njit(**JIT)
-def batch_transpose(indptr, indices, data, order, b0, nb, cnt, fptr, feat, tt, vv):
-    """The minibatch as lists by feature: the ``nf`` distinct features in increasing
-    order (``feat``), and for feature ``feat[a]`` the entries ``fptr[a]..fptr[a+1]-1``
-    of ``tt`` (position in the batch) and ``vv`` (value), in batch order. ``cnt``
-    (length D, zero) is left zero. Returns ``nf``."""
-    nf = 0
-    for t in range(nb):
-        i = order[b0 + t]
-        for p in range(indptr[i], indptr[i + 1]):
-            f = indices[p]
-            if cnt[f] == 0:
-                feat[nf] = f
-                nf += 1
-            cnt[f] += 1
-    feat[:nf].sort()
-    fptr[0] = 0
-    for a in range(nf):
-        fptr[a + 1] = fptr[a] + cnt[feat[a]]
-        cnt[feat[a]] = fptr[a]  # next free slot of feature feat[a]
-    for t in range(nb):
-        i = order[b0 + t]
-        for p in range(indptr[i], indptr[i + 1]):
-            f = indices[p]
-            q = cnt[f]
-            tt[q] = t
-            vv[q] = data[p]
-            cnt[f] = q + 1
-    for a in range(nf):
-        cnt[feat[a]] = 0
-    return nf
-
-
-@numba.njit(**JIT)
-def sgd_scores(indptr, indices, data, order, b0, nb, V, c, ST, k0, k1, transposed, nf, fptr,
-               feat, tt, vv):
-    """``ST[k, t] = c x_t . v_k`` for the classes ``k0..k1-1``; ``transposed``: sweep
-    each class row once in increasing feature order (streaming), else one sparse dot
-    product per (class, datapoint) (random gathers)."""
-    for k in range(k0, k1):
-        row = V[k]
-        st = ST[k]
-        if transposed:
-            for t in range(nb):
-                st[t] = 0.0
-            for a in range(nf):
-                w = row[feat[a]]
-                for q in range(fptr[a], fptr[a + 1]):
-                    st[tt[q]] += vv[q] * w
-            for t in range(nb):
-                st[t] *= c
-        else:
-            for t in range(nb):
-                i = order[b0 + t]
-                st[t] = c * _dot(indices, data, indptr[i], indptr[i + 1], row)
-
-
-@numba.njit(**JIT)
-def sgd_update(indptr, indices, data, order, b0, nb, V, ST, a_scale, k0, k1, transposed, nf,
-               fptr, feat, tt, vv):
-    """``v_k -= a_scale sum_t ST[k, t] x_t`` for the classes ``k0..k1-1``; returns 1 if
-    a written value is not finite."""
-    bad = 0
-    for k in range(k0, k1):
-        row = V[k]
-        st = ST[k]
-        if transposed:
-            for a in range(nf):
-                g = 0.0
-                for q in range(fptr[a], fptr[a + 1]):
-                    g += vv[q] * st[tt[q]]
-                f = feat[a]
-                v = row[f] - a_scale * g
-                row[f] = v
-                if not abs(v) < np.inf:
-                    bad = 1
-        else:
-            for t in range(nb):
-                i = order[b0 + t]
-                bad |= _axpy_check(indices, data, indptr[i], indptr[i + 1], row,
-                                   a_scale * st[t])
-    return bad
-
-
-@numba.njit(**JIT)
-def fold(V, c, k0, k1):
-    """Rows ``k0..k1-1`` of ``V`` times ``c`` in place; 1 if a value is not finite."""
-    bad = 0
-    for k in range(k0, k1):
-        row = V[k]
-        for f in range(row.shape[0]):
-            v = row[f] * c
-            row[f] = v
-            if not abs(v) < np.inf:
-                bad = 1
-    return bad
-
-
-@numba.njit(**PJIT)
-def softmax_sgd_epoch(indptr, indices, data, y, order, V, cs, n, lr, muN, nchunk, transposed):
-    """One epoch of exact-softmax minibatch SGD; ``W = cs[0] * V`` (lazy ridge).
-
-    ``transposed=False``: the straightforward loop (a sparse dot product and a sparse
-    update per class and datapoint, gathering at random in each class row);
-    ``transposed=True``: the minibatch is first regrouped by feature, so that each
-    class row is swept once in increasing feature order for the scores and once for
-    the update (streaming access; the update of ``w_k[f]`` sums the minibatch's
-    contributions before writing). Scores and updates are split over ``nchunk``
-    slices of the classes (numba threads; every element is computed by one thread in
-    a fixed order, so the result does not depend on the number of threads). Returns
-    ``(steps, diverged_at)``.
-    """
-    N = order.shape[0]
-    K, D = V.shape
-    ST = np.zeros((K, n))
-    bads = np.zeros(nchunk, dtype=np.int64)
-    cnt, fptr, feat, tt, vv = batch_buffers(indptr, order, D, n)
-    factor = 1.0 - lr * muN
-    steps = 0
-    for b0 in range(0, N, n):
-        nb = min(n, N - b0)
-        nf = 0
-        if transposed:
-            nf = batch_transpose(indptr, indices, data, order, b0, nb, cnt, fptr, feat, tt, vv)
-        c = cs[0]
-        for q in numba.prange(nchunk):
-            sgd_scores(indptr, indices, data, order, b0, nb, V, c, ST,
-                       q * K // nchunk, (q + 1) * K // nchunk, transposed, nf, fptr, feat,
-                       tt, vv)
-        for q in numba.prange(nchunk):
-            softmax_cols(ST, y, order, b0, q * nb // nchunk, (q + 1) * nb // nchunk)
-        c_new = c * factor
-        if factor <= 0.0 or abs(c_new) < _TINY_SCALE:
-            for q in numba.prange(nchunk):
-                bads[q] = fold(V, c_new, q * K // nchunk, (q + 1) * K // nchunk)
-            c_new = 1.0
-        else:
-            bads[:] = 0
-        cs[0] = c_new
-        a_scale = lr / nb / c_new
-        for q in numba.prange(nchunk):
-            bads[q] |= sgd_update(indptr, indices, data, order, b0, nb, V, ST, a_scale,
-                                  q * K // nchunk, (q + 1) * K // nchunk, transposed, nf,
-                                  fptr, feat, tt, vv)
-        steps += 1
-        if bads.any() or not abs(c_new) < np.inf:
-            return steps, steps - 1
-    return steps, -1
 
 
 @numba.njit(**JIT)

@@ -53,10 +53,9 @@ serial kernels (``tests/test_threads.py``).
     the Hogwild epoch of ``"implicit"`` and the class draws of one chunk.
 ``batch_epoch(...)``, ``batch_draw(...)``
     the Hogwild epoch of ``"implicit-batch"`` and the class draws of one chunk.
-``chunk_seeds(seed, chunks)``, ``round_steps(rate_max, chunks, decades)``,
-``check_threads(method, threads)``, ``run_threads(threads, kernel, *args)``
-    the chunks' seeds, the round length, the option's check and a kernel run on a given
-    number of numba threads (Python).
+``chunk_seeds(seed, chunks)``, ``round_steps(rate_max, chunks, decades)``
+    the chunks' seeds and the round length (Python). The trainers run the epochs inside
+    :func:`scalable_softmax.kernels.threads.numba_threads` ``(T)``.
 """
 from __future__ import annotations
 
@@ -65,9 +64,8 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT, PJIT
-from scalable_softmax._kernels import prefetch_r as _prefetch_r
-from scalable_softmax.kernels.common import prefetch_csr_row
+from scalable_softmax.kernels.common import JIT, PJIT, prefetch_ahead
+from scalable_softmax.kernels.common import prefetch_r as _prefetch_r
 from scalable_softmax.kernels.implicit import apply_step as _implicit_step
 from scalable_softmax.kernels.implicit import apply_u_only as _implicit_u_only
 from scalable_softmax.kernels.implicit import draw_class as _implicit_draw_class
@@ -81,7 +79,7 @@ _LX = 2
 _LI = 4
 
 __all__ = ["implicit_epoch", "implicit_draw", "batch_epoch", "batch_draw",
-           "chunk_seeds", "round_steps", "check_threads", "run_threads", "FOLD_BELOW_IMPLICIT",
+           "chunk_seeds", "round_steps", "FOLD_BELOW_IMPLICIT",
            "FOLD_BELOW_BATCH", "ROUND_DECADES"]
 
 #: between rounds, rows whose lazy scale is below this are folded (``"implicit"``;
@@ -100,37 +98,6 @@ def chunk_seeds(seed: int, chunks: int) -> np.ndarray:
     .generate_state(chunks, numpy.uint32)``."""
     ss = np.random.SeedSequence(int(seed) % (2 ** 32))
     return ss.generate_state(int(chunks), np.uint32).astype(np.int64)
-
-
-def check_threads(method: str, threads) -> int:
-    """The option ``threads`` of ``method`` as an int.
-
-    Raises
-    ------
-    ValueError
-        Unless ``threads`` is an integer (not a bool) in ``1..`` numba's thread count
-        (``NUMBA_NUM_THREADS``); the message names the method and the option.
-    """
-    if (isinstance(threads, (bool, np.bool_))
-            or not isinstance(threads, (int, np.integer)) or threads < 1):
-        raise ValueError(f"{method}: option threads={threads!r} must be an integer >= 1")
-    if threads > numba.config.NUMBA_NUM_THREADS:
-        raise ValueError(
-            f"{method}: option threads={threads} exceeds numba's thread count "
-            f"{numba.config.NUMBA_NUM_THREADS} (set NUMBA_NUM_THREADS before starting "
-            "Python, or ask for fewer threads)")
-    return int(threads)
-
-
-def run_threads(threads: int, kernel, *args):
-    """``kernel(*args)`` with numba's thread count set to ``threads`` (restored after,
-    also on an error); returns its result."""
-    prev = numba.get_num_threads()
-    numba.set_num_threads(int(threads))
-    try:
-        return kernel(*args)
-    finally:
-        numba.set_num_threads(prev)
 
 
 def round_steps(rate_max: float, chunks: int, decades: float) -> int:
@@ -197,14 +164,7 @@ def _implicit_steps(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, c
     n_u = 0
     diverged = -1
     for t in range(a, b):
-        if t + _LI < b:
-            j = order[t + _LI]
-            _prefetch_r(indptr, j)
-            _prefetch_r(y, j)
-            _prefetch_r(u, j)
-            _prefetch_r(sqnorm, j)
-        if t + _LX < b:
-            prefetch_csr_row(indptr, indices, data, order[t + _LX], True)
+        prefetch_ahead(indptr, indices, data, y, u, sqnorm, True, order, t, b, _LI, _LX, True)
         q = 0
         q1 = 0
         kk = 0

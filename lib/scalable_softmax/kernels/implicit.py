@@ -23,12 +23,11 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT
-from scalable_softmax._kernels import prefetch_r as _prefetch_r
-from scalable_softmax._kernels import prefetch_w as _prefetch_w
-from scalable_softmax._kernels import softplus as _softplus
-from scalable_softmax.kernels.common import prefetch_csr_row
-from scalable_softmax.lambertw import lambertw_exp
+from scalable_softmax.kernels.common import JIT, prefetch_ahead
+from scalable_softmax.kernels.common import prefetch_r as _prefetch_r
+from scalable_softmax.kernels.common import prefetch_w as _prefetch_w
+from scalable_softmax.kernels.common import softplus as _softplus
+from scalable_softmax.kernels.lambertw import lambertw_exp
 
 __all__ = ["apply_step", "apply_u_only", "draw_class", "draw_classes_epoch", "epoch_fast",
            "epoch_simple", "fill", "fold_row", "g_eval", "prop4_bound", "row_sqnorms",
@@ -411,14 +410,7 @@ def epoch_fast(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, eta, K
     for t in range(min(_LW, n)):
         ring[t & _MASK] = draw_class(y[order[t]], K, sample_all)
     for t in range(n):
-        if t + _LI < n:
-            j = order[t + _LI]
-            _prefetch_r(indptr, j)
-            _prefetch_r(y, j)
-            _prefetch_r(u, j)
-            _prefetch_r(sqnorm, j)
-        if t + _LX < n:
-            prefetch_csr_row(indptr, indices, data, order[t + _LX], True)
+        prefetch_ahead(indptr, indices, data, y, u, sqnorm, True, order, t, n, _LI, _LX, True)
         q = 0
         q1 = 0
         kk = 0

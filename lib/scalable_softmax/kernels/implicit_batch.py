@@ -38,8 +38,8 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT, prefetch_w
-from scalable_softmax.lambertw import lambertw_exp
+from scalable_softmax.kernels.common import JIT, prefetch_w
+from scalable_softmax.kernels.lambertw import lambertw_exp
 
 __all__ = ["EIG_RTOL", "chol_factor", "chol_solve", "chunk_labels", "descends",
            "direction_workspace", "epoch_kernel", "gradient", "ls_back", "ls_blocks",

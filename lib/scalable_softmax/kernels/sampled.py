@@ -30,12 +30,12 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT, PJIT
-from scalable_softmax._kernels import prefetch_r as _prefetch_r
-from scalable_softmax._kernels import prefetch_w as _prefetch_w2
-from scalable_softmax._kernels import sigmoid as _sigmoid
+from scalable_softmax.kernels.common import JIT, PJIT
+from scalable_softmax.kernels.common import prefetch_r as _prefetch_r
+from scalable_softmax.kernels.common import prefetch_w as _prefetch_w2
 from scalable_softmax.kernels.common import rand_below as _rand_below
 from scalable_softmax.kernels.common import seed_state as _seed_state
+from scalable_softmax.kernels.common import sigmoid as _sigmoid
 
 __all__ = ["IJIT", "NJIT", "apply_private", "axpy1", "axpy2", "axpy3", "axpy_list",
            "batch_count", "batch_reset", "coefs", "count_touched", "deferred_cols",

@@ -16,6 +16,20 @@ the divergence checks these kernels implement).
     the ``kind`` argument of the epoch kernels.
 
 The other functions are the pieces the epoch kernels are built from; all are numba code.
+The datapoint pipeline (hints of the per-datapoint values and the CSR row a few steps
+ahead) is :func:`scalable_softmax.kernels.common.prefetch_ahead`, shared with implicit
+SGD and its Hogwild chunks; the step's scalars are :func:`m1_scalars` (``epoch_m1``)
+and the class draws :func:`draw_m1` and :func:`draw_step`.
+
+Why ``epoch_m1`` and ``epoch_multi`` keep a step body each: ``epoch_m1`` is the
+two-row step specialised for speed (both rows' dot products and updates fused into one
+pass over ``x``, the next step's rows prefetched inside that pass, a dense-row BLAS
+path, ``O(1)`` norm updates for U-max's projection), ``epoch_multi`` loops over
+``m + 1`` rows with the label row's dot product first. A shared body would be
+``epoch_multi``'s loop (slower for ``m = 1``, the setting of every notebook) or carry
+``epoch_m1``'s special cases as branches; and its dense path sums its dot products in
+BLAS order, so merging the two would move ``m = 1`` results on dense data. They are
+tested against the same ``reference_step``.
 """
 from __future__ import annotations
 
@@ -24,14 +38,12 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax._kernels import JIT, PJIT
-from scalable_softmax._kernels import logaddexp as _logaddexp
-from scalable_softmax._kernels import prefetch_r as _prefetch_r
-from scalable_softmax._kernels import prefetch_w as _prefetch_w
-from scalable_softmax._kernels import softplus as _softplus
-from scalable_softmax.kernels.common import prefetch_csr_row
+from scalable_softmax.kernels.common import JIT, PJIT, prefetch_ahead
+from scalable_softmax.kernels.common import logaddexp as _logaddexp
+from scalable_softmax.kernels.common import prefetch_w as _prefetch_w
 from scalable_softmax.kernels.common import rand_below as _rand_below
 from scalable_softmax.kernels.common import seed_state as _seed_state
+from scalable_softmax.kernels.common import softplus as _softplus
 
 __all__ = ["KIND_RAMAN_UMAX", "KIND_RAMAN_VANILLA", "KIND_UMAX", "KIND_VANILLA",
            "PREFETCH_DEFAULT", "axpy2", "axpy_checked", "draw_all_drop_label",
@@ -256,15 +268,8 @@ def epoch_m1(kind, indptr, indices, data, dense, y, order, W, rs, u,
     for t in range(n):
         # ---- pipeline: prefetch what later steps will touch ------------------------
         if prefetch:
-            if t + _LI < n:
-                j = order[t + _LI]
-                _prefetch_r(indptr, j)
-                _prefetch_r(y, j)
-                _prefetch_r(u, j)
-                if project and dense:
-                    _prefetch_r(xsq, j)
-            if t + _LX < n:
-                prefetch_csr_row(indptr, indices, data, order[t + _LX], not dense)
+            prefetch_ahead(indptr, indices, data, y, u, xsq, project and dense, order, t, n,
+                           _LI, _LX, not dense)
         # next step's rows: q runs over its non-zeros (interleaved mode: in the dot loop)
         q = 0
         q1 = 0
@@ -491,13 +496,7 @@ def epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m, from_all,
     for t in range(n):
         # ---- pipeline: draw step t + _LWM, prefetch what later steps touch ----------
         if prefetch:
-            if t + _LI < n:
-                j = order[t + _LI]
-                _prefetch_r(indptr, j)
-                _prefetch_r(y, j)
-                _prefetch_r(u, j)
-            if t + _LX < n:
-                prefetch_csr_row(indptr, indices, data, order[t + _LX], True)
+            prefetch_ahead(indptr, indices, data, y, u, u, False, order, t, n, _LI, _LX, True)
         f0 = 0
         f1 = 0
         fy = 0

@@ -8,6 +8,7 @@ of ``f_ik`` is dropped), so the paper's Table 2 rates apply as published.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numba
@@ -16,10 +17,69 @@ import scipy.sparse as sp
 
 from scalable_softmax.validation import check_options, check_trainer_data
 
-#: the rule of the ``threads`` option of the stochastic methods
+#: the rule of the ``threads`` option (numba threads, at most numba's pool)
 THREADS_RULE = {"type": "int", "min": 1, "max": int(numba.config.NUMBA_NUM_THREADS),
-                "nullable": True,
                 "label": "option 'threads' (numba threads, at most NUMBA_NUM_THREADS)"}
+
+
+def _from_hogwild(value, given, method):
+    """``hogwild=True``: U-max's Hogwild kernel on ``threads`` threads, 2 when not
+    given (its old default); ``hogwild=False``: nothing."""
+    if value:
+        if given.get("threads") is None:
+            given["threads"] = 2
+    return "threads"
+
+
+def _from_parallel(value, given, method):
+    """``parallel=True``: numba's thread count now (``numba.get_num_threads()``);
+    ``parallel=False``: 1 thread; with ``threads=`` as well: an error."""
+    if given.get("threads") is not None:
+        if value:
+            raise ValueError(f"method {method!r}: give the option 'threads' (an int) or "
+                             "the older 'parallel=True' (numba's thread count), not both")
+        return "threads"
+    given["threads"] = int(numba.get_num_threads()) if value else 1
+    return "threads"
+
+
+def _from_transposed(value, given, method):
+    """``softmax-sgd``'s summation order: ``transposed=False`` is the class-major
+    straightforward loop, ``layout="class-rowwise"``; ``True`` the other layouts."""
+    layout = given.get("layout")
+    if value:
+        if layout == "class-rowwise":
+            raise ValueError(f"method {method!r}: option transposed=True contradicts "
+                             "layout='class-rowwise'; give layout alone")
+    elif layout in (None, "class"):
+        given["layout"] = "class-rowwise"
+    elif layout != "class-rowwise":
+        raise ValueError("option transposed=False is the class-major loop: pass "
+                         "layout='class-rowwise' instead (it needs class-major weights)")
+    return "layout"
+
+
+class FrozenOptions(dict):
+    """A method's resolved options (:meth:`Trainer.resolve_options`): a dict that refuses
+    to be changed, so that an option is never rewritten after its check (a value derived
+    from the options lives in an attribute of its own). Pickles as a plain copy."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a method's resolved options are read-only (checked once); keep a "
+                        "derived value in an attribute of its own")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):
+        return (FrozenOptions, (dict(self),))
+
+
+#: the older option names, each mapped here (the one place) onto ``threads`` or
+#: ``layout`` with a DeprecationWarning by :meth:`Trainer.resolve_options`; a method
+#: lists those it still accepts in its fact ``deprecated_options``
+DEPRECATED_OPTIONS = {"hogwild": _from_hogwild, "parallel": _from_parallel,
+                      "transposed": _from_transposed}
 
 
 @dataclass
@@ -110,6 +170,13 @@ class Trainer:
     full_batch: bool = False
     minibatch: bool = False
     parallel_kernel: bool = False
+    #: the older option names the method still accepts (keys of
+    #: :data:`DEPRECATED_OPTIONS`), mapped onto ``threads`` / ``layout``
+    deprecated_options: tuple = ()
+    #: the joint rules of the options, beside the schema's single-value rules: functions
+    #: ``rule(cls, opts, n_sampled) -> message or None`` of the checked options and the
+    #: classes per datapoint (no data needed), run by :meth:`resolve_options`
+    option_rules: tuple = ()
     reference: str = "reference_step"
     #: True once the method has nothing left to do (a converged full-batch method):
     #: ``fit`` then stops its epoch loop
@@ -122,10 +189,18 @@ class Trainer:
         return getattr(sys.modules[cls.__module__], cls.reference)
 
     @classmethod
-    def resolve_options(cls, given: dict) -> dict:
+    def resolve_options(cls, given: dict, n_sampled: int | None = None) -> FrozenOptions:
         """``given`` merged over the defaults of :attr:`options`, every value checked
         against its rule (:func:`scalable_softmax.validation.check_options`: the one
-        check of method options; no data needed, so ``fit`` calls it before any work).
+        check of method options; no data needed, so ``fit`` calls it before any work),
+        then the joint rules :attr:`option_rules` (with ``n_sampled`` classes per
+        datapoint; None: :attr:`default_n_sampled`). Returns the options read-only
+        (:class:`FrozenOptions`).
+
+        An older name the method still accepts (``deprecated_options``: ``hogwild``,
+        ``parallel``, ``transposed``) is first mapped onto ``threads`` or ``layout``
+        (:data:`DEPRECATED_OPTIONS`) with a ``DeprecationWarning``; the result holds
+        the new names only, so resolving it again changes nothing.
 
         Raises
         ------
@@ -133,7 +208,33 @@ class Trainer:
             For an unknown option (the message lists the accepted ones) or a value
             that breaks its rule.
         """
-        return check_options(cls.options, dict(given), f"method {cls.name!r}")
+        given = cls.map_deprecated(given)
+        opts = check_options(cls.options, given, f"method {cls.name!r}")
+        m = cls.default_n_sampled if n_sampled is None else int(n_sampled)
+        for rule in cls.option_rules:
+            message = rule(cls, opts, m)
+            if message:
+                raise ValueError(message)
+        return FrozenOptions(opts)
+
+    @classmethod
+    def map_deprecated(cls, given: dict) -> dict:
+        """``given`` (a new dict) with the older names the method accepts mapped onto
+        ``threads`` / ``layout`` (:data:`DEPRECATED_OPTIONS`), each with a
+        ``DeprecationWarning``; nothing else is checked or filled in."""
+        given = dict(given)
+        for old in cls.deprecated_options:
+            if old in given:
+                value = given.pop(old)
+                if not isinstance(value, (bool, np.bool_)):
+                    raise ValueError(f"method {cls.name!r}: option {old!r} must be a bool; "
+                                     f"got {value!r}")
+                new = DEPRECATED_OPTIONS[old](bool(value), given, cls.name)
+                use = (f"{new}={given[new]!r}" if given.get(new) is not None
+                       else f"the default of {new!r}")
+                warnings.warn(f"method {cls.name!r}: option {old}={value!r} is deprecated; "
+                              f"use {use}", DeprecationWarning, stacklevel=4)
+        return given
 
     @classmethod
     def max_n_sampled(cls, K: int, options: dict) -> int | None:
@@ -179,8 +280,9 @@ class Trainer:
         self.mu = float(mu)
         self.batch_size = int(batch_size or self.default_batch_size)
         self.n_sampled = int(n_sampled or self.default_n_sampled)
-        #: the resolved options (the schema's defaults, overridden by those given)
-        self.opts = self.resolve_options(options)
+        #: the resolved options (the schema's defaults, overridden by those given;
+        #: read-only)
+        self.opts = self.resolve_options(options, n_sampled=self.n_sampled)
         self.W: np.ndarray | None = None
         self.u: np.ndarray | None = None
 
@@ -239,26 +341,23 @@ class Trainer:
         return None
 
 
+def _threads_need_a_parallel_kernel(cls, opts, n_sampled):
+    """``threads > 1`` only where the method has a parallel kernel."""
+    if not cls.parallel_kernel and opts["threads"] > 1:
+        return no_parallel_kernel(cls.name, opts["threads"])
+    return None
+
+
 class StochasticTrainer(Trainer):
     """Base class of the stochastic methods (steps at a learning rate): they all take
     the option ``threads`` (int >= 1, default 1: the serial kernel, bit-identical to
     the runs before the option existed). ``threads > 1`` runs the method's parallel
     kernel where it has one (:attr:`Trainer.parallel_kernel`); the others refuse it. A
-    method with an older switch for its parallel kernel (``hogwild``, ``parallel``)
-    declares ``threads`` with the default None: the switch's meaning, else 1."""
+    method's older switch for its parallel kernel (``hogwild``, ``parallel``) is
+    mapped onto ``threads`` by :meth:`Trainer.resolve_options`."""
 
     options = {"threads": (1, THREADS_RULE)}
-
-    def __init__(self, X, y, K, **kw):
-        super().__init__(X, y, K, **kw)
-        if not self.parallel_kernel and (self.opts["threads"] or 1) > 1:
-            raise ValueError(no_parallel_kernel(self.name, self.opts["threads"]))
-
-    def n_threads(self, alias: int | None = None) -> int:
-        """The threads to run on: the option ``threads`` when given, else ``alias``
-        (what a method's older switch, ``hogwild`` or ``parallel``, means), else 1."""
-        t = self.opts["threads"]
-        return int(t if t is not None else (alias or 1))
+    option_rules = (_threads_need_a_parallel_kernel,)
 
 
 def no_parallel_kernel(method: str, threads: int, why: str = "") -> str:

@@ -102,11 +102,11 @@ import scipy.optimize
 import scipy.sparse as sp
 
 from scalable_softmax.kernels import common as kcommon
-from scalable_softmax.kernels import full as kfull
 from scalable_softmax.kernels import softmax_sgd as ksgd
 from scalable_softmax.kernels.common import touched_zeros as _touched_zeros
 from scalable_softmax.kernels.full import KIND_MODES, full_pass, solve_alpha
-from scalable_softmax.methods.base import EpochReport, StochasticTrainer, Trainer
+from scalable_softmax.kernels.threads import numba_threads
+from scalable_softmax.methods.base import THREADS_RULE, EpochReport, StochasticTrainer, Trainer
 from scalable_softmax.methods.lbfgs import lbfgs
 
 __all__ = [
@@ -177,24 +177,20 @@ class SoftmaxSGDTrainer(StochasticTrainer):
     -------
     threads : int, default 1
         numba threads of each step: the scores and the softmax split over the
-        minibatch's rows, the update over slices of the classes. Every value is
-        computed by one thread in a fixed order, so the weights are bit-identical for
-        every number of threads.
-    parallel : bool, default False
-        the former name of ``threads``: True means numba's thread count
-        (``numba.get_num_threads()`` at each epoch); not with ``threads``.
-    layout : ``"feature"`` (default) or ``"class"``
+        minibatch's rows, the update over slices of the classes (that many slices, run
+        on at most numba's pool). Every value is computed by one thread in a fixed
+        order, so the weights are bit-identical for every number of threads. The
+        deprecated ``parallel=True`` means ``threads=numba.get_num_threads()`` (when
+        the options are resolved); not with ``threads``.
+    layout : ``"feature"`` (default), ``"class"`` or ``"class-rowwise"``
         ``"feature"``: the kernel of :mod:`scalable_softmax.kernels.softmax_sgd` on
         ``V^T``; ``"class"``: the former kernel on ``V`` (``K x D``), whose steps sweep
         every class row (one cache line per class and feature: 10-40x slower when
-        ``K`` and ``D`` are large). Both give bit-identical weights with
-        ``transposed=True``.
-    transposed : bool, default True
-        the summation order of the class-major kernel: True regroups each minibatch by
-        feature (the order the feature-major kernel also uses); False is the
+        ``K`` and ``D`` are large), each minibatch regrouped by feature: weights
+        bit-identical to ``"feature"``; ``"class-rowwise"``: the class-major kernel's
         straightforward loop, one sparse dot product and update per (class,
-        datapoint), equal to rounding; it needs ``layout="class"`` (the default when
-        ``transposed=False`` is given alone).
+        datapoint), equal to the others to rounding. The deprecated
+        ``transposed=False`` means ``"class-rowwise"``.
     """
 
     name = "softmax-sgd"
@@ -203,13 +199,12 @@ class SoftmaxSGDTrainer(StochasticTrainer):
     parallel_kernel = True
     default_batch_size = 100
     default_n_sampled = 1
+    deprecated_options = ("parallel", "transposed")
     # threads: slices of each step, any number (the kernel runs them on at most numba's
     # pool; the result does not depend on it)
     options = {**StochasticTrainer.options,
-               "threads": (None, {"type": "int", "min": 1, "nullable": True}),
-               "parallel": (False, {"type": "bool"}),
-               "transposed": (True, {"type": "bool"}),
-               "layout": (None, {"one_of": ["feature", "class"], "nullable": True})}
+               "threads": (1, {"type": "int", "min": 1, "label": "option 'threads'"}),
+               "layout": ("feature", {"one_of": ["feature", "class", "class-rowwise"]})}
 
     @classmethod
     def max_n_sampled(cls, K, options):
@@ -220,18 +215,10 @@ class SoftmaxSGDTrainer(StochasticTrainer):
         self._layout = None
         self._store = None
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled, **options)
-        o = self.opts
-        if o["threads"] is not None and o["parallel"]:
-            raise ValueError("give the option 'threads' (an int) or the older "
-                             "'parallel=True' (numba's thread count), not both")
-        if o["layout"] is None:
-            o["layout"] = "feature" if o["transposed"] else "class"
-        elif o["layout"] == "feature" and not o["transposed"]:
-            raise ValueError("option transposed=False is the class-major loop: pass "
-                             "layout='class' with it (or leave transposed at True)")
-        if o["threads"] is None:
-            o["threads"] = 1
-        self._layout = o["layout"]
+        #: ``"feature"`` (``V^T`` stored) or ``"class"`` (``V`` stored)
+        self._layout = "feature" if self.opts["layout"] == "feature" else "class"
+        #: the class-major kernel regroups each minibatch by feature
+        self._transposed = self.opts["layout"] != "class-rowwise"
         self.X, self._indptr, self._indices, self._data = _csr_arrays(X)
         # the feature-major kernel sums each row's features in the order of its
         # entries: sorted (stably) by feature, the class-major kernel's order
@@ -278,16 +265,15 @@ class SoftmaxSGDTrainer(StochasticTrainer):
         if self._store is None:
             self.init_params()
         order = np.ascontiguousarray(order, dtype=np.int64)
-        o = self.opts
-        nthr = numba.get_num_threads() if o["parallel"] else o["threads"]
-        with _threads(nthr):
+        nthr = self.opts["threads"]
+        with numba_threads(nthr):
             if self._layout == "class":
                 # one slice of the classes per thread (the slicing does not change the
                 # result)
-                steps, div = kfull.softmax_sgd_epoch(
+                steps, div = ksgd.class_major_epoch(
                     self._indptr, self._indices, self._data, self._y, order, self._store,
                     self.cs, self.batch_size, float(lr), self.mu / self.N, nthr,
-                    o["transposed"])
+                    self._transposed)
             else:
                 steps, div = ksgd.softmax_sgd_epoch(
                     self._indptr, self._fm_indices, self._fm_data, self._y, order,
@@ -308,8 +294,7 @@ class SoftmaxSGDTrainer(StochasticTrainer):
         if self._layout == "class":
             return self.W if c == 1.0 else self.W * c
         out = np.empty((self.K, self.D))
-        with _threads(numba.get_num_threads() if self.opts["parallel"]
-                      else self.opts["threads"]):
+        with numba_threads(self.opts["threads"]):
             kcommon.transpose_scaled(self._store, float(c), out)
         return out
 
@@ -334,27 +319,6 @@ def _rows_sorted(indptr, indices, data):
     rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
     perm = np.lexsort((indices, rows))
     return np.ascontiguousarray(indices[perm]), np.ascontiguousarray(data[perm])
-
-
-class _threads:
-    """Context manager: run numba parallel kernels on ``n`` threads (at most numba's
-    pool)."""
-
-    def __init__(self, n):
-        self.n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
-
-    def __enter__(self):
-        self.prev = numba.get_num_threads()
-        numba.set_num_threads(self.n)
-
-    def __exit__(self, *exc):
-        numba.set_num_threads(self.prev)
-        return False
-
-
-def _one_thread():
-    """Context manager: run numba's parallel kernels on one thread."""
-    return _threads(1)
 
 
 # ---------------------------------------------------------------------------
@@ -479,10 +443,12 @@ class _LBFGSTrainer(Trainer):
         L-BFGS correction pairs.
     block : int or None
         rows per block of the objective kernel (default about 2^21 / K).
-    parallel : bool or None, default None
-        numba's threads for the objective kernel (identical results); None: only
-        when an evaluation is big enough to pay for the threads' synchronisation
-        (``nnz(X) * K >= 2e6``).
+    threads : int or None, default None
+        numba threads of the objective kernel (identical results for any number);
+        None: numba's thread count when an evaluation is big enough to pay for the
+        threads' synchronisation (``nnz(X) * K >= 2e6``), else 1. The deprecated
+        ``parallel=True`` means ``threads=numba.get_num_threads()``, ``parallel=False``
+        ``threads=1``.
     solver : ``"lbfgs"`` (default) or ``"scipy"``
         ``"lbfgs"``: the plain L-BFGS of :mod:`scalable_softmax.methods.lbfgs` (same
         algorithm as L-BFGS-B without bounds, same stopping tests; less time of its
@@ -508,6 +474,7 @@ class _LBFGSTrainer(Trainer):
     default_batch_size = 1
     default_n_sampled = 1
     _kind = "softmax"
+    deprecated_options = ("parallel",)
 
     options = {
         "iters_per_epoch": (50, _POS_INT_OR_NONE),
@@ -516,7 +483,7 @@ class _LBFGSTrainer(Trainer):
         "ftol": (0.0, _NONNEG),
         "memory": (10, {"type": "int", "min": 1}),
         "block": (None, _POS_INT_OR_NONE),
-        "parallel": (None, {"type": "bool", "nullable": True}),
+        "threads": (None, dict(THREADS_RULE, nullable=True)),
         "solver": ("lbfgs", {"one_of": ["scipy", "lbfgs"]}),
         "trace": (False, {"type": "bool"}),
         "callback": (None, {"type": "callable", "nullable": True}),
@@ -532,8 +499,11 @@ class _LBFGSTrainer(Trainer):
         self.X, self._indptr, self._indices, self._data = _csr_arrays(X)
         self._y = np.ascontiguousarray(y, dtype=np.int64)
         self._block = self.opts["block"] or _default_block(self.K)
-        if self.opts["parallel"] is None:
-            self.opts["parallel"] = self.X.nnz * self.K >= 2e6
+        #: threads of the objective kernel (option ``threads``; None: by size)
+        self._threads = self.opts["threads"]
+        if self._threads is None:
+            big = self.X.nnz * self.K >= 2e6
+            self._threads = int(numba.get_num_threads()) if big else 1
         self.total_iters = 0
         self.converged = False
         self._state: dict = {}
@@ -551,14 +521,9 @@ class _LBFGSTrainer(Trainer):
         GT = np.empty_like(WT)
         mode = KIND_MODES[self._kind]
         a = self.u if mode == 1 else np.zeros(1)
-        nthr = numba.get_num_threads() if self.opts["parallel"] else 1
-        if self.opts["parallel"]:
+        with numba_threads(self._threads):
             total, it = full_pass(self._indptr, self._indices, self._data, self._y, WT, GT,
-                                  mode, a, self._block, nthr, 200)
-        else:
-            with _one_thread():
-                total, it = full_pass(self._indptr, self._indices, self._data, self._y, WT,
-                                      GT, mode, a, self._block, 1, 200)
+                                  mode, a, self._block, self._threads, 200)
         self.nfev += 1
         self.alpha_iters += it
         self._fx = x.copy()          # where u (alpha) was last solved

@@ -416,7 +416,7 @@ class ImplicitTrainer(StochasticTrainer):
         self.kernel = self.opts["kernel"]
         self.sample_from = self.opts["sample_from"]
         self.passes = self.opts["passes"]
-        self.threads = self.n_threads()
+        self.threads = self.opts["threads"]
         if not (sp.issparse(X) and X.format == "csr"):
             X = sp.csr_matrix(X)
         self._indptr = np.ascontiguousarray(X.indptr, dtype=np.int64)
@@ -464,16 +464,18 @@ class ImplicitTrainer(StochasticTrainer):
         """:meth:`_run` on ``threads`` threads (the kernel's per-chunk counters
         summed; the divergence is the first failing step of any chunk)."""
         from scalable_softmax.kernels import hogwild
+        from scalable_softmax.kernels.threads import numba_threads
         T = self.threads
         ridge = self.mu > 0.0
         rate = lr * float(self._rho.max()) if ridge and self.K else 0.0
         rounds = hogwild.round_steps(rate, T, hogwild.ROUND_DECADES["implicit"])
         counters = np.zeros((T, 5), np.int64)
-        hogwild.run_threads(
-            T, hogwild.implicit_epoch, self._indptr, self._indices, self._data, self._y,
-            self._sqnorm, self.W, self.u, self._scale, self._rho, order, lr, self.K,
-            self.tol, hogwild.chunk_seeds(seed, T), ridge, self.sample_from == "all",
-            rounds, hogwild.FOLD_BELOW_IMPLICIT, counters)
+        with numba_threads(T):
+            hogwild.implicit_epoch(
+                self._indptr, self._indices, self._data, self._y,
+                self._sqnorm, self.W, self.u, self._scale, self._rho, order, lr, self.K,
+                self.tol, hogwild.chunk_seeds(seed, T), ridge, self.sample_from == "all",
+                rounds, hogwild.FOLD_BELOW_IMPLICIT, counters)
         div = counters[:, 1]
         return (int(counters[:, 0].sum()), int(div[div >= 0].min()) if (div >= 0).any()
                 else -1, int(counters[:, 2].sum()), int(counters[:, 3].max()),

@@ -414,7 +414,7 @@ class ImplicitBatchTrainer(StochasticTrainer):
         self.tol = self.opts["tol"]
         self.max_newton = self.opts["max_newton"]
         self.linear_solver = self.opts["linear_solver"]
-        self.threads = self.n_threads()
+        self.threads = self.opts["threads"]
         Xc = sp.csr_matrix(X)
         self._indptr = np.ascontiguousarray(Xc.indptr, dtype=np.int64)
         self._indices = np.ascontiguousarray(Xc.indices, dtype=np.int64)
@@ -493,16 +493,18 @@ class ImplicitBatchTrainer(StochasticTrainer):
         a divergence, minibatches of other chunks may have run after it: ``steps``
         counts every step taken."""
         from scalable_softmax.kernels import hogwild
+        from scalable_softmax.kernels.threads import numba_threads
         n, m = self.batch_size, self.n_sampled
         T = min(self.threads, max(1, classes.shape[0]))
         rate = lr * self.mu * float(self.beta.max()) / self.N if self.mu > 0 else 0.0
         rounds = hogwild.round_steps(rate, T, hogwild.ROUND_DECADES["implicit-batch"])
         out = np.zeros((T, 8), np.int64)
-        hogwild.run_threads(
-            T, hogwild.batch_epoch, self._indptr, self._indices, self._data, self._y,
-            self.W, gamma, self.u, order, n, m, self.K, self.N, lr, self.mu, self.beta,
-            hogwild.chunk_seeds(seed, T), self.tol, self.max_newton,
-            self.linear_solver == "dense", classes, rounds, hogwild.FOLD_BELOW_BATCH, out)
+        with numba_threads(T):
+            hogwild.batch_epoch(
+                self._indptr, self._indices, self._data, self._y,
+                self.W, gamma, self.u, order, n, m, self.K, self.N, lr, self.mu, self.beta,
+                hogwild.chunk_seeds(seed, T), self.tol, self.max_newton,
+                self.linear_solver == "dense", classes, rounds, hogwild.FOLD_BELOW_BATCH, out)
         div = out[:, 0]
         return (int(div[div >= 0].min()) if (div >= 0).any() else -1,
                 int(out[:, 1].sum()), int(out[:, 2].sum()), int(out[:, 3].max()),

@@ -121,13 +121,13 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax.kernels.common import touched_zeros as _touched_zeros
 from scalable_softmax.kernels.sampled import sample_epoch, sampled_epoch, sampled_epoch_par
-from scalable_softmax.methods.base import THREADS_RULE, EpochReport, StochasticTrainer
+from scalable_softmax.kernels.threads import numba_threads
+from scalable_softmax.methods.base import EpochReport, StochasticTrainer
 
 __all__ = [
     "OVETrainer", "NCETrainer", "ISTrainer", "KIND_OVE", "KIND_NCE", "KIND_IS",
@@ -275,6 +275,16 @@ def reference_step(X, y, W, rows, cls, ncls, lr, kind, weight, c_nce, weighted=T
 # trainers
 # ---------------------------------------------------------------------------
 
+def _hits_need_shared_negatives(cls, opts, n_sampled):
+    """``remove_accidental_hits`` is a choice of shared negatives only."""
+    rah = opts["remove_accidental_hits"]
+    if rah is not None and not opts["shared_negatives"]:
+        return (f"option 'remove_accidental_hits' of method {cls.name!r} applies only with "
+                f"shared_negatives=True (per-datapoint negatives never draw the label); "
+                f"got remove_accidental_hits={rah!r} with shared_negatives=False")
+    return None
+
+
 class _SampledTrainer(StochasticTrainer):
     """Shared machinery of :class:`OVETrainer`, :class:`NCETrainer` and :class:`ISTrainer`.
 
@@ -305,10 +315,8 @@ class _SampledTrainer(StochasticTrainer):
     threads : int, default 1
         ``> 1``: the parallel kernel on that many numba threads (bit-identical
         results). Off by default: the kernel synchronises its threads twice per
-        minibatch, which only pays on idle cores.
-    parallel : bool, default False
-        the older switch of the parallel kernel: ``parallel=True`` without ``threads``
-        runs it on numba's threads (``numba.get_num_threads()``).
+        minibatch, which only pays on idle cores. The deprecated ``parallel=True``
+        means ``threads=numba.get_num_threads()`` (when the options are resolved).
     """
 
     kind: int = -1
@@ -317,9 +325,9 @@ class _SampledTrainer(StochasticTrainer):
     default_batch_size = 100
     default_n_sampled = 5
     parallel_kernel = True
+    deprecated_options = ("parallel",)
+    option_rules = (*StochasticTrainer.option_rules, _hits_need_shared_negatives)
     options = {**StochasticTrainer.options,
-               "threads": (None, THREADS_RULE),
-               "parallel": (False, {"type": "bool"}),
                "shared_negatives": (False, {"type": "bool"}),
                "fused": (True, {"type": "bool"}),
                "prefetch": (1, {"type": "int", "min": 0}),
@@ -344,11 +352,6 @@ class _SampledTrainer(StochasticTrainer):
         self.weight = K / m if self.shared else (K - 1) / m
         self.c_nce = math.log(m / K)
         rah = self.opts["remove_accidental_hits"]
-        if rah is not None and not self.shared:
-            raise ValueError(
-                f"option 'remove_accidental_hits' of method {self.name!r} applies only with "
-                f"shared_negatives=True (per-datapoint negatives never draw the label); "
-                f"got remove_accidental_hits={rah!r} with shared_negatives=False")
         #: drop a sampled class equal to the datapoint's label (shared negatives only)
         self.drop_hits = self.shared and (self.kind != KIND_NCE if rah is None else rah)
         #: ``reduction="sum"``: no 1/b in the step
@@ -380,9 +383,9 @@ class _SampledTrainer(StochasticTrainer):
                 self.kind, self.shared, self.drop_hits, self._logr, self.c_nce, int(seed),
                 self.opts["fused"], self.opts["prefetch"], self.reduction == "sum",
                 self._sorted)
-        nthr = self.n_threads(numba.get_num_threads() if self.opts["parallel"] else None)
+        nthr = self.opts["threads"]
         if nthr > 1:
-            with _num_threads(nthr):
+            with numba_threads(nthr):
                 steps, div, _ = sampled_epoch_par(*args, nthr)
         else:
             buf = _buffers(self.batch_size, self.n_sampled, self.K)
@@ -404,28 +407,12 @@ class _SampledTrainer(StochasticTrainer):
         return self.W * self.scale[:, None]
 
 
-class _num_threads:
-    """Context manager: run numba's parallel kernels on ``n`` threads."""
-
-    def __init__(self, n):
-        self.n = int(n)
-
-    def __enter__(self):
-        self.prev = numba.get_num_threads()
-        numba.set_num_threads(self.n)
-
-    def __exit__(self, *exc):
-        numba.set_num_threads(self.prev)
-        return False
-
-
 class OVETrainer(_SampledTrainer):
     """One-vs-Each (T-4, T-15, T-16) by doubly stochastic minibatch SGD.
 
     Loss per datapoint ``r sum_j softplus(s_{k_j} - s_y)``; see the module docstring
     for the sampling, the step and the options (``shared_negatives``,
-    ``remove_accidental_hits``, ``reduction``, ``fused``, ``prefetch``, ``threads``,
-    ``parallel``).
+    ``remove_accidental_hits``, ``reduction``, ``fused``, ``prefetch``, ``threads``).
     """
 
     name = "ove"
@@ -437,7 +424,7 @@ class NCETrainer(_SampledTrainer):
 
     Loss per datapoint ``softplus(c - s_y) + sum_j softplus(s_{k_j} - c)``,
     ``c = log(m/K)``; options ``shared_negatives``, ``remove_accidental_hits``,
-    ``reduction``, ``fused``, ``prefetch``, ``threads``, ``parallel``.
+    ``reduction``, ``fused``, ``prefetch``, ``threads``.
     """
 
     name = "nce"
@@ -454,8 +441,7 @@ class ISTrainer(_SampledTrainer):
     weighted : bool, default True
         ``False``: no ``r`` (TensorFlow's ``sampled_softmax_loss`` with a uniform
         sampler).
-    shared_negatives, remove_accidental_hits, reduction, fused, prefetch, threads,
-    parallel :
+    shared_negatives, remove_accidental_hits, reduction, fused, prefetch, threads :
         as for every sampled method (:class:`_SampledTrainer`).
     """
 

@@ -59,8 +59,8 @@ Implementation
   MNIST), the kernel works on contiguous rows: dot products by BLAS ``ddot`` (numba's
   ``np.dot``; vectorised, so its summation order differs from the sparse path's by
   rounding only) and a vectorised update loop.
-* **Hogwild** (option ``threads > 1``, or its older alias ``hogwild=True``, which means
-  ``threads=2`` unless ``threads`` is given; off by default, ``n_sampled = 1`` only): the
+* **Hogwild** (option ``threads > 1``, or its deprecated alias ``hogwild=True``, which
+  means ``threads=2`` unless ``threads`` is given; off by default, ``n_sampled = 1`` only): the
   epoch's order is cut into ``threads`` contiguous chunks run in parallel
   without locks, each with its own random stream (``numpy.random.SeedSequence(seed)``).
   Races make it **not bit-identical** between runs (and may lose a few updates of the
@@ -85,7 +85,6 @@ Implementation
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -103,8 +102,8 @@ from scalable_softmax.kernels.sgd import (
     epoch_multi,
     fold_all,
 )
+from scalable_softmax.kernels.threads import numba_threads
 from scalable_softmax.methods.base import (
-    THREADS_RULE,
     EpochReport,
     StochasticTrainer,
     no_parallel_kernel,
@@ -226,15 +225,24 @@ def _touch_weights(y, K, m, from_all=False):
     return N / (n + (N - n) * m / ((K if from_all else K - 1)))
 
 
+def _hogwild_needs_one_class(cls, opts, n_sampled):
+    """The Hogwild kernel (``threads > 1``) runs one class per step drawn among the
+    others."""
+    if opts["threads"] > 1 and (n_sampled != 1 or opts["sample_from"] == "all"):
+        return no_parallel_kernel(cls.name, opts["threads"],
+                                  " for n_sampled > 1 or sample_from='all'")
+    return None
+
+
 class _DoubleSumTrainer(StochasticTrainer):
     """Shared machinery of the three explicit-SGD methods (see the module docstring).
 
     Options (all methods): ``prefetch`` (bool, default True: software pipelining;
     results identical either way; or a kernel mode 0-3, see
     :func:`scalable_softmax.kernels.sgd.epoch_m1`), ``threads`` (int, default 1; ``> 1``:
-    Hogwild on that many threads, ``n_sampled = 1`` with ``sample_from="others"`` only),
-    ``hogwild`` (bool, default False: the older switch of the Hogwild kernel;
-    ``hogwild=True`` without ``threads`` runs it on 2 threads), ``sample_from``
+    Hogwild on that many threads, ``n_sampled = 1`` with ``sample_from="others"`` only;
+    the deprecated ``hogwild=True`` means ``threads=2`` when ``threads`` is not
+    given), ``sample_from``
     (``"others"``, default: the ``m`` classes are drawn
     among the ``K-1`` classes other than the label; ``"all"``: the authors' code's
     draw, ``m`` distinct classes from all ``K`` with the label dropped when drawn, each
@@ -248,10 +256,10 @@ class _DoubleSumTrainer(StochasticTrainer):
     default_batch_size = 1
     default_n_sampled = 1
     parallel_kernel = True
+    deprecated_options = ("hogwild",)
+    option_rules = (*StochasticTrainer.option_rules, _hogwild_needs_one_class)
     options = {**StochasticTrainer.options,
-               "threads": (None, THREADS_RULE),
                "prefetch": (True, {"one_of": [True, False, 0, 1, 2, 3]}),
-               "hogwild": (False, {"type": "bool"}),
                "sample_from": ("others", {"one_of": ["others", "all"]})}
 
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
@@ -259,20 +267,9 @@ class _DoubleSumTrainer(StochasticTrainer):
                          **options)
         opts = self.opts
         self._from_all = opts["sample_from"] == "all"
-        #: threads of the Hogwild kernel (``hogwild=True`` alone: 2)
-        self._threads = self.n_threads(alias=2 if opts["hogwild"] else None)
-        self._hogwild = opts["hogwild"] or self._threads > 1
-        if self._hogwild:
-            if self.n_sampled != 1 or self._from_all:
-                if opts["hogwild"]:
-                    raise ValueError("option hogwild=True supports n_sampled=1 with "
-                                     "sample_from='others' only")
-                raise ValueError(no_parallel_kernel(
-                    self.name, self._threads, " for n_sampled > 1 or sample_from='all'"))
-            if self._threads > numba.config.NUMBA_NUM_THREADS:
-                raise ValueError(f"option threads={self._threads} exceeds numba's thread "
-                                 f"count {numba.config.NUMBA_NUM_THREADS} "
-                                 "(NUMBA_NUM_THREADS)")
+        #: threads of the Hogwild kernel (1: the serial kernels)
+        self._threads = opts["threads"]
+        self._hogwild = self._threads > 1
         pf = opts["prefetch"]
         if isinstance(pf, (bool, np.bool_)):
             # a W that fits in the L2 cache gains nothing from prefetching its rows
@@ -364,16 +361,12 @@ class _DoubleSumTrainer(StochasticTrainer):
             seeds = np.random.SeedSequence(int(seed)).generate_state(threads, np.uint64)
             seeds = seeds.astype(np.int64)
             counters = np.zeros((threads, 4), dtype=np.int64)
-            prev = numba.get_num_threads()
-            numba.set_num_threads(threads)
-            try:
+            with numba_threads(threads):
                 epoch_m1_hogwild(kind, self._indptr, self._indices, self._data, self._dense,
                                  self._y, order, self.W, self._rs, self.u,
                                  float(lr), mu_n, self.delta0, u_lo, u_hi, bw2,
                                  project, seeds, self._pf_mode, counters, self._xmax,
                                  self._guard, self._xsq)
-            finally:
-                numba.set_num_threads(prev)
             n = order.size
             bounds = [(n * c) // threads for c in range(threads + 1)]
             div = [bounds[c] + counters[c, 1] for c in range(threads) if counters[c, 1] >= 0]

@@ -468,7 +468,7 @@ def direct_implicit_step(x, w_k, w_y, u, eta, K, mu=0.0, beta_k=1.0, beta_y=1.0,
 
 def _g_reduced(u, dt, ut, eta, K, s):
     """``g(u)`` of docs/math.md section 4 (vectorised; ``a(u)`` by the log-domain Lambert W)."""
-    from scalable_softmax.lambertw import lambertw_exp_array
+    from scalable_softmax.kernels.lambertw import lambertw_exp_array
     u = np.asarray(u, dtype=np.float64)
     z = np.asarray(dt - u + np.log(2 * eta * (K - 1) * s), dtype=np.float64)
     a = lambertw_exp_array(np.ascontiguousarray(np.broadcast_to(z, np.broadcast(

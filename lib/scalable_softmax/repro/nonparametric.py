@@ -21,49 +21,21 @@ from __future__ import annotations
 
 import dataclasses
 
-import numba
 import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 from scipy.special import expit, log_expit, softmax
 
 from scalable_softmax import objectives
-from scalable_softmax._kernels import JIT
+from scalable_softmax.kernels.nonparametric import ove_steps
 
 __all__ = ["ove_sgd", "sample_values", "ove_objective", "bouchard_objective", "BoundFits",
            "fit_bounds", "bouchard_k2", "results_table", "plot_fig1a", "plot_fig2", "found_lines"]
 
 
-@numba.njit(**JIT)
-def _ove_steps(f, y, neg, start, n_iter, b, S, lr, wbuf):
-    """``n_iter`` SGD ascent steps on the sampled OVE bound, in place on ``f``.
-
-    Step ``t`` uses draws ``y[start + t*b : start + (t+1)*b]`` and for draw ``j`` the
-    other values ``neg[j, :S]``; the gradient of the sampled terms is evaluated at the
-    current ``f`` and then applied: ``f += lr * sum_j sum_s w_js (e_{y_j} - e_{m_js})``,
-    ``w_js = sigma(f_{m_js} - f_{y_j})``.
-    """
-    for t in range(n_iter):
-        j0 = start + t * b
-        for j in range(b):
-            fy = f[y[j0 + j]]
-            for s in range(S):
-                z = f[neg[j0 + j, s]] - fy
-                if z >= 0.0:
-                    wbuf[j, s] = 1.0 / (1.0 + np.exp(-z))
-                else:
-                    ez = np.exp(z)
-                    wbuf[j, s] = ez / (1.0 + ez)
-        for j in range(b):
-            yj = y[j0 + j]
-            for s in range(S):
-                w = lr * wbuf[j, s]
-                f[yj] += w
-                f[neg[j0 + j, s]] -= w
-
-
 def _ove_steps_reference(f, y, neg, start, n_iter, b, S, lr):
-    """Plain NumPy version of :func:`_ove_steps` (returns a new ``f``)."""
+    """Plain NumPy version of :func:`scalable_softmax.kernels.nonparametric.ove_steps`
+    (returns a new ``f``)."""
     f = np.array(f, dtype=np.float64)
     for t in range(n_iter):
         yy = y[start + t * b: start + (t + 1) * b]
@@ -141,7 +113,7 @@ def ove_sgd(y, K, batch=100, samples=10, lr0=None, decay=0.9, iterations=200_000
         pos = 0
         while pos < per_epoch and done < iterations:
             n = min(record_every - done % record_every, per_epoch - pos, iterations - done)
-            _ove_steps(f, order, neg, pos * batch, n, batch, samples, lr, wbuf)
+            ove_steps(f, order, neg, pos * batch, n, batch, samples, lr, wbuf)
             pos += n
             done += n
             bar.update(n)

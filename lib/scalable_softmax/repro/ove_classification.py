@@ -161,6 +161,8 @@ def exact_fit(d: dict, case: str, method: str, ws, path_rows: list, s: Settings)
     ``s.gtol``; with SOFT's weights ``ws`` every ``s.path_every`` iterations appends the
     norm to SOFT and the test metrics to ``path_rows``. Returns ``(W, trace, info)``:
     the weights, the objective after every iteration and the convergence record."""
+    import numba
+
     from scalable_softmax.evaluate import evaluate
     from scalable_softmax.methods import get_trainer_class
 
@@ -173,7 +175,8 @@ def exact_fit(d: dict, case: str, method: str, ws, path_rows: list, s: Settings)
     tr = get_trainer_class(EXACT[method])(
         d["X"], d["y"], d["K"], mu=s.lam, iters_per_epoch=None, maxiter=s.lbfgs_maxiter,
         gtol=s.gtol, memory=s.lbfgs_memory[case], solver="lbfgs", trace=True,
-        parallel=s.lbfgs_parallel, callback=None if ws is None else on_path)
+        threads=numba.get_num_threads() if s.lbfgs_parallel else 1,
+        callback=None if ws is None else on_path)
     tr.init_params()
     tr.warmup()
     ex = tr.run_epoch().extra

@@ -552,11 +552,9 @@ def pin_threads(blas: int = BLAS_THREADS, numba_threads: int | None = None) -> d
         limiter = None
     else:
         limiter = threadpool_limits(limits=blas, user_api="blas")
-    import numba
+    from scalable_softmax.kernels.threads import pin_numba_threads
 
-    n = numba.config.NUMBA_NUM_THREADS if numba_threads is None else int(numba_threads)
-    n = max(1, min(n, numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(n)
+    n = pin_numba_threads(numba_threads)
     _PINNED.update(blas=blas, numba=n, limiter=limiter)
     return {"blas": blas, "numba": n}
 

@@ -920,9 +920,9 @@ def worker_setup(threads: int | None, watch: bool = True) -> None:
     if watch:
         _watch_parent()
     if threads is not None:
-        import numba
+        from scalable_softmax.kernels.threads import pin_numba_threads
 
-        numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+        pin_numba_threads(threads)
         try:
             from threadpoolctl import threadpool_limits
         except ImportError:             # BLAS then keeps OPENBLAS_NUM_THREADS & co.
