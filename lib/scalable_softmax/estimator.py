@@ -199,8 +199,10 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             from scalable_softmax.methods import get_trainer_class
 
             cls = get_trainer_class(self.method)
-            same = "threads" if "threads" in cls.options else "parallel"
-            if same in options:
+            # the option and its deprecated aliases (methods.base.DEPRECATED_OPTIONS)
+            same = next((o for o in ("threads", "parallel", "hogwild") if o in options),
+                        None)
+            if same is not None:
                 raise ValueError(
                     f"n_jobs={self.n_jobs!r} and method_options={{{same!r}: "
                     f"{options[same]!r}}} both set the threads of {self.method!r}; give "

@@ -784,6 +784,19 @@ def _epoch_divergence(rep, trainer):
     return None, None
 
 
+def _run_epoch(trainer, idx, lr_e, kseed):
+    """``trainer.run_epoch``; a numeric breakdown in it is reported as a divergence at
+    its first step (a kernel's float division by zero, which numba raises, or a singular
+    system: the arithmetic broke down on huge values, as a divergence does)."""
+    try:
+        return trainer.run_epoch(idx, lr_e, kseed)
+    except _NUMERIC_ERRORS as exc:
+        from scalable_softmax.methods.base import EpochReport
+
+        return EpochReport(steps=0, diverged_at=0, extra={
+            "numeric_error": f"{type(exc).__name__}: {exc}"})
+
+
 def run_epochs(trainer, monitor, config, n_rows, on_epoch=None):
     """Train ``trainer`` for up to ``config.epochs`` epochs and monitor it.
 
@@ -835,15 +848,7 @@ def run_epochs(trainer, monitor, config, n_rows, on_epoch=None):
             t0 = time.perf_counter()
             idx = make_order(rng, n_rows, config.order)
             kseed = int(rng.integers(0, 2 ** 63 - 1))
-            try:
-                rep = trainer.run_epoch(idx, lr_e, kseed)
-            except _NUMERIC_ERRORS as exc:
-                from scalable_softmax.methods.base import EpochReport
-
-                # a kernel's float division by zero (numba raises it), a singular
-                # system: the arithmetic broke down on huge values, as a divergence does
-                rep = EpochReport(steps=0, diverged_at=0, extra={
-                    "numeric_error": f"{type(exc).__name__}: {exc}"})
+            rep = _run_epoch(trainer, idx, lr_e, kseed)
             seconds += time.perf_counter() - t0
             steps += int(rep.steps)
             extras.append({"epoch": e, **(rep.extra or {})})

@@ -397,6 +397,47 @@ def _canonical(X) -> bool:
     return bool(up.all())
 
 
+def _sparse_csr(X, name):
+    """:func:`as_csr` of a scipy.sparse ``X``: its structure checked, then canonical
+    float64 CSR (``X`` itself when it already is)."""
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (N x D): a 2-D array or a scipy.sparse "
+                         f"matrix; got shape {X.shape}")
+    if not _real_dtype(X.dtype):
+        raise ValueError(f"{name} must hold real numbers; got dtype {X.dtype}")
+    if X.format not in _CHECKED_FORMATS:
+        X = _to_csr(X, name)
+    check_sparse(X, name)                # the structure, before scipy or numba reads it
+    if X.format == "csr" and X.dtype == np.float64 \
+            and X.indices.dtype in (np.int32, np.int64) \
+            and X.indptr.dtype in (np.int32, np.int64) and _canonical(X):
+        return X
+    Xc = sp.csr_matrix(X, dtype=np.float64, copy=True)
+    Xc.sum_duplicates()
+    Xc.sort_indices()
+    return Xc
+
+
+def _dense_float64(X, name):
+    """:func:`as_csr` of a dense array-like ``X``: a 2-D float64 array (not yet checked
+    for finiteness)."""
+    try:
+        arr = np.asarray(X)
+    except Exception as exc:  # ragged lists etc.
+        raise ValueError(f"{name} must be 2-D (N x D): a 2-D array or a scipy.sparse "
+                         f"matrix ({exc})") from None
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (N x D): a 2-D array or a scipy.sparse "
+                         f"matrix; got an array of shape {arr.shape}")
+    if not _real_dtype(arr.dtype):
+        raise ValueError(f"{name} must hold real numbers; got dtype {arr.dtype}")
+    if arr.dtype != np.float64:
+        # checked after the cast: a wider float (long double 1e4000) becomes inf
+        with np.errstate(over="ignore", invalid="ignore"):
+            arr = arr.astype(np.float64)
+    return arr
+
+
 def as_csr(X, name: str = "X") -> sp.csr_matrix:
     """Canonical float64 CSR (sorted indices, no duplicates) of a sparse matrix or 2-D
     array-like ``X`` of finite real numbers; a canonical float64 CSR input is returned
@@ -414,40 +455,10 @@ def as_csr(X, name: str = "X") -> sp.csr_matrix:
         ``name`` and what to do).
     """
     if sp.issparse(X):
-        if X.ndim != 2:
-            raise ValueError(f"{name} must be 2-D (N x D): a 2-D array or a scipy.sparse "
-                             f"matrix; got shape {X.shape}")
-        if not _real_dtype(X.dtype):
-            raise ValueError(f"{name} must hold real numbers; got dtype {X.dtype}")
-        if X.format not in _CHECKED_FORMATS:
-            X = _to_csr(X, name)
-        check_sparse(X, name)                # the structure, before scipy or numba reads it
-        if X.format == "csr" and X.dtype == np.float64 \
-                and X.indices.dtype in (np.int32, np.int64) \
-                and X.indptr.dtype in (np.int32, np.int64) and _canonical(X):
-            Xc = X
-        else:
-            Xc = sp.csr_matrix(X, dtype=np.float64, copy=True)
-            Xc.sum_duplicates()
-            Xc.sort_indices()
+        Xc = _sparse_csr(X, name)
         data = Xc.data
     else:
-        try:
-            arr = np.asarray(X)
-        except Exception as exc:  # ragged lists etc.
-            raise ValueError(f"{name} must be 2-D (N x D): a 2-D array or a scipy.sparse "
-                             f"matrix ({exc})") from None
-        if arr.ndim != 2:
-            raise ValueError(f"{name} must be 2-D (N x D): a 2-D array or a scipy.sparse "
-                             f"matrix; got an array of shape {arr.shape}")
-        if not _real_dtype(arr.dtype):
-            raise ValueError(f"{name} must hold real numbers; got dtype {arr.dtype}")
-        if arr.dtype != np.float64:
-            # checked after the cast: a wider float (long double 1e4000) becomes inf
-            with np.errstate(over="ignore", invalid="ignore"):
-                arr = arr.astype(np.float64)
-        data = arr
-        Xc = None
+        data, Xc = _dense_float64(X, name), None
     N, D = (Xc if Xc is not None else data).shape
     if N == 0 or D == 0:
         raise ValueError(f"{name} is empty (shape {N} x {D}: no rows or no columns); need "

@@ -38,10 +38,11 @@ def dataset_label(name: str, ds) -> str:
     return f"{name} (SYNTHETIC)" if ds.synthetic else name
 
 
-def _fit_both(name: str, ds, lr: float, seed: int, epochs: int, lr_decay: float, mu: float,
-              delta0: float, eval_rows) -> list[dict]:
+def _fit_both(name: str, ds, lr: float, seed: int, settings: tuple) -> list[dict]:
     """Both formulations on ``ds`` at ``lr`` and ``seed``: the rows of
-    :func:`run_formulations`."""
+    :func:`run_formulations`. ``settings``: ``(epochs, lr_decay, mu, delta0, eval_rows)``,
+    the same for every run."""
+    epochs, lr_decay, mu, delta0, eval_rows = settings
     rows = []
     for form, spec in FORMULATIONS.items():
         t0 = time.perf_counter()
@@ -81,14 +82,14 @@ def run_formulations(data: dict, learning_rates, epochs: int, lr_decay: float, m
     rows = []
     if int(workers) == 1:
         for (name, ds), lr, seed in tasks:
-            rows += _fit_both(name, ds, lr, seed, *args)
+            rows += _fit_both(name, ds, lr, seed, args)
             bar.update(len(FORMULATIONS))
     else:
         from joblib import Parallel, delayed
 
         par = Parallel(n_jobs=int(workers), backend="loky", return_as="generator",
                        inner_max_num_threads=1)
-        for part in par(delayed(_fit_both)(name, ds, lr, seed, *args)
+        for part in par(delayed(_fit_both)(name, ds, lr, seed, args)
                         for (name, ds), lr, seed in tasks):
             rows += part
             bar.update(len(FORMULATIONS))
