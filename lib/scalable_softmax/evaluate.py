@@ -111,7 +111,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax.kernels.evaluate import all_finite, finish, state_pass, state_pass32
-from scalable_softmax.validation import as_csr, as_labels, check_label_range
+from scalable_softmax.validation import (
+    as_csr,
+    as_labels,
+    check_label_range,
+    kernel_array,
+    kernel_csr,
+)
 
 __all__ = ["Evaluation", "evaluate", "evaluate_sets", "NonFiniteScoreError",
            "NonFiniteWeightsError"]
@@ -273,8 +279,9 @@ def _check_weights(X, W, keep_float32=False, fm=False):
     if K < 2:
         what = "columns" if fm else "rows"
         raise ValueError(f"W must have at least K = 2 {what} (classes); got shape {W.shape}")
-    W = np.ascontiguousarray(W, dtype=np.float32 if keep_float32 and W.dtype == np.float32
-                             else np.float64)
+    # a read-only W is copied (validation.kernel_array: one compile per kernel)
+    W = kernel_array(W, np.float32 if keep_float32 and W.dtype == np.float32
+                     else np.float64)
     if not all_finite(W):
         raise NonFiniteWeightsError("W contains NaN or infinite values (a diverged run?); "
                                     "evaluate only finite weights")
@@ -286,7 +293,7 @@ def _check_labels(y, N, K, fm=False, name="y"):
     y = as_labels(y, N, name)
     check_label_range(y, K, name, f" (W has K = {K} {'columns' if fm else 'rows'}, one "
                                   "per class)")
-    return np.ascontiguousarray(y)
+    return kernel_array(y, np.int64)
 
 
 def _select_rows(N, rows, subsample, seed):
@@ -375,17 +382,19 @@ def _row_pass(X, y, W, sel, *, block_rows, threads, tile, precision, fm, groups=
     D = X.shape[1]
     K = W.shape[int(fm)]
     tw = tile_width(K, D, tile, 8 if precision == "float64" else 4)
+    # the arrays as the kernels read them, one type each whatever X's index dtypes or
+    # flags (validation.kernel_csr: one compile per kernel)
+    indptr, indices, data = kernel_csr(X)
     old = numba.get_num_threads()
     if threads is not None:
         numba.set_num_threads(int(threads))
     try:
         if precision == "float64":
-            state = state_pass(X.indptr, X.indices, X.data, sel, y, W, tw, int(block_rows),
-                               fm)
+            state = state_pass(indptr, indices, data, sel, y, W, tw, int(block_rows), fm)
         else:
             with np.errstate(over="ignore"):  # beyond float32's range: see below
-                data32 = X.data.astype(np.float32)
-            state = state_pass32(X.indptr, X.indices, data32, sel, y, W, tw, int(block_rows),
+                data32 = data.astype(np.float32)
+            state = state_pass32(indptr, indices, data32, sel, y, W, tw, int(block_rows),
                                  fm)
             ok = np.isfinite(state[0]) & np.isfinite(state[3])
             if not ok.all():
@@ -400,11 +409,11 @@ def _row_pass(X, y, W, sel, *, block_rows, threads, tile, precision, fm, groups=
                 tw = tile_width(K, D, tile, 8)
                 W64 = np.ascontiguousarray(W, dtype=np.float64)
                 if redo.all():
-                    state = state_pass(X.indptr, X.indices, X.data, sel, y, W64, tw,
+                    state = state_pass(indptr, indices, data, sel, y, W64, tw,
                                        int(block_rows), fm)
                 else:                       # only the groups that overflowed
                     idx = np.flatnonzero(redo)
-                    part = state_pass(X.indptr, X.indices, X.data, sel[idx], y, W64, tw,
+                    part = state_pass(indptr, indices, data, sel[idx], y, W64, tw,
                                       int(block_rows), fm)
                     for whole, redone in zip(state, part):
                         whole[idx] = redone
