@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import numbers
 
-import numba
 import numpy as np
 
 try:
@@ -39,8 +38,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "scalable_softmax.SoftmaxSGDClassifier needs scikit-learn: install the project "
         "with its 'sklearn' extra (pip install -e '.[sklearn]')") from exc
 
-from scalable_softmax.fit import FitResult, fit_config
 from scalable_softmax.protocols import EPOCHS, FitConfig
+
+# numba, pandas and the training driver (scalable_softmax.fit) are imported by the
+# methods that use them, so that importing the estimator stays light (issue 53)
 
 __all__ = ["SoftmaxSGDClassifier"]
 
@@ -175,6 +176,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
 
             cls = get_trainer_class(self.method)
             if "threads" in cls.options:
+                import numba
+
                 n = self.n_jobs
                 ok = isinstance(n, numbers.Integral) and not isinstance(n, bool) \
                     and (n >= 1 or n == -1)
@@ -200,7 +203,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             return int(rs)
         return int(check_random_state(rs).randint(0, 2 ** 31 - 1))
 
-    def _store(self, res: FitResult, classes):
+    def _store(self, res, classes):
         if res.diverged:
             raise ValueError(
                 f"training diverged at epoch {res.diverged_at[0]} (a non-finite value); "
@@ -237,6 +240,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             W0, b0 = init
             if not self.fit_intercept:
                 b0 = None
+        from scalable_softmax.fit import fit_config
+
         return fit_config(dataclasses.replace(config, **change), X, yi, init_W=W0,
                           init_intercept=b0)
 
@@ -325,6 +330,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
     def _model(self, X):
         """``(model, X)``: the fitted model as a :class:`~scalable_softmax.fit.FitResult`
         and ``X`` checked against it."""
+        from scalable_softmax.fit import FitResult
+
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
         model = FitResult(W=self.coef_, u=None, history=self.result_.history,

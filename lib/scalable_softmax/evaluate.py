@@ -110,7 +110,13 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from scalable_softmax.kernels.evaluate import all_finite, finish, state_pass, state_pass32
+from scalable_softmax.kernels.evaluate import (
+    all_finite,
+    finish,
+    state_pass,
+    state_pass32,
+    used_features,
+)
 from scalable_softmax.validation import (
     as_csr,
     as_labels,
@@ -385,17 +391,26 @@ def _row_pass(X, y, W, sel, *, block_rows, threads, tile, precision, fm, groups=
     # the arrays as the kernels read them, one type each whatever X's index dtypes or
     # flags (validation.kernel_csr: one compile per kernel)
     indptr, indices, data = kernel_csr(X)
+
+    def feats(rows):
+        # the features the rows use, for a feature-major W only (a class-major
+        # evaluation then never compiles used_features)
+        if fm:
+            return used_features(indptr, indices, rows, D)
+        return np.empty(0, np.int64)
+
     old = numba.get_num_threads()
     if threads is not None:
         numba.set_num_threads(int(threads))
     try:
         if precision == "float64":
-            state = state_pass(indptr, indices, data, sel, y, W, tw, int(block_rows), fm)
+            state = state_pass(indptr, indices, data, sel, y, W, tw, int(block_rows), fm,
+                               feats(sel))
         else:
             with np.errstate(over="ignore"):  # beyond float32's range: see below
                 data32 = data.astype(np.float32)
             state = state_pass32(indptr, indices, data32, sel, y, W, tw, int(block_rows),
-                                 fm)
+                                 fm, feats(sel))
             ok = np.isfinite(state[0]) & np.isfinite(state[3])
             if not ok.all():
                 # a score overflowed float32 (|s| > 3.4e38, or X or W holds entries
@@ -410,11 +425,11 @@ def _row_pass(X, y, W, sel, *, block_rows, threads, tile, precision, fm, groups=
                 W64 = np.ascontiguousarray(W, dtype=np.float64)
                 if redo.all():
                     state = state_pass(indptr, indices, data, sel, y, W64, tw,
-                                       int(block_rows), fm)
+                                       int(block_rows), fm, feats(sel))
                 else:                       # only the groups that overflowed
                     idx = np.flatnonzero(redo)
                     part = state_pass(indptr, indices, data, sel[idx], y, W64, tw,
-                                      int(block_rows), fm)
+                                      int(block_rows), fm, feats(sel[idx]))
                     for whole, redone in zip(state, part):
                         whole[idx] = redone
         return finish(*state, y[sel], K)
