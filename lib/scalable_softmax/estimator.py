@@ -9,7 +9,7 @@ rate), and plugs into scikit-learn's ``Pipeline``, ``GridSearchCV``,
     from scalable_softmax import SoftmaxSGDClassifier
 
     X, y = load_svmlight_file("train.svm")
-    clf = SoftmaxSGDClassifier(method="implicit", lr=1.0, epochs=20).fit(X, y)
+    clf = SoftmaxSGDClassifier(method="implicit", epochs=20).fit(X, y)
     clf.predict_proba(X[:5])
 
 scikit-learn is an optional dependency (the ``sklearn`` extra:
@@ -70,9 +70,15 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         A key of :data:`scalable_softmax.methods.METHODS` (the API page's method
         table lists them): ``"implicit"`` (Implicit SGD, stable at any learning rate),
         ``"umax"``, ...
-    lr : float > 0, default 1.0
+    lr : float > 0 or None, default None
         Initial learning rate in the per-datapoint units of docs/math.md section 2.3.
-        Ignored by the full-batch methods (``exact``, ``bouchard``, ``ove-exact``).
+        None: the method's default rate, the one :func:`scalable_softmax.fit.fit` uses
+        (:data:`scalable_softmax.protocols.DEFAULT_LR`: the record's tuning on unit-L2
+        rows; :data:`~scalable_softmax.protocols.DEFAULT_LR_SOURCES` names the table
+        behind each), e.g. 10 for ``"implicit"``, 0.1 for ``"umax"``, 100 for
+        ``"softmax-sgd"``. Scale rows to unit L2 norm (``sklearn.preprocessing.
+        Normalizer``) for these rates to apply. Ignored by the full-batch methods
+        (``exact``, ``bouchard``, ``ove-exact``).
     epochs : int >= 1, default :data:`scalable_softmax.protocols.EPOCHS` (50)
         Passes over the data in :meth:`fit`.
     lr_decay : float in (0, 1] or None, default None
@@ -132,7 +138,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         :meth:`partial_fit`).
     """
 
-    def __init__(self, method="implicit", *, lr=1.0, epochs=EPOCHS, lr_decay=None, mu=0.0,
+    def __init__(self, method="implicit", *, lr=None, epochs=EPOCHS, lr_decay=None, mu=0.0,
                  batch_size=None, n_sampled=None, order=None, u_init=None,
                  fit_intercept=False, intercept_scaling=1.0, protocol=None,
                  method_options=None, n_jobs=None, random_state=None, verbose=False):
@@ -166,7 +172,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
     def _config(self) -> FitConfig:
         """The :class:`~scalable_softmax.protocols.FitConfig` these parameters stand for,
         resolved and validated (so that a bad parameter fails at fit time with its
-        name); ``lr``, ``epochs``, ``K`` and the seed are set per call."""
+        name; ``lr`` None resolved to the method's default); ``lr``, ``epochs``, ``K``
+        and the seed are set per call."""
         if self.method_options is not None and not isinstance(self.method_options, dict):
             raise ValueError(f"method_options must be None or a dict; got "
                              f"{self.method_options!r}")
@@ -187,7 +194,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
                                    if n == -1 else int(n))
             else:
                 options.setdefault("parallel", True)
-        base = FitConfig(method=self.method, lr=1.0, lr_decay=self.lr_decay, mu=self.mu,
+        base = FitConfig(method=self.method, lr=self.lr, lr_decay=self.lr_decay, mu=self.mu,
                          batch_size=self.batch_size, n_sampled=self.n_sampled,
                          order=self.order, u_init=self.u_init,
                          fit_intercept=self.fit_intercept,
@@ -207,7 +214,9 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         if res.diverged:
             raise ValueError(
                 f"training diverged at epoch {res.diverged_at[0]} (a non-finite value); "
-                f"use a smaller lr than {self.lr!r}, scale the features (e.g. "
+                f"use a smaller lr than {res.params.get('lr')!r}"
+                + (" (the method's default rate)" if self.lr is None else "")
+                + ", scale the features (e.g. Normalizer, "
                 "StandardScaler or MaxAbsScaler), or method='implicit', which is stable "
                 "at any learning rate")
         self.classes_ = classes
@@ -223,7 +232,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
                              "class")
         cls = config.trainer_class
         change = dict(epochs=epochs, K=K, seed=self._seed(), eval_epochs=())
-        if not cls.full_batch:
+        if not cls.full_batch and lr is not None:   # None: the resolved default
             change["lr"] = lr
         if partial:
             # one pass at the call's rate; u of the new rows from the current weights
@@ -293,8 +302,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             init = (self.coef_, self.intercept_)
             t = self.t_
         yi = _labels_to_index(y, classes, "partial_fit")
-        decay = self._config().lr_decay
-        lr = self.lr * decay ** t if self.lr is not None else None
+        config = self._config()
+        lr = None if config.lr is None else config.lr * config.lr_decay ** t
         res = self._fit_call(X, yi, len(classes), lr, 1, init=init, partial=True)
         self._store(res, classes)
         self.t_ = t + 1

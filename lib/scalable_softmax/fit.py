@@ -727,16 +727,23 @@ def assemble_extra(extras) -> pd.DataFrame:
     return pd.DataFrame(extras) if extras else pd.DataFrame({"epoch": []})
 
 
-def warn_divergence(method, lr, diverged_at, reason, stacklevel=3):
+def warn_divergence(method, lr, diverged_at, reason, stacklevel=3, defaulted=False):
     """Issue a :class:`DivergenceWarning` saying where run ``method`` at rate ``lr``
-    stopped, on what, and what to do."""
+    stopped, on what, and what to do (``defaulted``: ``lr`` was the method's default,
+    :data:`scalable_softmax.protocols.DEFAULT_LR`, not given by the caller)."""
     epoch, step = diverged_at
     where = f"epoch {epoch}" + (f", step {step}" if step >= 0 else "")
     rate = "" if lr is None else f" lr={lr!r}"
+    what = "Use a smaller lr"
+    if defaulted and lr is not None:
+        rate += " (the method's default rate)"
+        what = (f"No default rate suits every data set for {method!r}: pass a smaller "
+                f"lr, e.g. lr={lr / 10:g}")
     warnings.warn(
         f"fit({method!r},{rate}) diverged at {where}: {reason or 'a non-finite value'}; "
-        "the run stopped there (FitResult.diverged is True). Use a smaller lr, scale the "
-        "features, or method 'implicit' (stable at any rate)",
+        f"the run stopped there (FitResult.diverged is True). {what}, scale the "
+        "features (unit-L2 rows, as the default rates were tuned on), or method "
+        "'implicit' (stable at any rate)",
         DivergenceWarning, stacklevel=stacklevel)
 
 
@@ -780,7 +787,7 @@ def _prepare(config, X, y, eval_sets, init_W, init_intercept):
     return trainer, config, sets, params
 
 
-def fit(X, y, method, lr, epochs=EPOCHS, lr_decay=None, mu=0.0, batch_size=None,
+def fit(X, y, method, lr=None, epochs=EPOCHS, lr_decay=None, mu=0.0, batch_size=None,
         n_sampled=None, seed=0, order=None, eval_epochs=None, eval_sets=None,
         eval_rows=None, progress=None, u_init=None, K=None, fit_intercept=False,
         intercept_scaling=1.0, init_W=None, init_intercept=None, on_epoch=None,
@@ -806,8 +813,12 @@ def fit(X, y, method, lr, epochs=EPOCHS, lr_decay=None, mu=0.0, batch_size=None,
         table lists them with their facts).
     lr : float > 0 or None
         The initial learning rate in the per-datapoint units of docs/math.md section 2
-        (the paper's Table 2 values apply as published); None for the full-batch
-        methods (``Trainer.full_batch``).
+        (the paper's Table 2 values apply as published). None (the default): the
+        method's default rate, :data:`scalable_softmax.protocols.DEFAULT_LR`, tuned by
+        the record on unit-L2 rows (each method's rate and the table it comes from:
+        :data:`~scalable_softmax.protocols.DEFAULT_LR_SOURCES`; scale your rows to unit
+        L2 norm, or tune the rate, for data unlike those); always None for the
+        full-batch methods (``Trainer.full_batch``), which have no rate.
     epochs : int >= 1, default :data:`scalable_softmax.protocols.EPOCHS`
         For the full-batch methods a cap: they stop after the epoch in which L-BFGS
         converged (or stopped for good), the history ends with that epoch (evaluated
@@ -906,6 +917,7 @@ def fit_config(config, X, y, *, eval_sets=None, init_W=None, init_intercept=None
     (:meth:`~scalable_softmax.protocols.FitConfig.resolve`), then the data; the other
     arguments are :func:`fit`'s. Returns the :class:`FitResult`."""
     t_call = time.perf_counter()
+    defaulted = config.lr is None
     config = config.resolve()
     trainer, config, sets, params = _prepare(config, X, y, eval_sets, init_W,
                                              init_intercept)
@@ -914,7 +926,8 @@ def fit_config(config, X, y, *, eval_sets=None, init_W=None, init_intercept=None
     rows, extras, diverged_at, reason = run_epochs(trainer, monitor, config, params["N"],
                                                    on_epoch=on_epoch)
     if diverged_at is not None:
-        warn_divergence(config.method, config.lr, diverged_at, reason, stacklevel=4)
+        warn_divergence(config.method, config.lr, diverged_at, reason, stacklevel=4,
+                        defaulted=defaulted)
     if len(rows) - 1 < config.epochs and diverged_at is None:
         params["stopped_at_epoch"] = len(rows) - 1
     W_final, intercept = trainer.weights(), None
