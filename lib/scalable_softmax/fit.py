@@ -54,7 +54,8 @@ from scalable_softmax._version import __version__
 from scalable_softmax.protocols import EPOCHS, FitConfig, default_eval_epochs
 from scalable_softmax.validation import as_csr, as_labels, check_label_range
 
-__all__ = ["fit", "fit_config", "FitResult", "DivergenceWarning", "default_eval_epochs",
+__all__ = ["fit", "fit_config", "FitResult", "DivergenceWarning", "EmptyClassWarning",
+           "default_eval_epochs",
            "FORMAT_NAME", "FORMAT_VERSION"]
 
 #: what :meth:`FitResult.save` writes in its JSON record (checked by :meth:`FitResult.load`)
@@ -450,6 +451,8 @@ def _validate_data(config, X, y, eval_sets):
             raise ValueError("all labels in y are 0, so K cannot be inferred; pass K >= 2")
     K = int(K)
     check_label_range(y, K, "y", _LARGER_K)
+    if config.K is None:
+        _warn_empty_classes(y, K)
     if eval_sets is None:
         return X, y, K, {"train": (X, y)}
     if not isinstance(eval_sets, dict):
@@ -468,6 +471,28 @@ def _validate_data(config, X, y, eval_sets):
         check_label_range(ye, K, f"eval_sets[{name!r}] y", _LARGER_K)
         sets[name] = (Xe, ye)
     return X, y, K, sets
+
+
+class EmptyClassWarning(UserWarning):
+    """:func:`fit` inferred ``K = max(y) + 1`` and some of the classes ``0..K-1`` have
+    no label in ``y`` (labels not numbered from 0, or with gaps)."""
+
+
+def _warn_empty_classes(y, K):
+    """Warn when the labels ``y`` leave some of the inferred classes ``0..K-1`` empty:
+    the model then has classes no datapoint belongs to, which a caller who numbered
+    the labels ``5..14`` did not ask for (a caller who means them passes ``K=``)."""
+    empty = np.flatnonzero(np.bincount(y, minlength=K) == 0)
+    if empty.size:
+        shown = ", ".join(map(str, empty[:10].tolist())) + (", ..." if empty.size > 10
+                                                              else "")
+        warnings.warn(
+            f"y leaves {empty.size} of the K = max(y) + 1 = {K} classes without a label "
+            f"(classes {shown}); the model gets a weight row for each of them. If your "
+            "labels are not numbered 0..K-1, map them first with classes, y = "
+            "numpy.unique(y, return_inverse=True) (or use SoftmaxSGDClassifier, which "
+            "does); to keep empty classes, pass K= explicitly",
+            EmptyClassWarning, stacklevel=6)
 
 
 def _check_init_intercept(fit_intercept, init_intercept):
