@@ -21,7 +21,8 @@ own import is timed in the same way and reported beside it).
 
 ``--before PATH`` times a second tree side by side (``PATH`` is the ``lib`` folder of
 another checkout, put first on ``PYTHONPATH``; e.g. the main branch before a change),
-alternating the two trees in every repeat so that the machine's load hits both alike.
+the two trees taking turns at every measurement so that the machine's load hits both
+alike.
 Medians over ``--repeats`` repeats.
 
 ``--lib PATH`` times the ``lib`` folder ``PATH`` as "this" tree instead of the installed
@@ -92,24 +93,28 @@ def _child(kind, lib, cache_dir):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _one_repeat(tree, lib, kinds):
-    """The measurements of one tree: each kind cold (an empty cache), then warm (the
-    cache the cold run filled), then the imports."""
-    row = {"tree": tree}
+def _one_repeat(trees, kinds):
+    """One row per tree: each kind cold (an empty cache), then warm (the cache the cold
+    run filled), then the imports; the trees take turns at every measurement, so that
+    a change in the machine's load hits them alike."""
+    rows = {tree: {"tree": tree} for tree, _ in trees}
     for kind in kinds:
-        cache = Path(tempfile.mkdtemp(prefix="bench-first-fit-"))
-        try:
-            cold = _child(kind, lib, cache)
-            warm = _child(kind, lib, cache)
-        finally:
-            shutil.rmtree(cache, ignore_errors=True)
-        row[f"cold_{kind}_s"] = cold["seconds"]
-        row[f"warm_{kind}_s"] = warm["seconds"]
-        row[f"{kind}_train_accuracy"] = cold["train_accuracy"]
-    with tempfile.TemporaryDirectory(prefix="bench-first-fit-") as cache:
-        for kind in ("import-package", "import-estimator", "import-sklearn"):
-            row[kind.replace("-", "_") + "_s"] = _child(kind, lib, cache)["seconds"]
-    return row
+        for tree, lib in trees:
+            cache = Path(tempfile.mkdtemp(prefix="bench-first-fit-"))
+            try:
+                cold = _child(kind, lib, cache)
+                warm = _child(kind, lib, cache)
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
+            rows[tree][f"cold_{kind}_s"] = cold["seconds"]
+            rows[tree][f"warm_{kind}_s"] = warm["seconds"]
+            rows[tree][f"{kind}_train_accuracy"] = cold["train_accuracy"]
+    for kind in ("import-package", "import-estimator", "import-sklearn"):
+        for tree, lib in trees:
+            with tempfile.TemporaryDirectory(prefix="bench-first-fit-") as cache:
+                rows[tree][kind.replace("-", "_") + "_s"] = _child(kind, lib, cache)[
+                    "seconds"]
+    return list(rows.values())
 
 
 def run(quick=False, repeats=3, before=None, lib=None):
@@ -120,8 +125,7 @@ def run(quick=False, repeats=3, before=None, lib=None):
         trees.append(("before", Path(before).resolve()))
     rows = []
     for r in range(repeats):
-        for tree, lib in (trees if r % 2 == 0 else trees[::-1]):
-            row = _one_repeat(tree, lib, kinds)
+        for row in _one_repeat(trees if r % 2 == 0 else trees[::-1], kinds):
             row["repeat"] = r
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -153,7 +157,8 @@ def markdown(res):
              + machine_line(res["machine"], res["machine_end"]) + " "
              f"Data: {res['data']}; implicit SGD, lr 1.0, 3 epochs, one thread; medians "
              f"of {res['repeats']} repeats, each measurement a new process"
-             + (", the trees alternated in every repeat" if len(trees) > 1 else "")
+             + (", the trees taking turns at every measurement" if len(trees) > 1
+                else "")
              + ". The machine is shared with other jobs: compare the columns, measured "
              "side by side, more than the absolute seconds.", "",
              head, "|---|" + "---|" * len(trees)]

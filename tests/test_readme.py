@@ -332,3 +332,15 @@ def test_peers_count_and_crossover_verdict_come_from_the_tables(tmp_path):
     assert t.crossover_first(0) == "K = 1,000: softmax SGD (full-softmax, 1 s)"
     assert t.crossover_first(1) == "K = 30,000: Implicit SGD (double-sum, 4 s)"
     assert t.crossover_first(2) == ""
+
+
+def test_make_help_columns_fit_every_target():
+    """`make help` prints the targets in one column wide enough for the longest, so that
+    every description starts at the same place (issue 53: it was misaligned at
+    reproduce-extra)."""
+    import re
+
+    text = (paths.ROOT / "Makefile").read_text()
+    width = int(re.search(r'printf "  %-(\d+)s ', text).group(1))
+    targets = re.findall(r"^([a-zA-Z0-9_-]+):.*## ", text, re.M)
+    assert len(targets) > 10 and max(map(len, targets)) < width
