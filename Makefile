@@ -30,7 +30,7 @@ VENV_VERSION := $(shell test -x $(BIN)/python && $(call PY_VERSION_OF,$(BIN)/pyt
 .PHONY: help venv lock data table1 reproduce reproduce-steps reproduce-extra reproduce-extra-steps test test-second-kernel verify smoke-record bench lab site site-check clean clean-all FORCE
 
 help:  ## list the targets
-	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 	@echo
 	@echo "One notebook at its small smoke settings (seconds to minutes; writes under build/smoke/):"
 	@echo "  $(BIN)/python -m scalable_softmax.repro.runner run 09-ove-toy-2d --profile smoke"

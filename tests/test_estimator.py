@@ -205,3 +205,31 @@ def test_full_batch_methods_ignore_the_estimator_rate():
     # the middle class needs an intercept (0.67 accuracy without, 0.9 with)
     clf = SoftmaxSGDClassifier(method="exact", lr=5.0, epochs=20, fit_intercept=True).fit(X, y)
     assert clf.score(X, y) > 0.8
+
+
+# -- issue 53, item 4: evaluate(X, y, fitted_estimator) ----------------------------------
+
+def test_evaluate_takes_a_fitted_estimator_and_its_labels():
+    from scalable_softmax import evaluate
+    from scalable_softmax.evaluate import evaluate_sets
+
+    X, y = _blobs(N=120, D=4, K=3)
+    labels = np.array(["cat", "dog", "emu"])[y]
+    for intercept in (False, True):
+        clf = SoftmaxSGDClassifier(epochs=3, fit_intercept=intercept,
+                                   random_state=0).fit(X, labels)
+        ev = evaluate(X, labels, clf, precision="float64")
+        want = evaluate(X, np.searchsorted(clf.classes_, labels), clf.coef_,
+                        intercept=clf.intercept_ if intercept else None,
+                        precision="float64")
+        assert ev == want
+        assert ev.log_loss == pytest.approx(
+            -np.mean(np.log(clf.predict_proba(X)[np.arange(len(y)), y])), rel=1e-12)
+        assert ev.error == pytest.approx(np.mean(clf.predict(X) != labels))
+        assert evaluate_sets({"a": (X, labels)}, clf, precision="float64")["a"] == want
+    with pytest.raises(ValueError, match=r"labels \['yak'\] are not among"):
+        evaluate(X[:2], np.array(["cat", "yak"]), clf)
+    with pytest.raises(ValueError, match="not fitted"):
+        evaluate(X, labels, SoftmaxSGDClassifier())
+    with pytest.raises(ValueError, match="either in the estimator or as intercept="):
+        evaluate(X, labels, clf, intercept=np.zeros(3))

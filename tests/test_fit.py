@@ -368,3 +368,24 @@ def test_assemble_history_marks_a_diverged_row():
                                    "b_log_loss", "b_error", "b_defective"]
     assert h.a_log_loss.iloc[1] == math.inf and math.isnan(h.b_error.iloc[1])
     assert h.diverged.tolist() == [False, True] and h.steps.dtype == np.int64
+
+
+# -- issue 53, item 4: labels that leave inferred classes empty --------------------------
+
+def test_fit_warns_when_labels_leave_classes_empty():
+    import warnings
+
+    from scalable_softmax.fit import EmptyClassWarning
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 4))
+    y = 5 + np.arange(60) % 10                     # labels 5..14: classes 0..4 empty
+    with pytest.warns(EmptyClassWarning, match=r"5 of the K = max\(y\) \+ 1 = 15 classes"
+                      r".*classes 0, 1, 2, 3, 4.*numpy.unique") as rec:
+        res = fit(X, y, "umax", lr=0.1, epochs=1, progress=False)
+    assert res.n_classes == 15
+    assert rec[0].filename == __file__             # points at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EmptyClassWarning)
+        fit(X, y, "umax", lr=0.1, epochs=1, progress=False, K=15)   # asked for: silent
+        fit(X, y - 5, "umax", lr=0.1, epochs=1, progress=False)     # 0..9 all used

@@ -347,3 +347,15 @@ def test_verdicts_of_a_one_protocol_claims_table_and_has_table(tmp_path):
     text = "<!--= verdicts('t', 'a') if has_table('t') else 'one seed' --> / " \
            "<!--= verdicts('u', 'a') if has_table('u') else 'one seed' -->"
     assert numbers.render_text(text, t) == "confirmed, holds in 3 of 3 seeds / one seed"
+
+
+def test_make_help_columns_fit_every_target():
+    """`make help` prints the targets in one column wide enough for the longest, so that
+    every description starts at the same place (issue 53: it was misaligned at
+    reproduce-extra)."""
+    import re
+
+    text = (paths.ROOT / "Makefile").read_text()
+    width = int(re.search(r'printf "  %-(\d+)s ', text).group(1))
+    targets = re.findall(r"^([a-zA-Z0-9_-]+):.*## ", text, re.M)
+    assert len(targets) > 10 and max(map(len, targets)) < width

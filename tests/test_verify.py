@@ -298,3 +298,46 @@ def test_the_kernels_of_both_machines_are_printed(rerun, record_dir, capsys):
     (record_dir / "PROVENANCE.md").unlink()
     _, out = _run(rerun, record=record_dir, capsys=capsys)
     assert out.splitlines()[0].endswith("/PROVENANCE.md): not recorded")
+
+
+# -- issue 53, item 5: no rerun, nothing to compare ---------------------------------------
+
+def _with_provenance(folder, text):
+    (folder / "PROVENANCE.md").write_text(text)
+    return folder
+
+
+def test_the_record_itself_is_nothing_to_compare(record_dir, capsys):
+    """tables/ as committed (PROVENANCE.md included): no "41 identical" for the record
+    against itself, but what to do to make a rerun."""
+    prov = verify.Record("HEAD").text("PROVENANCE.md")
+    status, out = _run(_with_provenance(record_dir, prov), capsys=capsys)
+    assert status == 0
+    assert out.startswith("Nothing to compare") and "make reproduce" in out
+    assert "identical" not in out
+
+
+def test_a_rerun_that_came_out_identical_is_compared(record_dir, capsys):
+    """The same tables with a rerun's own PROVENANCE.md (another date) are a rerun:
+    compared table by table, every one identical."""
+    prov = verify.Record("HEAD").text("PROVENANCE.md")
+    lines = prov.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("- date:"))
+    lines[i] = "- date: 2099-01-01T00:00:00+00:00"
+    status, out = _run(_with_provenance(record_dir, "\n".join(lines) + "\n"), capsys=capsys)
+    assert status == 0 and "Nothing to compare" not in out
+    assert sum(line.endswith(".csv: identical") for line in out.splitlines()) == \
+        len(verify.Record("HEAD").names())
+
+
+def test_one_changed_table_or_a_named_notebook_is_compared(record_dir, capsys):
+    prov = verify.Record("HEAD").text("PROVENANCE.md")
+    folder = _with_provenance(record_dir, prov)
+    status, out = _run(folder, capsys=capsys)              # the record itself
+    assert "Nothing to compare" in out
+    status = verify.main(["--tables", str(folder), "--notebooks", "09-ove-toy-2d"])
+    out = capsys.readouterr().out
+    assert status == 0 and "Nothing to compare" not in out and "09-ove-toy-2d.csv" in out
+    _edit(folder, "09-ove-toy-2d.csv", "train_nll", 2, lambda v: v * 1.01)
+    status, out = _run(folder, capsys=capsys)
+    assert status == 1 and "Nothing to compare" not in out

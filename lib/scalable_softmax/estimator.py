@@ -9,7 +9,7 @@ rate), and plugs into scikit-learn's ``Pipeline``, ``GridSearchCV``,
     from scalable_softmax import SoftmaxSGDClassifier
 
     X, y = load_svmlight_file("train.svm")
-    clf = SoftmaxSGDClassifier(method="implicit", lr=1.0, epochs=20).fit(X, y)
+    clf = SoftmaxSGDClassifier(method="implicit", epochs=20).fit(X, y)
     clf.predict_proba(X[:5])
 
 scikit-learn is an optional dependency (the ``sklearn`` extra:
@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import numbers
 
-import numba
 import numpy as np
 
 try:
@@ -39,8 +38,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "scalable_softmax.SoftmaxSGDClassifier needs scikit-learn: install the project "
         "with its 'sklearn' extra (pip install -e '.[sklearn]')") from exc
 
-from scalable_softmax.fit import FitResult, fit_config
 from scalable_softmax.protocols import EPOCHS, FitConfig
+
+# numba, pandas and the training driver (scalable_softmax.fit) are imported by the
+# methods that use them, so that importing the estimator stays light (issue 53)
 
 __all__ = ["SoftmaxSGDClassifier"]
 
@@ -94,9 +95,15 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         A key of :data:`scalable_softmax.methods.METHODS` (the API page's method
         table lists them): ``"implicit"`` (Implicit SGD, stable at any learning rate),
         ``"umax"``, ...
-    lr : float > 0, default 1.0
+    lr : float > 0 or None, default None
         Initial learning rate in the per-datapoint units of docs/math.md section 2.3.
-        Ignored by the full-batch methods (``exact``, ``bouchard``, ``ove-exact``).
+        None: the method's default rate, the one :func:`scalable_softmax.fit.fit` uses
+        (:data:`scalable_softmax.protocols.DEFAULT_LR`: the record's tuning on unit-L2
+        rows; :data:`~scalable_softmax.protocols.DEFAULT_LR_SOURCES` names the table
+        behind each), e.g. 10 for ``"implicit"``, 0.1 for ``"umax"``, 100 for
+        ``"softmax-sgd"``. Scale rows to unit L2 norm (``sklearn.preprocessing.
+        Normalizer``) for these rates to apply. Ignored by the full-batch methods
+        (``exact``, ``bouchard``, ``ove-exact``).
     epochs : int >= 1, default :data:`scalable_softmax.protocols.EPOCHS` (50)
         Passes over the data in :meth:`fit`.
     lr_decay : float in (0, 1] or None, default None
@@ -156,7 +163,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         :meth:`partial_fit`).
     """
 
-    def __init__(self, method="implicit", *, lr=1.0, epochs=EPOCHS, lr_decay=None, mu=0.0,
+    def __init__(self, method="implicit", *, lr=None, epochs=EPOCHS, lr_decay=None, mu=0.0,
                  batch_size=None, n_sampled=None, order=None, u_init=None,
                  fit_intercept=False, intercept_scaling=1.0, protocol=None,
                  method_options=None, n_jobs=None, random_state=None, verbose=False):
@@ -190,7 +197,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
     def _config(self) -> FitConfig:
         """The :class:`~scalable_softmax.protocols.FitConfig` these parameters stand for,
         resolved and validated (so that a bad parameter fails at fit time with its
-        name); ``lr``, ``epochs``, ``K`` and the seed are set per call."""
+        name; ``lr`` None resolved to the method's default); ``lr``, ``epochs``, ``K``
+        and the seed are set per call."""
         if self.method_options is not None and not isinstance(self.method_options, dict):
             raise ValueError(f"method_options must be None or a dict; got "
                              f"{self.method_options!r}")
@@ -209,6 +217,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
                     "one of them (n_jobs=None to use the method option)")
         if self.n_jobs is not None and self.n_jobs != 1:
             if "threads" in cls.options:
+                import numba
+
                 n = self.n_jobs
                 ok = isinstance(n, numbers.Integral) and not isinstance(n, bool) \
                     and (n >= 1 or n == -1)
@@ -216,7 +226,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
                     raise ValueError(f"n_jobs must be None, -1 or an integer >= 1; got {n!r}")
                 options.setdefault("threads", int(numba.config.NUMBA_NUM_THREADS)
                                    if n == -1 else int(n))
-        base = FitConfig(method=self.method, lr=1.0, lr_decay=self.lr_decay, mu=self.mu,
+        base = FitConfig(method=self.method, lr=self.lr, lr_decay=self.lr_decay, mu=self.mu,
                          batch_size=self.batch_size, n_sampled=self.n_sampled,
                          order=self.order, u_init=self.u_init,
                          fit_intercept=self.fit_intercept,
@@ -235,11 +245,13 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
                              f"numpy.random.RandomState; got {rs!r}")
         return int(check_random_state(rs).randint(0, 2 ** 31 - 1))
 
-    def _store(self, res: FitResult, classes):
+    def _store(self, res, classes):
         if res.diverged:
             raise ValueError(
                 f"training diverged at epoch {res.diverged_at[0]} (a non-finite value); "
-                f"use a smaller lr than {self.lr!r}, scale the features (e.g. "
+                f"use a smaller lr than {res.params.get('lr')!r}"
+                + (" (the method's default rate)" if self.lr is None else "")
+                + ", scale the features (e.g. Normalizer, "
                 "StandardScaler or MaxAbsScaler), or method='implicit', which is stable "
                 "at any learning rate")
         self.classes_ = classes
@@ -255,7 +267,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
                              "class")
         cls = config.trainer_class
         change = dict(epochs=epochs, K=K, seed=self._seed(), eval_epochs=())
-        if not cls.full_batch:
+        if not cls.full_batch and lr is not None:   # None: the resolved default
             change["lr"] = lr
         if partial:
             # one pass at the call's rate; u of the new rows from the current weights
@@ -272,6 +284,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             W0, b0 = init
             if not self.fit_intercept:
                 b0 = None
+        from scalable_softmax.fit import fit_config
+
         return fit_config(dataclasses.replace(config, **change), X, yi, init_W=W0,
                           init_intercept=b0)
 
@@ -323,8 +337,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             init = (self.coef_, self.intercept_)
             t = self.t_
         yi = _labels_to_index(y, classes, "partial_fit")
-        decay = self._config().lr_decay
-        lr = self.lr * decay ** t if self.lr is not None else None
+        config = self._config()
+        lr = None if config.lr is None else config.lr * config.lr_decay ** t
         res = self._fit_call(X, yi, len(classes), lr, 1, init=init, partial=True)
         self._store(res, classes)
         self.t_ = t + 1
@@ -360,6 +374,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
     def _model(self, X):
         """``(model, X)``: the fitted model as a :class:`~scalable_softmax.fit.FitResult`
         and ``X`` checked against it."""
+        from scalable_softmax.fit import FitResult
+
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
         model = FitResult(W=self.coef_, u=None, history=self.result_.history,

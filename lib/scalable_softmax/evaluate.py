@@ -110,9 +110,21 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from scalable_softmax.kernels.evaluate import all_finite, finish, state_pass, state_pass32
+from scalable_softmax.kernels.evaluate import (
+    all_finite,
+    finish,
+    state_pass,
+    state_pass32,
+    used_features,
+)
 from scalable_softmax.kernels.threads import numba_threads
-from scalable_softmax.validation import as_csr, as_labels, check_label_range
+from scalable_softmax.validation import (
+    as_csr,
+    as_labels,
+    check_label_range,
+    kernel_array,
+    kernel_csr,
+)
 
 __all__ = ["Evaluation", "evaluate", "evaluate_sets", "NonFiniteScoreError",
            "NonFiniteWeightsError"]
@@ -277,8 +289,9 @@ def _check_weights(X, W, keep_float32=False, fm=False):
     if K < 2:
         what = "columns" if fm else "rows"
         raise ValueError(f"W must have at least K = 2 {what} (classes); got shape {W.shape}")
-    W = np.ascontiguousarray(W, dtype=np.float32 if keep_float32 and W.dtype == np.float32
-                             else np.float64)
+    # a read-only W is copied (validation.kernel_array: one compile per kernel)
+    W = kernel_array(W, np.float32 if keep_float32 and W.dtype == np.float32
+                     else np.float64)
     if not all_finite(W):
         raise NonFiniteWeightsError("W contains NaN or infinite values (a diverged run?); "
                                     "evaluate only finite weights")
@@ -290,7 +303,7 @@ def _check_labels(y, N, K, fm=False, name="y"):
     y = as_labels(y, N, name)
     check_label_range(y, K, name, f" (W has K = {K} {'columns' if fm else 'rows'}, one "
                                   "per class)")
-    return np.ascontiguousarray(y)
+    return kernel_array(y, np.int64)
 
 
 def _select_rows(N, rows, subsample, seed):
@@ -379,15 +392,26 @@ def _row_pass(X, y, W, sel, *, block_rows, threads, tile, precision, fm, groups=
     D = X.shape[1]
     K = W.shape[int(fm)]
     tw = tile_width(K, D, tile, 8 if precision == "float64" else 4)
+    # the arrays as the kernels read them, one type each whatever X's index dtypes or
+    # flags (validation.kernel_csr: one compile per kernel)
+    indptr, indices, data = kernel_csr(X)
+
+    def feats(rows):
+        # the features the rows use, for a feature-major W only (a class-major
+        # evaluation then never compiles used_features)
+        if fm:
+            return used_features(indptr, indices, rows, D)
+        return np.empty(0, np.int64)
+
     with numba_threads(threads):
         if precision == "float64":
-            state = state_pass(X.indptr, X.indices, X.data, sel, y, W, tw, int(block_rows),
-                               fm)
+            state = state_pass(indptr, indices, data, sel, y, W, tw, int(block_rows), fm,
+                               feats(sel))
         else:
             with np.errstate(over="ignore"):  # beyond float32's range: see below
-                data32 = X.data.astype(np.float32)
-            state = state_pass32(X.indptr, X.indices, data32, sel, y, W, tw, int(block_rows),
-                                 fm)
+                data32 = data.astype(np.float32)
+            state = state_pass32(indptr, indices, data32, sel, y, W, tw, int(block_rows),
+                                 fm, feats(sel))
             ok = np.isfinite(state[0]) & np.isfinite(state[3])
             if not ok.all():
                 # a score overflowed float32 (|s| > 3.4e38, or X or W holds entries
@@ -401,12 +425,12 @@ def _row_pass(X, y, W, sel, *, block_rows, threads, tile, precision, fm, groups=
                 tw = tile_width(K, D, tile, 8)
                 W64 = np.ascontiguousarray(W, dtype=np.float64)
                 if redo.all():
-                    state = state_pass(X.indptr, X.indices, X.data, sel, y, W64, tw,
-                                       int(block_rows), fm)
+                    state = state_pass(indptr, indices, data, sel, y, W64, tw,
+                                       int(block_rows), fm, feats(sel))
                 else:                       # only the groups that overflowed
                     idx = np.flatnonzero(redo)
-                    part = state_pass(X.indptr, X.indices, X.data, sel[idx], y, W64, tw,
-                                      int(block_rows), fm)
+                    part = state_pass(indptr, indices, data, sel[idx], y, W64, tw,
+                                      int(block_rows), fm, feats(sel[idx]))
                     for whole, redone in zip(state, part):
                         whole[idx] = redone
         return finish(*state, y[sel], K)
@@ -442,6 +466,47 @@ def _unpack_model(W, intercept, fm):
             raise ValueError(f"{name} must be a dense array; got a scipy.sparse "
                              f"{a.format.upper()} matrix (use {name}.toarray())")
     return W, intercept
+
+
+def _estimator_model(model, intercept, fm):
+    """``(W, intercept, classes)`` of a fitted scikit-learn-style linear classifier
+    (:class:`~scalable_softmax.SoftmaxSGDClassifier`: ``coef_`` K x D, ``intercept_``,
+    ``classes_``), or None when ``model`` is not an estimator."""
+    if isinstance(model, np.ndarray) or not (hasattr(model, "get_params")
+                                             or hasattr(model, "coef_")):
+        return None
+    if not (hasattr(model, "coef_") and hasattr(model, "classes_")):
+        raise ValueError(f"the {type(model).__name__} given as the model is not fitted "
+                         "(it has no coef_ and classes_): call its fit first")
+    if intercept is not None:
+        raise ValueError("give the intercept either in the estimator or as intercept=, "
+                         "not both (evaluate(X, y, estimator) uses its intercept_)")
+    if fm:
+        raise ValueError("an estimator's coef_ is K x D: evaluate(X, y, estimator) takes "
+                         "layout='class' (the default)")
+    b = getattr(model, "intercept_", None)
+    if not getattr(model, "fit_intercept", True):
+        b = None                            # zeros: no intercept to add
+    return np.asarray(model.coef_), b, np.asarray(model.classes_)
+
+
+def _labels_of(y, classes, name="y"):
+    """The labels ``y`` (any of ``classes``, as the estimator was fitted with) as the
+    class indices ``0..K-1`` of ``classes`` (sorted, as scikit-learn keeps them)."""
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array of labels; got shape {y.shape}")
+    try:
+        idx = np.clip(np.searchsorted(classes, y), 0, len(classes) - 1)
+        bad = classes[idx] != y
+    except TypeError:
+        raise ValueError(f"{name} holds labels of type {y.dtype}, not comparable with the "
+                         f"estimator's classes_ ({classes.dtype})") from None
+    if np.any(bad):
+        unknown = np.unique(y[bad])[:10]
+        raise ValueError(f"{name}: labels {unknown.tolist()} are not among the "
+                         f"estimator's classes_ {classes.tolist()[:20]}")
+    return idx.astype(np.int64)
 
 
 def _with_intercept(X, W, intercept, fm):
@@ -499,14 +564,18 @@ def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
         are rounded to float32 for ``precision="float32"``.
     y : integer ndarray, shape (N,)
         Labels in ``0..K-1``.
-    W : ndarray, shape (K, D), or FitResult
+    W : ndarray, shape (K, D), FitResult or fitted estimator
         Weights, row ``k`` is ``w_k``; converted to float64 C-contiguous (no copy if
         it already is; a C-contiguous float32 ``W`` is used as is for
         ``precision="float32"``), or ``D x K`` with ``layout="feature"``. Must be
         finite. A
         :class:`~scalable_softmax.fit.FitResult` stands for its model: its ``W`` and
         its ``intercept`` (None without ``fit_intercept``), the scores of its
-        :meth:`~scalable_softmax.fit.FitResult.predict_proba`.
+        :meth:`~scalable_softmax.fit.FitResult.predict_proba`. A fitted
+        :class:`~scalable_softmax.SoftmaxSGDClassifier` (or any estimator with
+        ``coef_``, ``intercept_`` and ``classes_``) stands for its model too, and ``y``
+        then holds its labels (any of ``classes_``, mapped to their positions; a label
+        not among them raises ``ValueError``).
     intercept : ndarray, shape (K,), optional
         Per-class intercepts ``b_k`` (``FitResult.intercept`` of a fit with
         ``fit_intercept=True``); without it the scores have none. Not with a
@@ -576,6 +645,10 @@ def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
     True
     """
     fm = _check_layout(layout)
+    est = _estimator_model(W, intercept, fm)
+    if est is not None:                     # a fitted estimator: its labels -> 0..K-1
+        W, intercept, classes = est
+        y = _labels_of(y, classes)
     X, W = _model_inputs(X, W, intercept, fm)
     nll, err, dfc, sel = per_row(X, y, W, rows=rows, subsample=subsample, seed=seed,
                                  block_rows=block_rows, threads=threads,
@@ -600,8 +673,9 @@ def evaluate_sets(sets, W, *, intercept=None, block_rows=None, threads=None,
         The data sets by name; each ``X`` (scipy.sparse matrix or 2-D ndarray,
         shape (N, D)) and ``y`` (integer ndarray, shape (N,), labels in ``0..K-1``)
         as in :func:`evaluate`. Every ``X`` has the same ``D``.
-    W : ndarray, shape (K, D), or FitResult
-        Weights, as in :func:`evaluate` (``D x K`` with ``layout="feature"``).
+    W : ndarray, shape (K, D), FitResult or fitted estimator
+        Weights, as in :func:`evaluate` (``D x K`` with ``layout="feature"``); with an
+        estimator every set's ``y`` holds its labels, as in :func:`evaluate`.
     intercept : ndarray, shape (K,), optional
         Per-class intercepts ``b_k``, as in :func:`evaluate`.
     block_rows : int, optional
@@ -667,6 +741,10 @@ def evaluate_sets(sets, W, *, intercept=None, block_rows=None, threads=None,
                              f"{type(pair).__name__}")
         Xs.append(as_csr(pair[0], f"X of set {name!r}"))
         ys.append(pair[1])
+    est = _estimator_model(W, intercept, fm)
+    if est is not None:                     # a fitted estimator: its labels -> 0..K-1
+        W, intercept, classes = est
+        ys = [_labels_of(y, classes, f"y of set {name!r}") for name, y in zip(names, ys)]
     D = Xs[0].shape[1]
     for name, X in zip(names, Xs):
         if X.shape[1] != D:

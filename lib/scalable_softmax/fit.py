@@ -61,7 +61,7 @@ from scalable_softmax.validation import (
 )
 
 __all__ = ["fit", "fit_config", "FitResult", "DivergenceWarning", "NoProgressWarning",
-           "ModelTooLargeError", "default_eval_epochs",
+           "EmptyClassWarning", "ModelTooLargeError", "default_eval_epochs",
            "FORMAT_NAME", "FORMAT_VERSION"]
 
 #: what :meth:`FitResult.save` writes in its JSON record (checked by :meth:`FitResult.load`)
@@ -557,6 +557,8 @@ def _validate_data(config, X, y, eval_sets):
             raise ValueError("all labels in y are 0, so K cannot be inferred; pass K >= 2")
     K = int(K)
     check_label_range(y, K, "y", _LARGER_K)
+    if config.K is None:
+        _warn_empty_classes(y, K)
     if eval_sets is None:
         return X, y, K, {"train": (X, y)}
     if not isinstance(eval_sets, dict):
@@ -602,6 +604,28 @@ def _check_model_size(config, K, D, N):
                              f"method {config.method!r} with batch_size = {n:,} (K = {K:,},"
                              f" D = {D:,}; the step's buffers grow with batch_size)",
                              f"use a batch_size of at most N = {N:,} rows")
+
+
+class EmptyClassWarning(UserWarning):
+    """:func:`fit` inferred ``K = max(y) + 1`` and some of the classes ``0..K-1`` have
+    no label in ``y`` (labels not numbered from 0, or with gaps)."""
+
+
+def _warn_empty_classes(y, K):
+    """Warn when the labels ``y`` leave some of the inferred classes ``0..K-1`` empty:
+    the model then has classes no datapoint belongs to, which a caller who numbered
+    the labels ``5..14`` did not ask for (a caller who means them passes ``K=``)."""
+    empty = np.flatnonzero(np.bincount(y, minlength=K) == 0)
+    if empty.size:
+        shown = ", ".join(map(str, empty[:10].tolist())) + (", ..." if empty.size > 10
+                                                              else "")
+        warnings.warn(
+            f"y leaves {empty.size} of the K = max(y) + 1 = {K} classes without a label "
+            f"(classes {shown}); the model gets a weight row for each of them. If your "
+            "labels are not numbered 0..K-1, map them first with classes, y = "
+            "numpy.unique(y, return_inverse=True) (or use SoftmaxSGDClassifier, which "
+            "does); to keep empty classes, pass K= explicitly",
+            EmptyClassWarning, stacklevel=6)
 
 
 def _check_init_intercept(fit_intercept, init_intercept):
@@ -906,16 +930,23 @@ def assemble_extra(extras) -> pd.DataFrame:
     return pd.DataFrame(extras) if extras else pd.DataFrame({"epoch": []})
 
 
-def warn_divergence(method, lr, diverged_at, reason, stacklevel=3):
+def warn_divergence(method, lr, diverged_at, reason, stacklevel=3, defaulted=False):
     """Issue a :class:`DivergenceWarning` saying where run ``method`` at rate ``lr``
-    stopped, on what, and what to do."""
+    stopped, on what, and what to do (``defaulted``: ``lr`` was the method's default,
+    :data:`scalable_softmax.protocols.DEFAULT_LR`, not given by the caller)."""
     epoch, step = diverged_at
     where = f"epoch {epoch}" + (f", step {step}" if step >= 0 else "")
     rate = "" if lr is None else f" lr={lr!r}"
+    what = "Use a smaller lr"
+    if defaulted and lr is not None:
+        rate += " (the method's default rate)"
+        what = (f"No default rate suits every data set for {method!r}: pass a smaller "
+                f"lr, e.g. lr={lr / 10:g}")
     warnings.warn(
         f"fit({method!r},{rate}) diverged at {where}: {reason or 'a non-finite value'}; "
-        "the run stopped there (FitResult.diverged is True). Use a smaller lr, scale the "
-        "features, or method 'implicit' (stable at any rate)",
+        f"the run stopped there (FitResult.diverged is True). {what}, scale the "
+        "features (unit-L2 rows, as the default rates were tuned on), or method "
+        "'implicit' (stable at any rate)",
         DivergenceWarning, stacklevel=stacklevel)
 
 
@@ -960,7 +991,7 @@ def _prepare(config, X, y, eval_sets, init_W, init_intercept):
     return trainer, config, sets, params
 
 
-def fit(X, y, method, lr, epochs=EPOCHS, lr_decay=None, mu=0.0, batch_size=None,
+def fit(X, y, method, lr=None, epochs=EPOCHS, lr_decay=None, mu=0.0, batch_size=None,
         n_sampled=None, seed=0, order=None, eval_epochs=None, eval_sets=None,
         eval_rows=None, progress=None, u_init=None, K=None, fit_intercept=False,
         intercept_scaling=1.0, init_W=None, init_intercept=None, on_epoch=None,
@@ -986,8 +1017,12 @@ def fit(X, y, method, lr, epochs=EPOCHS, lr_decay=None, mu=0.0, batch_size=None,
         table lists them with their facts).
     lr : float > 0 or None
         The initial learning rate in the per-datapoint units of docs/math.md section 2
-        (the paper's Table 2 values apply as published); None for the full-batch
-        methods (``Trainer.full_batch``).
+        (the paper's Table 2 values apply as published). None (the default): the
+        method's default rate, :data:`scalable_softmax.protocols.DEFAULT_LR`, tuned by
+        the record on unit-L2 rows (each method's rate and the table it comes from:
+        :data:`~scalable_softmax.protocols.DEFAULT_LR_SOURCES`; scale your rows to unit
+        L2 norm, or tune the rate, for data unlike those); always None for the
+        full-batch methods (``Trainer.full_batch``), which have no rate.
     epochs : int >= 1, default :data:`scalable_softmax.protocols.EPOCHS`
         For the full-batch methods a cap: they stop after the epoch in which L-BFGS
         converged (or stopped for good), the history ends with that epoch (evaluated
@@ -1088,6 +1123,7 @@ def fit_config(config, X, y, *, eval_sets=None, init_W=None, init_intercept=None
     t_call = time.perf_counter()
     if on_epoch is not None and not callable(on_epoch):
         raise ValueError(f"on_epoch must be None or a callable on_epoch(e); got {on_epoch!r}")
+    defaulted = config.lr is None
     config = config.resolve()
     trainer, config, sets, params = _prepare(config, X, y, eval_sets, init_W,
                                              init_intercept)
@@ -1096,7 +1132,8 @@ def fit_config(config, X, y, *, eval_sets=None, init_W=None, init_intercept=None
     rows, extras, diverged_at, reason = run_epochs(trainer, monitor, config, params["N"],
                                                    on_epoch=on_epoch)
     if diverged_at is not None:
-        warn_divergence(config.method, config.lr, diverged_at, reason, stacklevel=4)
+        warn_divergence(config.method, config.lr, diverged_at, reason, stacklevel=4,
+                        defaulted=defaulted)
     if len(rows) - 1 < config.epochs and diverged_at is None:
         params["stopped_at_epoch"] = len(rows) - 1
     stalled = trainer.stalled() if diverged_at is None else None

@@ -64,12 +64,52 @@ from scalable_softmax.validation import check, violation
 
 __all__ = ["PROTOCOLS", "PROTOCOL_METHODS", "fit_kwargs", "describe", "DEFAULT_PROTOCOL",
            "EPOCHS", "LR_DECAY", "LIBRARY_DEFAULTS", "STUDY_DEFAULTS", "CONVENTIONS",
-           "resolve", "FitConfig", "default_eval_epochs"]
+           "resolve", "FitConfig", "default_eval_epochs", "DEFAULT_LR", "DEFAULT_LR_SOURCES",
+           "default_lr"]
 
 #: epochs of a run unless told otherwise (``fit``, the estimator, the notebooks' runs)
 EPOCHS = 50
 #: the learning-rate decay per epoch of the paper (and every protocol): ``lr * 0.9**e``
 LR_DECAY = 0.9
+
+#: method -> its default learning rate (``lr=None`` in ``fit``, the estimator's default):
+#: the record's tuning on unit-L2 rows, one rule for every method: the median over the
+#: record's data sets of the rate that tuning chose on each (:data:`DEFAULT_LR_SOURCES`
+#: names the table and the rows; with an even number of data sets, the lower of the two
+#: middle rates). ``tests/test_default_rates.py`` recomputes every value from the
+#: committed tables. The notebooks never use these: every run of theirs gives its rate.
+#: The full-batch methods (``exact``, ``bouchard``, ``ove-exact``) have no rate.
+DEFAULT_LR = {
+    "vanilla": 0.001,
+    "umax": 0.1,
+    "raman": 0.1,
+    "implicit": 10.0,
+    "implicit-batch": 10.0,
+    "ove": 1.0,
+    "nce": 1000.0,
+    "is": 100.0,
+    "softmax-sgd": 100.0,
+}
+
+#: method -> (table of ``tables/``, the rows whose tuned rate per data set gives
+#: :data:`DEFAULT_LR`)
+DEFAULT_LR_SOURCES = {
+    **{m: ("11-tuned-rates", f"tuned_lr of method {m!r}: 50 epochs, the authors' code's "
+           "protocol, the 7 data sets") for m in ("vanilla", "umax", "implicit", "ove",
+                                                  "nce", "is")},
+    "raman": ("05-formulation-comparison", "the rate of the lowest raman_log_loss on each "
+              "data set (50 epochs)"),
+    "implicit-batch": ("12-peers-rates", "the rate of the lowest val_log_loss of config "
+                       "'n=10 m=10' (the method's default sizes) on each data set"),
+    "softmax-sgd": ("12-peers-rates", "the rate of the lowest val_log_loss of config "
+                    "'batch_size=100' (the method's default size) on each data set"),
+}
+
+
+def default_lr(method: str) -> float | None:
+    """The default learning rate of ``method`` (:data:`DEFAULT_LR`), or None for a method
+    without one (a full-batch method, or a method registered without a tuned rate)."""
+    return DEFAULT_LR.get(method)
 
 #: the conventions of :func:`scalable_softmax.fit.fit` without a protocol (a ``None``
 #: argument of ``fit`` means: the protocol's value, else this one)
@@ -214,7 +254,8 @@ class FitConfig:
     docstring); ``options`` holds the method options given (a protocol's included once
     resolved). A field left None takes, by :meth:`resolve`, the protocol's value, else
     the default of :data:`LIBRARY_DEFAULTS` (``batch_size`` and ``n_sampled`` stay None:
-    the method's own default).
+    the method's own default); ``lr`` left None takes the method's
+    :data:`DEFAULT_LR` (none for the full-batch methods).
     """
 
     method: str
@@ -272,12 +313,18 @@ class FitConfig:
                             **self.options))
         fields = {k: conv.pop(k, None) for k in CONVENTIONS}
         conv = cls.map_deprecated(conv)         # older names -> threads / layout, once
+        lr = self.lr
         if cls.full_batch:
-            if self.lr is not None:
-                raise ValueError(f"lr={self.lr!r} is not used by {self.method!r} (full-batch "
+            if lr is not None:
+                raise ValueError(f"lr={lr!r} is not used by {self.method!r} (full-batch "
                                  "L-BFGS has no learning rate); pass lr=None")
         else:
-            check("lr", self.lr)
+            if lr is None:
+                lr = default_lr(self.method)
+                if lr is None:
+                    raise ValueError(f"method {self.method!r} has no default learning "
+                                     "rate (protocols.DEFAULT_LR); pass lr, a number > 0")
+            check("lr", lr)
         values = dict(fields, epochs=self.epochs, mu=self.mu, seed=self.seed,
                       progress=self.progress, eval_rows=self.eval_rows,
                       fit_intercept=self.fit_intercept,
@@ -289,7 +336,7 @@ class FitConfig:
         # unknown options, bad values and broken joint rules raise, before any data
         cls.resolve_options(conv, n_sampled=fields["n_sampled"])
         return dataclasses.replace(
-            self, **fields, lr=None if self.lr is None else float(self.lr),
+            self, **fields, lr=None if lr is None else float(lr),
             eval_epochs=self._eval_epochs(), options=conv)
 
     def _eval_epochs(self) -> tuple:

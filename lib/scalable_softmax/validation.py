@@ -42,7 +42,8 @@ import scipy.sparse as sp
 __all__ = ["PARAMETERS", "ORDERS", "U_INITS", "RULE_KEYS", "rule", "violation",
            "describe", "check", "check_options", "as_csr", "check_sparse", "as_labels",
            "check_label_range", "check_trainer_data", "ModelTooLargeError",
-           "available_bytes", "check_fits_in_memory"]
+           "available_bytes", "check_fits_in_memory", "kernel_array", "kernel_csr",
+           "index_dtype"]
 
 #: accepted values of ``order``
 ORDERS = ("shuffle", "uniform", "file")
@@ -512,6 +513,43 @@ def check_label_range(y: np.ndarray, K: int, name: str = "y", hint: str = "") ->
     if lo < 0 or hi >= K:
         raise ValueError(f"labels in {name} must lie in 0..K-1 = 0..{K - 1}; found values "
                          f"in {lo}..{hi}" + hint)
+
+
+# ---------------------------------------------------------------------------
+# the arrays the kernels read: one type each, so one compile per kernel
+# ---------------------------------------------------------------------------
+
+def kernel_array(a, dtype) -> np.ndarray:
+    """``a`` as a kernel reads it: C-contiguous, of ``dtype``, writable.
+
+    numba compiles a kernel once per argument type, and an array's type includes its
+    dtype, its layout and whether it is read-only; converting every input to one type
+    before any kernel is called keeps one compiled signature per kernel (int32 or
+    int64, dense, Fortran-ordered and read-only inputs alike). No copy when ``a``
+    already is such an array; a read-only array (a memory map, an array with
+    ``setflags(write=False)``) is copied, never written to.
+    """
+    out = np.ascontiguousarray(a, dtype=dtype)
+    if not out.flags.writeable:
+        out = out.copy()
+    return out
+
+
+def index_dtype(D: int):
+    """The dtype of the column indices the kernels read for ``D`` columns: int32 when
+    they fit (half the memory of int64), else int64."""
+    return np.int32 if D <= 2**31 - 1 else np.int64
+
+
+def kernel_csr(X, indices_dtype=None):
+    """``(indptr, indices, data)`` of the CSR matrix ``X`` as the kernels read them
+    (:func:`kernel_array`): ``indptr`` int64, ``indices`` ``indices_dtype`` (default
+    :func:`index_dtype` of ``X``'s width), ``data`` float64; each is ``X``'s own array
+    when it already has that type, else a copy."""
+    if indices_dtype is None:
+        indices_dtype = index_dtype(X.shape[1])
+    return (kernel_array(X.indptr, np.int64), kernel_array(X.indices, indices_dtype),
+            kernel_array(X.data, np.float64))
 
 
 def check_trainer_data(X, y, K: int) -> None:

@@ -149,11 +149,13 @@ def used_features(indptr, indices, rows, D):
 
 
 @numba.njit(**PJIT)
-def state_pass(indptr, indices, data, rows, y, W, tile, block_rows, fm):
+def state_pass(indptr, indices, data, rows, y, W, tile, block_rows, fm, feats):
     """Online per-row state over all ``K`` classes, tile by tile (module docstring).
     ``W`` is ``K x D`` (row ``k`` is ``w_k``), or ``D x K`` with ``fm`` (feature-major:
     row ``j`` holds feature ``j``'s weight of every class; each tile is then a copy of
-    contiguous slices, not a transpose, of the features the rows use).
+    contiguous slices, not a transpose, of the features the rows use: ``feats``, int64,
+    :func:`used_features` of ``rows``; ignored without ``fm``). ``feats`` is computed by
+    the caller so that a class-major evaluation does not compile :func:`used_features`.
 
     Returns ``(mx, am, sy, s1p, spw)`` for each selected row: the maximum score, the
     first index attaining it, the label's score, ``S' = sum_{k != argmax}
@@ -173,7 +175,8 @@ def state_pass(indptr, indices, data, rows, y, W, tile, block_rows, fm):
     spw = np.zeros((nr, npw))
     buf = np.empty(D * min(tile, K))
     nb = (nr + block_rows - 1) // block_rows
-    feats = used_features(indptr, indices, rows, D) if fm else np.arange(D)
+    if not fm:
+        feats = np.arange(D)
     nu = feats.size
     ndb = (nu + 255) // 256
     for k0 in range(0, K, tile):
@@ -481,11 +484,11 @@ def transpose32(W, k0, kc, T, fm, feats):
 
 
 @numba.njit(**PJIT32)
-def state_pass32(indptr, indices, data, rows, y, W, tile, block_rows, fm):
+def state_pass32(indptr, indices, data, rows, y, W, tile, block_rows, fm, feats):
     """:func:`state_pass` with float32 scores: the tile of ``W^T`` and ``data`` in
     float32, each score a float32 sum of fused multiply-adds, the exponentials in
-    float32; the running state (maximum, sums, power sums) in float64. ``W`` and
-    ``fm`` as in :func:`state_pass`."""
+    float32; the running state (maximum, sums, power sums) in float64. ``W``, ``fm``
+    and ``feats`` as in :func:`state_pass`."""
     nr = rows.size
     if fm:
         D, K = W.shape
@@ -500,7 +503,6 @@ def state_pass32(indptr, indices, data, rows, y, W, tile, block_rows, fm):
     tw = min(tile, K)
     buf = np.empty(D * tw, dtype=np.float32)
     nb = (nr + block_rows - 1) // block_rows
-    feats = used_features(indptr, indices, rows, D) if fm else np.empty(0, np.int64)
     for k0 in range(0, K, tile):
         kc = min(tile, K - k0)
         T = buf[: D * kc].reshape((D, kc))

@@ -108,6 +108,7 @@ from scalable_softmax.kernels.full import KIND_MODES, full_pass, solve_alpha
 from scalable_softmax.kernels.threads import numba_threads
 from scalable_softmax.methods.base import THREADS_RULE, EpochReport, StochasticTrainer, Trainer
 from scalable_softmax.methods.lbfgs import lbfgs
+from scalable_softmax.validation import kernel_array, kernel_csr
 
 __all__ = [
     "SoftmaxSGDTrainer", "ExactTrainer", "BouchardTrainer", "OVEExactTrainer",
@@ -118,9 +119,8 @@ __all__ = [
 
 def _csr_arrays(X):
     X = X if (sp.issparse(X) and X.format == "csr") else sp.csr_matrix(X)
-    return (X, np.ascontiguousarray(X.indptr, dtype=np.int64),
-            np.ascontiguousarray(X.indices, dtype=np.int64),
-            np.ascontiguousarray(X.data, dtype=np.float64))
+    # one type per array, so one compile per kernel (validation.kernel_csr)
+    return (X, *kernel_csr(X, np.int64))
 
 
 #: the rule of an option that is a positive integer or None
@@ -224,7 +224,7 @@ class SoftmaxSGDTrainer(StochasticTrainer):
         # entries: sorted (stably) by feature, the class-major kernel's order
         self._fm_indices, self._fm_data = _rows_sorted(self._indptr, self._indices,
                                                        self._data)
-        self._y = np.ascontiguousarray(y, dtype=np.int64)
+        self._y = kernel_array(y, np.int64)
         self.cs = np.ones(1)
 
     @property
@@ -497,7 +497,7 @@ class _LBFGSTrainer(Trainer):
     def __init__(self, X, y, K, *, mu=0.0, batch_size=None, n_sampled=None, **options):
         super().__init__(X, y, K, mu=mu, batch_size=batch_size, n_sampled=n_sampled, **options)
         self.X, self._indptr, self._indices, self._data = _csr_arrays(X)
-        self._y = np.ascontiguousarray(y, dtype=np.int64)
+        self._y = kernel_array(y, np.int64)
         self._block = self.opts["block"] or _default_block(self.K)
         #: threads of the objective kernel (option ``threads``; None: by size)
         self._threads = self.opts["threads"]

@@ -86,6 +86,7 @@ from scalable_softmax.kernels.implicit import (
 )
 from scalable_softmax.methods.base import EpochReport, StochasticTrainer
 from scalable_softmax.objectives import touch_weights
+from scalable_softmax.validation import kernel_array, kernel_csr
 
 __all__ = ["ImplicitTrainer", "implicit_step", "reference_step",
            "solve_reduced_reference",
@@ -419,12 +420,10 @@ class ImplicitTrainer(StochasticTrainer):
         self.threads = self.opts["threads"]
         if not (sp.issparse(X) and X.format == "csr"):
             X = sp.csr_matrix(X)
-        self._indptr = np.ascontiguousarray(X.indptr, dtype=np.int64)
-        self._indices = np.ascontiguousarray(X.indices)
-        if self._indices.dtype not in (np.int32, np.int64):
-            self._indices = self._indices.astype(np.int64)
-        self._data = np.ascontiguousarray(X.data, dtype=np.float64)
-        self._y = np.ascontiguousarray(y, dtype=np.int64)
+        # one type per array (int32 indices when they fit, whatever X's), so one
+        # compile per kernel (validation.kernel_csr)
+        self._indptr, self._indices, self._data = kernel_csr(X)
+        self._y = kernel_array(y, np.int64)
         self._sqnorm = row_sqnorms(self._indptr, self._data)
         check_row_norms(self._sqnorm, self.name)
         # rho_j = mu beta_j / N, so that A_j = 1 + eta rho_j

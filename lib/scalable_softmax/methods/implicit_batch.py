@@ -119,6 +119,7 @@ from scalable_softmax.kernels.implicit import row_sqnorms
 from scalable_softmax.kernels.implicit_batch import EIG_RTOL, epoch_kernel, touch_beta_kernel
 from scalable_softmax.methods.base import EpochReport, StochasticTrainer
 from scalable_softmax.methods.implicit import check_row_norms
+from scalable_softmax.validation import kernel_array, kernel_csr
 
 __all__ = [
     "ImplicitBatchTrainer",
@@ -416,11 +417,10 @@ class ImplicitBatchTrainer(StochasticTrainer):
         self.linear_solver = self.opts["linear_solver"]
         self.threads = self.opts["threads"]
         Xc = sp.csr_matrix(X)
-        self._indptr = np.ascontiguousarray(Xc.indptr, dtype=np.int64)
-        self._indices = np.ascontiguousarray(Xc.indices, dtype=np.int64)
-        self._data = np.ascontiguousarray(Xc.data, dtype=np.float64)
+        # one type per array, so one compile per kernel (validation.kernel_csr)
+        self._indptr, self._indices, self._data = kernel_csr(Xc, np.int64)
+        self._y = kernel_array(y, np.int64)
         check_row_norms(row_sqnorms(self._indptr, self._data), self.name)
-        self._y = np.ascontiguousarray(y, dtype=np.int64)
         if self._y.shape != (self.N,):
             raise ValueError(f"y: expected shape ({self.N},), got {self._y.shape}")
         self.last_epoch_classes = np.empty((0, self.n_sampled), np.int64)

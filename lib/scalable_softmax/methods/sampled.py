@@ -128,6 +128,7 @@ from scalable_softmax.kernels.common import touched_zeros as _touched_zeros
 from scalable_softmax.kernels.sampled import sample_epoch, sampled_epoch, sampled_epoch_par
 from scalable_softmax.kernels.threads import numba_threads
 from scalable_softmax.methods.base import EpochReport, StochasticTrainer
+from scalable_softmax.validation import kernel_array, kernel_csr
 
 __all__ = [
     "OVETrainer", "NCETrainer", "ISTrainer", "KIND_OVE", "KIND_NCE", "KIND_IS",
@@ -339,12 +340,10 @@ class _SampledTrainer(StochasticTrainer):
         K, m = self.K, self.n_sampled
         self.shared = self.opts["shared_negatives"]
         self.X = X if (sp.issparse(X) and X.format == "csr") else sp.csr_matrix(X)
-        self._indptr = np.ascontiguousarray(self.X.indptr, dtype=np.int64)
-        # 32-bit column indices when they fit: half the lines of a datapoint's indices
-        self._indices = np.ascontiguousarray(
-            self.X.indices, dtype=np.int32 if self.D < 2**31 else np.int64)
-        self._data = np.ascontiguousarray(self.X.data, dtype=np.float64)
-        self._y = np.ascontiguousarray(y, dtype=np.int64)
+        # 32-bit column indices when they fit: half the lines of a datapoint's indices;
+        # one type per array, so one compile per kernel (validation.kernel_csr)
+        self._indptr, self._indices, self._data = kernel_csr(self.X)
+        self._y = kernel_array(y, np.int64)
         #: the indices of every CSR row are sorted (the kernels then apply the shared
         #: rows' updates by blocks of columns)
         self._sorted = bool(self.X.has_sorted_indices)

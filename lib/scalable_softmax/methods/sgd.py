@@ -108,6 +108,7 @@ from scalable_softmax.methods.base import (
     StochasticTrainer,
     no_parallel_kernel,
 )
+from scalable_softmax.validation import kernel_array, kernel_csr
 
 __all__ = ["VanillaTrainer", "UmaxTrainer", "RamanTrainer", "reference_step", "draw_classes",
            "KIND_VANILLA", "KIND_UMAX", "KIND_RAMAN_VANILLA", "KIND_RAMAN_UMAX"]
@@ -279,10 +280,9 @@ class _DoubleSumTrainer(StochasticTrainer):
             self._pf_mode = int(pf)
         self.delta0 = float(opts.get("delta0", 1.0))
         X = self.X.tocsr() if sp.issparse(self.X) else sp.csr_matrix(self.X)
-        self._indptr = np.ascontiguousarray(X.indptr, dtype=np.int64)
-        self._indices = np.ascontiguousarray(X.indices, dtype=np.int32)
-        self._data = np.ascontiguousarray(X.data, dtype=np.float64)
-        self._y = np.ascontiguousarray(self.y, dtype=np.int64)
+        # one type per array, so one compile per kernel (validation.kernel_csr)
+        self._indptr, self._indices, self._data = kernel_csr(X, np.int32)
+        self._y = kernel_array(self.y, np.int64)
         N, D = self.N, self.D
         # dense path: every row stores columns 0..D-1 in order
         self._dense = bool(

@@ -22,6 +22,12 @@ for undeclared columns); a column may be ``ignore``d (timings, run facts) or ``r
 kernel). Every declaration carries its reason. The exit status is 1 when something is out
 of tolerance or missing, else 0.
 
+Without a rerun there is nothing to compare: when ``DIR`` holds exactly the record's files,
+byte for byte, ``PROVENANCE.md`` included (the same commit and date: every ``make
+reproduce`` writes a new one), ``verify`` says so and how to make a rerun, instead of
+reporting the record identical to itself (:func:`is_the_record`). A real rerun whose
+tables all come out identical still has its own ``PROVENANCE.md``, so it is compared.
+
 ``--notebooks NAME [NAME ...]`` (``make verify NOTEBOOKS="09-ove-toy-2d"``) compares only
 the tables those notebooks write (``NAME.csv`` and ``NAME-*.csv``): after rerunning part
 of the collection, a table of the record that the rerun does not have is then reported,
@@ -508,6 +514,33 @@ def verify(tables_dir: Path | str, record: Record, tolerances: Tolerances,
     return results
 
 
+def is_the_record(tables_dir: Path | str, record: Record) -> bool:
+    """True when ``tables_dir`` is the record itself, not a rerun: the same CSV files
+    and the same ``PROVENANCE.md`` (commit, date, durations), byte for byte. A rerun by
+    ``make reproduce`` writes a new ``PROVENANCE.md`` (its own date and commit), so it is
+    never taken for the record, even when every table is identical; a record without
+    ``PROVENANCE.md`` is never taken for one either."""
+    tables_dir = Path(tables_dir)
+    own = tables_dir / "PROVENANCE.md"
+    recorded = record.text("PROVENANCE.md")
+    if recorded is None or not own.is_file() or own.read_text() != recorded:
+        return False
+    names = record.names()
+    if sorted(p.name for p in tables_dir.glob("*.csv")) != names:
+        return False
+    return all((tables_dir / name).read_text() == record.text(name) for name in names)
+
+
+#: what :func:`main` prints when the tables are the record itself
+NO_RERUN = (
+    "Nothing to compare: {tables} is the committed record itself ({record}: the same "
+    "tables and the same PROVENANCE.md, commit {commit}), not a rerun. Make a rerun with "
+    "`make reproduce` (every notebook; it writes tables/ and a new PROVENANCE.md), then "
+    "run `make verify` again. After rerunning some notebooks (`make "
+    "build/executed/full/NAME.ipynb`, which writes their tables), compare theirs with "
+    "`make verify NOTEBOOKS=\"NAME ...\"`.")
+
+
 def kernel_lines(tables_dir: Path | str, record: Record) -> list[str]:
     """What :func:`main` prints first: the BLAS kernel the record ran on and the one of
     the rerun (its ``PROVENANCE.md``, else this machine's): iteration counts move with
@@ -551,6 +584,12 @@ def main(argv=None) -> int:
     try:
         tolerances = Tolerances.load(args.tolerances)
         record = Record(args.record)
+        if not args.notebooks and is_the_record(args.tables, record):
+            commit = next((line.split(":", 1)[1].strip()[:12] for line in
+                           record.text("PROVENANCE.md").splitlines()
+                           if line.startswith("- commit:")), "not named")
+            print(NO_RERUN.format(tables=args.tables, record=args.record, commit=commit))
+            return 0
         results = verify(args.tables, record, tolerances, args.notebooks or None)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
