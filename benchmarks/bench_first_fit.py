@@ -117,6 +117,23 @@ def _one_repeat(trees, kinds):
     return list(rows.values())
 
 
+def _tree_label(lib):
+    """A tree's name for the results: its git commit (and whether it has uncommitted
+    changes), never a path of the machine it ran on."""
+    if not lib:
+        return "this tree"
+    import subprocess
+
+    def git(*args):
+        out = subprocess.run(["git", "-C", str(lib), *args], capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short=12", "HEAD")
+    dirty = git("status", "--porcelain", "--", ".")
+    return (f"commit {commit}" + (" with uncommitted changes" if dirty else "")
+            if commit else "a tree outside git")
+
+
 def run(quick=False, repeats=3, before=None, lib=None):
     start = machine_info()
     kinds = ["fit"] if quick else ["fit", "estimator"]
@@ -134,7 +151,7 @@ def run(quick=False, repeats=3, before=None, lib=None):
         mine = [row for row in rows if row["tree"] == tree]
         summary[tree] = {k: float(np.median([row[k] for row in mine]))
                          for k in mine[0] if k.endswith("_s")}
-        summary[tree]["lib"] = str(lib) if lib else "this tree"
+        summary[tree]["lib"] = _tree_label(lib)
     return {"machine": start, "machine_end": machine_info(), "quick": quick,
             "repeats": repeats, "kinds": kinds, "runs": rows, "summary": summary,
             "data": "sklearn digits (N 1,797, D 64, K 10), unit L2 rows"}

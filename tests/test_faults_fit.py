@@ -35,10 +35,17 @@ def test_lr_given_to_a_full_batch_method_is_an_error(method):
     assert np.isfinite(res.history.train_log_loss.iloc[-1])
 
 
-def test_stochastic_methods_still_need_a_rate():
+def test_a_stochastic_method_without_a_rate_takes_its_default_and_a_bad_rate_still_fails():
+    """lr=None is the method's default rate (protocols.DEFAULT_LR), recorded as the run's
+    lr; a rate that is not a number > 0 is still refused by name."""
+    from scalable_softmax.protocols import DEFAULT_LR
+
     X, y, K = _data(N=60, D=8, K=4)
-    with pytest.raises(ValueError, match="lr"):
-        fit(X, y, "umax", lr=None, epochs=1, K=K, progress=False)
+    res = fit(X, y, "umax", lr=None, epochs=1, K=K, progress=False)
+    assert res.params["lr"] == DEFAULT_LR["umax"]
+    for bad in (0.0, -1.0, "0.1", True):
+        with pytest.raises(ValueError, match="lr"):
+            fit(X, y, "umax", lr=bad, epochs=1, K=K, progress=False)
 
 
 @pytest.mark.parametrize("method", ["umax", "raman", "vanilla", "implicit", "ove"])

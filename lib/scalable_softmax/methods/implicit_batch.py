@@ -115,7 +115,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from scalable_softmax.kernels.common import touched_zeros
-from scalable_softmax.kernels.implicit import row_sqnorms
+from scalable_softmax.kernels import implicit as implicit_kernels
 from scalable_softmax.kernels.implicit_batch import EIG_RTOL, epoch_kernel, touch_beta_kernel
 from scalable_softmax.methods.base import EpochReport, StochasticTrainer
 from scalable_softmax.methods.implicit import check_row_norms
@@ -420,7 +420,8 @@ class ImplicitBatchTrainer(StochasticTrainer):
         # one type per array, so one compile per kernel (validation.kernel_csr)
         self._indptr, self._indices, self._data = kernel_csr(Xc, np.int64)
         self._y = kernel_array(y, np.int64)
-        check_row_norms(row_sqnorms(self._indptr, self._data), self.name)
+        # the rows' squared norms by the one-datapoint family's kernel
+        check_row_norms(implicit_kernels.row_sqnorms(self._indptr, self._data), self.name)
         if self._y.shape != (self.N,):
             raise ValueError(f"y: expected shape ({self.N},), got {self._y.shape}")
         self.last_epoch_classes = np.empty((0, self.n_sampled), np.int64)
