@@ -40,6 +40,8 @@ The expression is Python, evaluated with these names only:
   ``docs/own-data.md``);
 * ``provenance()`` -- ``tables/PROVENANCE.md``: ``{'commit': short hash, 'seconds':
   {notebook: seconds}, 'runs': {make target: end-to-end time as written}}``;
+* ``race_families(stem, pct)``, ``race_threads(stem)``, ``race_pair(stem, pct)`` --
+  notebook 12's or 14's race read per family (:mod:`scalable_softmax.repro.race.families`);
 * ``np``, ``len``, ``min``, ``max``, ``sum``, ``abs``, ``round``, ``sorted``, ``int``,
   ``float``, ``str``.
 
@@ -197,12 +199,32 @@ class Tables:
         return {"commit": commit.group(1)[:7], "seconds": seconds, "commits": commits,
                 "runs": runs}
 
-    def peers_first(self, tolerance_pct: str = "1") -> str:
-        """"N of M": on how many of notebook 12's data sets one of ours is first within
-        ``tolerance_pct`` percent of the best test log-loss (repro.peers)."""
-        from scalable_softmax.repro import peers
-        first = peers.first_per_dataset(self.table("12-peers"), tolerance_pct)
-        return f"{int(first.ours.sum())} of {len(first)}"
+    def _race(self, stem: str):
+        from scalable_softmax.repro.race import families
+        workload = "K" if stem.startswith("14-") else "dataset"
+        return families, self.table(stem), workload, families.WORKLOAD_NAMES
+
+    def race_families(self, stem: str, tolerance_pct: str = "1", only=None,
+                      short: bool = False) -> str:
+        """Per workload of notebook 12's or 14's table (``stem``), the first family to
+        within ``tolerance_pct`` percent of the best test log-loss and the runner-up
+        (repro.race.families.family_line); ``only`` one workload, ``short`` without the
+        method and its seconds."""
+        f, table, w, names = self._race(stem)
+        return f.family_line(table, w, tolerance_pct, names, only, short)
+
+    def race_threads(self, stem: str) -> str:
+        """The runs of ``stem`` that did not use 2 threads (repro.race.families.threads_note)."""
+        f, table, w, _ = self._race(stem)
+        return f.threads_note(table, w)
+
+    def race_pair(self, stem: str, tolerance_pct: str = "5", only=None,
+                  ours: str = "softmax-sgd", theirs: str = "torch-sgd") -> str:
+        """Our and PyTorch's full-softmax SGD side by side: seconds to within
+        ``tolerance_pct`` percent per workload (repro.race.families.pair_line); ``only``
+        one workload."""
+        f, table, w, names = self._race(stem)
+        return f.pair_line(table, w, ours, theirs, tolerance_pct, names, only)
 
     def crossover_verdict(self, tolerance_pct: str = "1") -> str:
         """Notebook 14's verdict (repro.crossover.verdict) without its per-K list (see
@@ -265,7 +287,9 @@ class Tables:
     def namespace(self) -> dict:
         return {"table": self.table, "rows": self.rows, "cell": self.cell,
                 "verdicts": self.verdicts, "provenance": self.provenance,
-                "peers_first": self.peers_first, "crossover_verdict": self.crossover_verdict,
+                "race_families": self.race_families,
+                "race_threads": self.race_threads, "race_pair": self.race_pair,
+                "crossover_verdict": self.crossover_verdict,
                 "crossover_first": self.crossover_first,
                 "crossover_close": self.crossover_close,
                 "tuning_overshoot": self.tuning_overshoot,
