@@ -2,5 +2,10 @@
 
 * :mod:`.families` -- the race's methods by family (one registry), and the family
   verdicts read from the record's current tables (target: the best test log-loss of any
-  method, one seed).
+  method, one seed);
+* :mod:`.split` -- the validation split carved from the training data, and the test rows
+  sealed;
+* :mod:`.scoring` -- targets, time to each level at validation checkpoints, test
+  log-loss only at the checkpoint a level was first reached, family verdicts over seeds
+  and performance profiles (pure functions).
 """
