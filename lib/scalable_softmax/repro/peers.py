@@ -171,8 +171,11 @@ class Job:
         of an epoch (ours, :class:`Pieces`), minibatch, L-BFGS iteration or fit that
         crosses it).
     split : ``"final"`` (train on the training split, evaluate on ``train`` and
-        ``test`` rows) or ``"tune"`` (train on ``1 - holdout`` of the training split,
-        evaluate on the held-out rows as ``val``).
+        ``test`` rows), ``"tune"`` (train on ``1 - holdout`` of the training split,
+        evaluate on the held-out rows as ``val``) or ``"race"`` (train on the rows
+        :func:`scalable_softmax.repro.race.split.validation_split` leaves for training,
+        ``holdout`` its fraction and ``split_seed`` its seed, evaluate on its validation
+        rows as ``val``; the test rows are not loaded into the sets).
     max_epochs : epochs of the stochastic methods (the schedule ``lr * 0.9**(e-1)``).
     eval_rows : rows of each evaluation set (a seeded subsample; None: all).
     checkpoints : training seconds at which to evaluate (None: only the end); a final
@@ -192,13 +195,15 @@ class Job:
     seed: int = 0
     threads: int = 2
     options: dict = field(default_factory=dict)
+    split_seed: int = 0
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"Job.method: unknown method {self.method!r}; choose one of "
                              f"{', '.join(METHODS)}")
-        if self.split not in ("final", "tune"):
-            raise ValueError(f"Job.split must be 'final' or 'tune'; got {self.split!r}")
+        if self.split not in ("final", "tune", "race"):
+            raise ValueError(f"Job.split must be 'final', 'tune' or 'race'; got "
+                             f"{self.split!r}")
         if self.method in RATE_METHODS:
             if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr)
                     and self.lr > 0):
@@ -373,7 +378,7 @@ def _subsample(X, y, rows, seed):
 def _problem(job: Job):
     """Training data and evaluation sets of a job (kept for the next job of the same
     child process that needs the same ones)."""
-    key = (job.data, job.split, job.holdout, job.seed, job.eval_rows)
+    key = (job.data, job.split, job.holdout, job.seed, job.eval_rows, job.split_seed)
     if _PROBLEM_CACHE.get("key") != key:
         _PROBLEM_CACHE.clear()                # one problem at a time: bounded memory
         _PROBLEM_CACHE.update(key=key, value=_make_problem(job))
@@ -391,6 +396,13 @@ def _make_problem(job: Job):
     if job.split == "tune":
         fit_rows, out_rows = split_for_tuning(X.shape[0], job.holdout, job.seed)
         sets = {"val": _subsample(X[out_rows], y[out_rows], job.eval_rows, job.seed)}
+        X, y = X[fit_rows], y[fit_rows]
+    elif job.split == "race":
+        from scalable_softmax.repro.race.split import validation_split
+
+        fit_rows, val_rows = validation_split(X.shape[0], job.holdout, job.split_seed)
+        # the validation subsample is the same for every seed of the race
+        sets = {"val": _subsample(X[val_rows], y[val_rows], job.eval_rows, job.split_seed)}
         X, y = X[fit_rows], y[fit_rows]
     else:
         sets = {"train": _subsample(X, y, job.eval_rows, job.seed),

@@ -7,5 +7,7 @@
   sealed;
 * :mod:`.scoring` -- targets, time to each level at validation checkpoints, test
   log-loss only at the checkpoint a level was first reached, family verdicts over seeds
-  and performance profiles (pure functions).
+  and performance profiles (pure functions);
+* :mod:`.targets` -- the reference runs that fix the targets before the race
+  (``make targets``: ``tables/targets.csv``, ``params/targets.yaml``).
 """

@@ -1,0 +1,87 @@
+"""The race's targets (repro.race.targets): the reference runs train on the rows the
+validation split leaves and are scored on its validation rows; the table marks each
+workload's lowest reference; the file round-trips and a missing one says what to run."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from scalable_softmax.repro import peers
+from scalable_softmax.repro.race import split, targets
+
+
+@pytest.fixture(scope="module")
+def problem(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    N, D, K = 300, 6, 4
+    W = rng.standard_normal((K, D))
+    X = rng.standard_normal((N, D))
+    y = np.argmax(X @ W.T + rng.gumbel(size=(N, K)), axis=1)
+    Xt = rng.standard_normal((50, D))
+    yt = np.argmax(Xt @ W.T, axis=1)
+    path = tmp_path_factory.mktemp("race") / "toy.npz"
+    peers.save_problem(path, X, y, Xt, yt, K)
+    return str(path), X, y
+
+
+def test_a_race_job_trains_on_the_split_and_evaluates_only_validation_rows(problem):
+    path, X, y = problem
+    job = peers.Job(path, "softmax-sgd", 1.0, 5.0, split="race", holdout=0.2,
+                    split_seed=3, eval_rows=None, max_epochs=2, threads=1,
+                    checkpoints=[1e-9], options={"batch_size": 10})
+    Xf, yf, K, sets = peers._make_problem(job)
+    fit, val = split.validation_split(300, 0.2, 3)
+    assert set(sets) == {"val"} and K == 4
+    assert np.array_equal(sets["val"][1], y[val]) and np.array_equal(yf, y[fit])
+    assert np.allclose(sets["val"][0].toarray(), X[val])
+    r = peers.run_job(job, problem=(Xf, yf, K, sets))
+    assert r["status"] == "completed", r["reason"]
+    assert all(set(p) >= {"seconds", "val_log_loss"} and "test_log_loss" not in p
+               for p in r["points"])
+    assert math.isfinite(r["points"][-1]["val_log_loss"])
+
+
+def test_make_targets_marks_each_workloads_lowest_reference(monkeypatch, tmp_path):
+    ws = [{"notebook": "12-peers", "workload": "a", "data": "a", "cap": 1.0},
+          {"notebook": "14-crossover", "workload": 1000, "data": "x.npz", "cap": 2.0}]
+    losses = {("a", "softmax-sgd"): 2.0, ("a", "torch-sgd"): 1.9, ("a", "exact"): math.nan,
+              (1000, "softmax-sgd"): 5.0, (1000, "torch-sgd"): 5.5, (1000, "exact"): 4.9}
+
+    def fake_runs(w, *, methods, factor, **kw):
+        assert factor >= targets.MIN_FACTOR
+        return [{"notebook": w["notebook"], "workload": w["workload"],
+                 "reference_method": m, "lr": 1.0, "config": "", "status": "time cap",
+                 "reference_seconds": factor * w["cap"], "cap_seconds": w["cap"],
+                 "reference_val_log_loss": losses[(w["workload"], m)],
+                 "val_rows": 10, "split_seed": 0} for m in methods]
+
+    monkeypatch.setattr(targets, "workloads", lambda params, workdir: ws)
+    monkeypatch.setattr(targets, "reference_runs", fake_runs)
+    t = targets.make_targets({"grids": {}, "val_fraction": 0.1, "factor": 5}, tmp_path)
+    assert list(t.columns) == targets.COLUMNS
+    assert t[t.sets_target].reference_method.tolist() == ["torch-sgd", "exact"]
+    path = targets.write_targets(t, tmp_path / "targets.csv")
+    back = targets.load_targets(path)
+    assert targets.reference_of(back, "12-peers", "a") == 1.9
+    assert targets.reference_of(back, "14-crossover", 1000) == 4.9
+    with pytest.raises(LookupError, match="no target for 14-crossover workload 30000"):
+        targets.reference_of(back, "14-crossover", 30000)
+
+
+def test_reference_runs_refuse_a_budget_under_five_caps():
+    with pytest.raises(ValueError, match="at least 5"):
+        targets.reference_runs({"notebook": "12-peers", "workload": "a", "data": "a",
+                                "cap": 1.0}, methods=["exact"], grids={}, structures=None,
+                               options={}, factor=2.0, holdout=0.1, split_seed=0,
+                               eval_rows=None, max_epochs=1, threads=1, memory_cap_gb=1.0)
+
+
+def test_a_missing_or_short_targets_file_says_what_to_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="make targets"):
+        targets.load_targets(tmp_path / "none.csv")
+    pd.DataFrame({"workload": ["a"]}).to_csv(tmp_path / "short.csv", index=False)
+    with pytest.raises(ValueError, match="lacks the columns"):
+        targets.load_targets(tmp_path / "short.csv")
