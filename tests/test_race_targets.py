@@ -85,3 +85,63 @@ def test_a_missing_or_short_targets_file_says_what_to_run(tmp_path):
     pd.DataFrame({"workload": ["a"]}).to_csv(tmp_path / "short.csv", index=False)
     with pytest.raises(ValueError, match="lacks the columns"):
         targets.load_targets(tmp_path / "short.csv")
+
+
+def test_a_race_run_stops_at_its_tightest_target_and_reads_test_only_there(problem,
+                                                                           monkeypatch):
+    """A race job with targets: the validation checkpoints decide when each level was
+    first reached and when the run stops; the sealed test rows are evaluated once per
+    level reached, at that checkpoint, and the rows of the targets table follow."""
+    from scalable_softmax.repro.race import run, scoring
+
+    path, X, y = problem
+    evaluated = []
+    real = peers._sealed_test
+
+    def spy(job):
+        s = real(job)
+        inner = s._evaluate
+        s._evaluate = lambda X, y, m: evaluated.append(1) or inner(X, y, m)
+        return s
+    monkeypatch.setattr(peers, "_sealed_test", spy)
+    base = dict(split="race", holdout=0.2, split_seed=0, eval_rows=None, max_epochs=30,
+                threads=1, options={"batch_size": 10},
+                checkpoints=peers.checkpoint_times(2.0, 2, 2.0 / 4096))
+    # a reachable reference: this softmax model trains to a validation log-loss of
+    # 0.77 to 0.81 (log K = 1.39 at the start), so 0.85 and its levels are reached
+    targets = scoring.target_levels(0.85)
+    res = [dict(peers.run_job(peers.Job(path, "softmax-sgd", 1.0, 2.0, seed=s,
+                                        targets=targets, report_test=True, **base)),
+                workload="toy") for s in (0, 1)]
+    for r in res:
+        assert r["status"] == "target", r["reason"]
+        assert set(r["arrivals"]) == {str(lv) for lv in targets}
+        last = r["points"][-1]["seconds"]
+        assert max(r["arrivals"].values()) <= last
+        assert all(math.isfinite(v) for v in r["test_at_target"].values())
+    assert len(evaluated) <= 2 * len(targets)       # once per level reached at most
+    rows = run.target_rows(res, targets)
+    assert list(rows.columns) == run.TARGET_COLUMNS and len(rows) == 2 * len(targets)
+    assert (rows.family == "full-softmax").all() and rows.seconds_to_target.notna().all()
+    v = run.verdict_table(rows)
+    assert (v.verdict == "full-softmax").all()      # the only family, every seed
+
+
+def test_tuning_chooses_the_fastest_to_the_five_percent_target_and_flags_edges():
+    from scalable_softmax.repro.race import run
+
+    t = pd.DataFrame({"workload": "w", "method": "umax", "lr": [0.1, 0.3, 1.0, 0.1],
+                      "config": ["a", "a", "a", "b"], "options": "{}",
+                      "seconds_to_level": [2.0, 1.0, math.nan, 1.0],
+                      "val_log_loss": [1.0, 1.1, 0.9, 1.05], "status": "target",
+                      "layout": ""})
+    c = run.choose(t).iloc[0]
+    # 1.0 s: lr 0.3 of "a" and lr 0.1 of "b" tie; "b" ends lower on validation
+    assert (c.lr, c.config, c.at_grid_edge, c.candidates) == (0.1, "b", "", 4)
+    same = t.assign(val_log_loss=[1.0, 1.1, 0.9, 1.1])         # a full tie: "a" first
+    assert run.choose(same).iloc[0][["lr", "config"]].tolist() == [0.3, "a"]
+    t2 = t.assign(seconds_to_level=[math.nan, math.nan, math.nan, math.nan])
+    c2 = run.choose(t2).iloc[0]                     # nobody got there: lowest val loss
+    assert (c2.lr, c2.config, c2.at_grid_edge) == (1.0, "a", "highest")
+    with pytest.raises(ValueError, match="same number of candidates"):
+        run.check_search_spaces(["umax", "is"], {"umax": [1, 2], "is": [1]}, None)

@@ -176,6 +176,13 @@ class Job:
         :func:`scalable_softmax.repro.race.split.validation_split` leaves for training,
         ``holdout`` its fraction and ``split_seed`` its seed, evaluate on its validation
         rows as ``val``; the test rows are not loaded into the sets).
+    targets : for ``split="race"``: ``{level: validation log-loss}``
+        (:func:`scalable_softmax.repro.race.scoring.target_levels`); the run records
+        when each is first reached and stops at the tightest
+        (:class:`~scalable_softmax.repro.race.scoring.TargetWatch`).
+    report_test : with ``targets``: evaluate the test rows (sealed,
+        :class:`~scalable_softmax.repro.race.scoring.SealedTest`) at the checkpoint where
+        each level was first reached, and nowhere else.
     max_epochs : epochs of the stochastic methods (the schedule ``lr * 0.9**(e-1)``).
     eval_rows : rows of each evaluation set (a seeded subsample; None: all).
     checkpoints : training seconds at which to evaluate (None: only the end); a final
@@ -196,8 +203,18 @@ class Job:
     threads: int = 2
     options: dict = field(default_factory=dict)
     split_seed: int = 0
+    targets: dict | None = None
+    report_test: bool = False
 
     def __post_init__(self):
+        if self.targets is not None:        # JSON keys come back as text
+            self.targets = {float(k): float(v) for k, v in self.targets.items()}
+            if self.split != "race":
+                raise ValueError("Job.targets needs split='race' (targets are read on "
+                                 "the validation rows)")
+        if self.report_test and not self.targets:
+            raise ValueError("Job.report_test needs targets: the test rows are evaluated "
+                             "only where a target was first reached")
         if self.method not in METHODS:
             raise ValueError(f"Job.method: unknown method {self.method!r}; choose one of "
                              f"{', '.join(METHODS)}")
@@ -235,8 +252,10 @@ def checkpoint_times(cap_seconds: float, per_doubling: int = 2, first: float | N
 class _Recorder:
     """Keeps the training clock (paused while evaluating) and the evaluated points."""
 
-    def __init__(self, sets, checkpoints, cap, on_point=None):
+    def __init__(self, sets, checkpoints, cap, on_point=None, watch=None, sealed=None):
         self.sets = sets                      # name -> (X, y)
+        self.watch = watch                    # race.scoring.TargetWatch on "val", or None
+        self.sealed = sealed                  # race.scoring.SealedTest, or None
         self.pending = sorted(checkpoints or [])
         self.cap = float(cap)
         self.seconds = 0.0
@@ -273,7 +292,8 @@ class _Recorder:
         return bool(self.pending) and self.now() >= self.pending[0]
 
     def over(self):
-        return self.now() >= self.cap
+        """The cap has passed, or the run reached its tightest target."""
+        return self.now() >= self.cap or (self.watch is not None and self.watch.stop)
 
     def until_next(self):
         """Training seconds left until the next checkpoint or the cap."""
@@ -321,6 +341,12 @@ class _Recorder:
             else:
                 row[f"{name}_log_loss"] = float(evs[name].log_loss)
                 row[f"{name}_error"] = float(evs[name].error)
+        if self.watch is not None:
+            arrivals = self.watch.observe(self.seconds, row["val_log_loss"])
+            row["reached"] = [a.level for a in arrivals]
+            if self.sealed is not None:
+                for a in arrivals:
+                    self.sealed.report(a, (W, layout))
         self.points.append(row)
         self.eval_seconds += time.perf_counter() - t_eval
         if self.on_point is not None:
@@ -408,6 +434,30 @@ def _make_problem(job: Job):
         sets = {"train": _subsample(X, y, job.eval_rows, job.seed),
                 "test": _subsample(as_csr(Xt, "Xt"), yt, job.eval_rows, job.seed)}
     return X, np.asarray(y, dtype=np.int64), K, sets
+
+
+def _sealed_test(job: Job):
+    """The test rows of a race job (``eval_rows`` of them, the same subsample for every
+    seed), sealed (:class:`~scalable_softmax.repro.race.scoring.SealedTest`)."""
+    from scalable_softmax.evaluate import evaluate
+    from scalable_softmax.fit import as_csr
+    from scalable_softmax.repro.race.scoring import SealedTest
+
+    key = (job.data, job.eval_rows, job.split_seed)
+    if _TEST_CACHE.get("key") != key:
+        _TEST_CACHE.clear()
+        _, _, Xt, yt, _ = _load(job.data)
+        _TEST_CACHE.update(key=key, value=_subsample(as_csr(Xt, "Xt"), np.asarray(yt),
+                                                     job.eval_rows, job.split_seed))
+    Xt, yt = _TEST_CACHE["value"]
+
+    def log_loss(X, y, model):
+        W, layout = model
+        return evaluate(X, y, W() if callable(W) else W, layout=layout).log_loss
+    return SealedTest(Xt, yt, log_loss)
+
+
+_TEST_CACHE: dict = {}
 
 
 # ---------------------------------------------------------------------------
@@ -1016,11 +1066,21 @@ def run_job(job: Job, on_point=None, problem=None) -> dict:
     try:
         X, y, K, sets = problem if problem is not None else _problem(job)
         out["load_seconds"] = time.perf_counter() - t0
-        rec = _Recorder(sets, job.checkpoints, job.cap_seconds, on_point)
+        watch = sealed = None
+        if job.targets:
+            from scalable_softmax.repro.race.scoring import TargetWatch
+
+            watch = TargetWatch(job.targets, job.cap_seconds)
+            sealed = _sealed_test(job) if job.report_test else None
+        rec = _Recorder(sets, job.checkpoints, job.cap_seconds, on_point, watch, sealed)
         rec.start_point = job.split == "final"     # tuning scores only the end
         family = METHODS[job.method]
         runner = _run_exact if job.method == "exact" else _RUNNERS[family]
         status, reason, info = runner(job, X, y, K, rec)
+        if watch is not None and len(watch.arrivals) == len(watch.targets):
+            status, reason = "target", (f"reached the tightest target at "
+                                        f"{watch.arrivals[min(watch.targets)].seconds:.3g} "
+                                        "training seconds")
         out.update(status=status, reason=reason, info=info)
     except (Exception, MemoryError) as exc:   # noqa: BLE001 -- reported, not hidden
         if rec is not None:
@@ -1029,6 +1089,10 @@ def run_job(job: Job, on_point=None, problem=None) -> dict:
                    reason=f"{type(exc).__name__}: {str(exc)[:300]}"
                    + (f" (after {rec.now():.3g} training seconds)" if rec is not None else
                       " (while loading the data)"))
+    if rec is not None and rec.watch is not None:
+        out["arrivals"] = {str(lv): a.seconds for lv, a in rec.watch.arrivals.items()}
+        if rec.sealed is not None:
+            out["test_at_target"] = {str(lv): v for lv, v in rec.sealed.release().items()}
     if rec is not None:
         out["points"] = rec.points
         out["eval_seconds"] = rec.eval_seconds
@@ -1464,8 +1528,8 @@ def _pct(t):
 # ---------------------------------------------------------------------------
 
 #: a run's possible statuses (``completed`` and ``time cap`` are the successful ones)
-STATUSES = ("completed", "time cap", "diverged", "memory", "error", "killed", "crashed",
-            "skipped")
+STATUSES = ("completed", "time cap", "target", "diverged", "memory", "error", "killed",
+            "crashed", "skipped")
 #: the peers' line styles in the figures (colour index into the collection's series
 #: colours, line style, marker); ours use the collection's method styles. The torch
 #: methods take the series' green and cyan: its wine and purple were hard to tell from

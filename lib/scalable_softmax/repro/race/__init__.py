@@ -8,6 +8,9 @@
 * :mod:`.scoring` -- targets, time to each level at validation checkpoints, test
   log-loss only at the checkpoint a level was first reached, family verdicts over seeds
   and performance profiles (pure functions);
+* :mod:`.run` -- one workload's race: tuning by time to the 5% target on validation
+  (the same number of candidates per method), the chosen configurations over seeds,
+  the rows of the targets tables and their verdicts;
 * :mod:`.targets` -- the reference runs that fix the targets before the race
   (``make targets``: ``tables/targets.csv``, ``params/targets.yaml``).
 """
