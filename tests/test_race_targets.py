@@ -145,3 +145,54 @@ def test_tuning_chooses_the_fastest_to_the_five_percent_target_and_flags_edges()
     assert (c2.lr, c2.config, c2.at_grid_edge) == (1.0, "a", "highest")
     with pytest.raises(ValueError, match="same number of candidates"):
         run.check_search_spaces(["umax", "is"], {"umax": [1, 2], "is": [1]}, None)
+
+
+def test_race_notebook_races_every_workload_to_its_own_targets(monkeypatch, tmp_path):
+    """The end-to-end driver: each workload's targets come from its row of the targets
+    table, tuning and seeds get them, and the rows and verdicts are assembled; a targets
+    table made on another split is refused."""
+    from scalable_softmax.repro.race import cli, run
+
+    table = pd.DataFrame({"notebook": "12-peers", "workload": ["a", "b"],
+                          "reference_method": "softmax-sgd", "lr": 1.0, "config": "",
+                          "status": "time cap", "reference_seconds": 5.0,
+                          "cap_seconds": 1.0, "reference_val_log_loss": [2.0, 3.0],
+                          "sets_target": True, "val_rows": 10, "split_seed": 0})
+    seen = {}
+
+    def fake_tune(workload, data, methods, *, targets, **kw):
+        seen[workload] = targets
+        return pd.DataFrame({"workload": workload, "method": "umax", "lr": [0.1, 1.0],
+                             "config": "", "options": "{}",
+                             "seconds_to_level": [0.5, math.nan],
+                             "val_log_loss": [1.0, 2.0], "status": "target",
+                             "layout": ""})
+
+    def fake_seeds(workload, data, methods, chosen, *, seeds, targets, **kw):
+        assert chosen.lr.tolist() == [0.1]
+        return [{"workload": workload, "job": {"method": m, "seed": s, "lr": 0.1,
+                                               "threads": 1},
+                 "status": "target", "info": {"threads_used": 1},
+                 "arrivals": {str(lv): 0.1 * (s + 1) for lv in targets},
+                 "test_at_target": {str(lv): 2.5 for lv in targets},
+                 "chosen": {"config": "", "at_grid_edge": "lowest", "candidates": 2}}
+                for m in methods for s in seeds]
+    monkeypatch.setattr(run, "tune", fake_tune)
+    monkeypatch.setattr(run, "run_seeds", fake_seeds)
+    params = {"peers": {"datasets": ["a", "b"], "caps": {"a": 1, "b": 1},
+                        "methods": ["umax", "torch-sgd"]},
+              "grids": {}, "val_fraction": 0.1, "split_seed": 0, "val_rows": 10,
+              "max_epochs": 1, "threads": 1, "memory_cap_gb": 1.0,
+              "first_checkpoint": 0.1, "seeds": [0, 1, 2]}
+    rows, verdicts, tuning = cli.race_notebook("12-peers", params, table, tmp_path,
+                                               say=lambda s: None)
+    assert seen["a"][0.05] == pytest.approx(2.1) and seen["b"][0.01] == pytest.approx(3.03)
+    assert len(rows) == 2 * 2 * 4 * 3 and set(rows.family) == {"double-sum",
+                                                               "full-softmax"}
+    assert set(verdicts.verdict) == {"tie"}        # the same times in both families
+    written = cli.write_tables("12-peers", rows, verdicts, tuning, tmp_path / "out")
+    assert [p.name for p in written] == ["12-peers-targets.csv",
+                                         "12-peers-targets-verdicts.csv",
+                                         "12-peers-targets-tuning.csv"]
+    with pytest.raises(ValueError, match="split_seed"):
+        cli._check_split(table.assign(split_seed=1), params, "targets.csv")

@@ -11,6 +11,8 @@
 * :mod:`.run` -- one workload's race: tuning by time to the 5% target on validation
   (the same number of candidates per method), the chosen configurations over seeds,
   the rows of the targets tables and their verdicts;
+* :mod:`.cli` -- a notebook's race end to end (``params/race.yaml``), writing
+  ``<notebook>-targets.csv``, ``-targets-verdicts.csv`` and ``-targets-tuning.csv``;
 * :mod:`.targets` -- the reference runs that fix the targets before the race
   (``make targets``: ``tables/targets.csv``, ``params/targets.yaml``).
 """

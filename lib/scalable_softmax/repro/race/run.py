@@ -20,7 +20,7 @@ the rows of the targets tables (notebooks 12 and 14).
    :func:`~.scoring.verdicts`.
 
 Runs go through :func:`scalable_softmax.repro.peers.run_isolated` (a child process with
-a memory cap and the thread variables set), one child per method.
+a memory cap and the thread variables set), one child per method or per library.
 """
 from __future__ import annotations
 
@@ -67,6 +67,35 @@ def _job(data, method, lr, cap, opts, targets, *, seed, report_test, common):
                      **{k: v for k, v in common.items() if k != "first"})
 
 
+def _run_grouped(jobs, *, isolate, memory_cap_gb, threads, wall_extra):
+    """Run ``jobs`` in child processes, one per method (``isolate="method"``) or per
+    library (``"library"``: ours, scikit-learn, PyTorch); the results in the order of
+    ``jobs`` (None for a job its child did not finish: killed or crashed)."""
+    from scalable_softmax.repro import peers
+
+    if isolate not in ("method", "library"):
+        raise ValueError(f"isolate must be 'method' or 'library'; got {isolate!r}")
+    key = (lambda j: j.method) if isolate == "method" else \
+        (lambda j: peers.METHODS[j.method])
+    groups: dict = {}
+    for i, j in enumerate(jobs):
+        groups.setdefault(key(j), []).append(i)
+    out = [None] * len(jobs)
+    for idx in groups.values():
+        group = [jobs[i] for i in idx]
+        res = peers.run_isolated(group, memory_cap_gb=memory_cap_gb, threads=threads,
+                                 wall_seconds=wall_extra + 3 * sum(j.cap_seconds
+                                                                   for j in group))
+        for i, r in zip(idx, res["results"]):
+            out[i] = r
+        for i in idx[len(res["results"]):]:
+            out[i] = {"job": {"method": jobs[i].method, "seed": jobs[i].seed,
+                              "lr": jobs[i].lr, "threads": jobs[i].threads},
+                      "status": "killed" if res.get("killed") else "crashed",
+                      "reason": str(res.get("log", ""))[-200:], "points": [], "info": {}}
+    return out
+
+
 def _common(holdout, split_seed, eval_rows, max_epochs, threads, first_checkpoint):
     return dict(holdout=holdout, split_seed=split_seed, eval_rows=eval_rows,
                 max_epochs=max_epochs, threads=threads, first=first_checkpoint)
@@ -74,7 +103,7 @@ def _common(holdout, split_seed, eval_rows, max_epochs, threads, first_checkpoin
 
 def tune(workload, data, methods, *, grids, structures, options, targets, cap,
          holdout, split_seed, eval_rows, max_epochs=50, threads=2, memory_cap_gb=8.0,
-         first_checkpoint=1 / 256, wall_extra=90.0) -> pd.DataFrame:
+         first_checkpoint=1 / 256, wall_extra=90.0, isolate="method") -> pd.DataFrame:
     """Every candidate of every method with a rate on ``workload`` (seed 0), stopping
     at the :data:`TUNE_LEVEL` target or ``cap``. One row per candidate: ``workload``,
     ``method``, ``lr``, ``config``, ``options`` (JSON), ``seconds_to_level`` (NaN if not
@@ -87,29 +116,28 @@ def tune(workload, data, methods, *, grids, structures, options, targets, cap,
                          f"{sorted(targets)}")
     check_search_spaces(methods, grids, structures)
     common = _common(holdout, split_seed, eval_rows, max_epochs, threads, first_checkpoint)
-    rows = []
+    jobs, structs = [], []
     for m in [m for m in methods if m in peers.RATE_METHODS]:
-        jobs, structs = [], []
         for lr, st in peers.candidates(m, grids, structures):
             jobs.append(_job(data, m, lr, cap, dict(options.get(m, {}), **st),
                              {TUNE_LEVEL: targets[TUNE_LEVEL]}, seed=0, report_test=False,
                              common=common))
             structs.append(st)
-        out = peers.run_isolated(jobs, memory_cap_gb=memory_cap_gb, threads=threads,
-                                 wall_seconds=wall_extra + 3 * cap * len(jobs))
-        for i, st in enumerate(structs):
-            r = out["results"][i] if i < len(out["results"]) else None
-            ok = r is not None and r["status"] in ("completed", "time cap", "target")
-            pts = r["points"] if r else []
-            rows.append({"workload": workload, "method": m, "lr": jobs[i].lr,
-                         "config": peers.config_label(st),
-                         "options": json.dumps(st, sort_keys=True),
-                         "seconds_to_level": float(r.get("arrivals", {}).get(
-                             str(TUNE_LEVEL), math.nan)) if r else math.nan,
-                         "val_log_loss": float(pts[-1].get("val_log_loss", math.inf))
-                         if ok and pts else math.inf,
-                         "status": r["status"] if r else "crashed",
-                         "layout": (r or {}).get("info", {}).get("layout", "")})
+    results = _run_grouped(jobs, isolate=isolate, memory_cap_gb=memory_cap_gb,
+                           threads=threads, wall_extra=wall_extra)
+    rows = []
+    for j, st, r in zip(jobs, structs, results):
+        ok = r["status"] in ("completed", "time cap", "target")
+        pts = r["points"]
+        rows.append({"workload": workload, "method": j.method, "lr": j.lr,
+                     "config": peers.config_label(st),
+                     "options": json.dumps(st, sort_keys=True),
+                     "seconds_to_level": float(r.get("arrivals", {}).get(
+                         str(TUNE_LEVEL), math.nan)),
+                     "val_log_loss": float(pts[-1].get("val_log_loss", math.inf))
+                     if ok and pts else math.inf,
+                     "status": r["status"],
+                     "layout": r.get("info", {}).get("layout", "")})
     return pd.DataFrame(rows)
 
 
@@ -141,18 +169,19 @@ def choose(tuning: pd.DataFrame) -> pd.DataFrame:
 
 def run_seeds(workload, data, methods, chosen: pd.DataFrame, *, seeds, options, targets,
               cap, holdout, split_seed, eval_rows, max_epochs=50, threads=2,
-              memory_cap_gb=8.0, first_checkpoint=1 / 256, wall_extra=90.0) -> list:
+              memory_cap_gb=8.0, first_checkpoint=1 / 256, wall_extra=90.0,
+              isolate="method") -> list:
     """Every method of ``methods`` with its chosen configuration (``chosen`` from
-    :func:`choose`; a method without a rate runs as it is) for every seed of ``seeds``:
-    one child per method. Returns the runs' results (:func:`peers.run_job`'s dicts)
-    with ``workload`` and the chosen row."""
+    :func:`choose`; a method without a rate runs as it is) for every seed of ``seeds``
+    (children per ``isolate``, :func:`_run_grouped`). Returns the runs' results
+    (:func:`peers.run_job`'s dicts) with ``workload`` and the chosen row."""
     from scalable_softmax.repro import peers
 
     if len(seeds) < 1 or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and at least one; got {seeds!r}")
     common = _common(holdout, split_seed, eval_rows, max_epochs, threads, first_checkpoint)
     pick = {r.method: r for r in chosen.itertuples()} if len(chosen) else {}
-    results = []
+    jobs, rows = [], []
     for m in methods:
         opts, lr, row = dict(options.get(m, {})), None, None
         if m in peers.RATE_METHODS:
@@ -161,19 +190,13 @@ def run_seeds(workload, data, methods, chosen: pd.DataFrame, *, seeds, options, 
             opts.update(json.loads(row.options))
             if row.layout and "layout" not in opts:
                 opts["layout"] = row.layout
-        jobs = [_job(data, m, lr, cap, opts, targets, seed=int(s), report_test=True,
-                     common=common) for s in seeds]
-        out = peers.run_isolated(jobs, memory_cap_gb=memory_cap_gb, threads=threads,
-                                 wall_seconds=wall_extra + 3 * cap * len(jobs))
-        got = out["results"]
-        for i, s in enumerate(seeds):
-            r = got[i] if i < len(got) else {
-                "job": {"method": m, "seed": int(s), "lr": lr, "threads": threads},
-                "status": "crashed" if not out.get("killed") else "killed",
-                "reason": str(out.get("log", ""))[-200:], "points": [], "info": {}}
-            results.append({**r, "workload": workload,
-                            "chosen": row._asdict() if row is not None else {}})
-    return results
+        for s in seeds:
+            jobs.append(_job(data, m, lr, cap, opts, targets, seed=int(s),
+                             report_test=True, common=common))
+            rows.append(row._asdict() if row is not None else {})
+    results = _run_grouped(jobs, isolate=isolate, memory_cap_gb=memory_cap_gb,
+                           threads=threads, wall_extra=wall_extra)
+    return [{**r, "workload": workload, "chosen": ch} for r, ch in zip(results, rows)]
 
 
 def target_rows(results, targets: dict) -> pd.DataFrame:
