@@ -190,3 +190,32 @@ def test_every_race_method_has_one_family():
     assert families.family_of("torch-sgd") == "full-softmax"
     with pytest.raises(ValueError, match="belongs to no family"):
         families.family_of("nope")
+
+
+def test_curve_limits_follow_the_targets_and_mark_outliers_at_the_edge():
+    from scalable_softmax.repro.race import plots
+
+    targets = scoring.target_levels(2.0)                  # 2.02 .. 2.2
+    lo, hi = plots.curve_ylim(targets, [2.1, 9.0, math.inf, 1.9])
+    assert lo == pytest.approx(1.9 * 0.98) and hi == pytest.approx(2.2 * 1.25)
+    shown, clipped = plots.clip_to_ylim([2.1, 9.0, math.inf], (lo, hi))
+    assert clipped.tolist() == [False, True, True] and shown[1] == hi
+
+
+def test_the_performance_profile_figure_has_a_panel_per_level(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    from scalable_softmax.repro.race import plots
+
+    rows = pd.DataFrame([{"workload": w, "family": f, "method": m, "level": lv, "seed": 0,
+                          "seconds_to_target": t}
+                         for lv in (0.01, 0.05)
+                         for w, f, m, t in [("a", "double-sum", "umax", 1.0),
+                                            ("a", "full-softmax", "torch-sgd", 2.0),
+                                            ("b", "double-sum", "umax", None),
+                                            ("b", "full-softmax", "torch-sgd", 3.0)]])
+    for by in ("family", "method"):
+        fig = plots.profile_figure(rows, by=by, taus=[1, 2, 4])
+        assert len(fig.axes) == 2
+        fig.savefig(tmp_path / f"{by}.png")
+    assert len(fig.axes[0].get_lines()) == 2

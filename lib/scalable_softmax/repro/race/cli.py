@@ -5,13 +5,15 @@
 
 Per workload (:func:`race_notebook`): the reference of ``tables/targets.csv`` gives the
 target levels (:func:`~.scoring.target_levels`), every method with a rate is tuned by
-its time to the 5% target on validation (:func:`~.run.tune`, :func:`~.run.choose`), and
+its time to the 5% target on validation within ``tune_fraction`` of the cap (then by its
+last validation log-loss; :func:`~.run.tune`, :func:`~.run.choose`), and
 every chosen configuration runs with every seed (:func:`~.run.run_seeds`). Writes
 ``<notebook>-targets.csv`` (one row per workload x method x level x seed),
 ``<notebook>-targets-verdicts.csv`` (per workload and level: a family, ``tie`` or
 ``none``) and ``<notebook>-targets-tuning.csv`` (every candidate) to ``DIR`` (default:
-``tables/`` for full, ``build/race-smoke/`` for smoke). Parameters:
-``params/race.yaml``.
+``tables/`` for full, ``build/race-smoke/`` for smoke), and the performance profiles per
+family and per method (``<notebook>-targets-profile-{family,method}.png``, in
+``figures/`` for full). Parameters: ``params/race.yaml``.
 """
 from __future__ import annotations
 
@@ -72,8 +74,8 @@ def race_notebook(notebook: str, params: dict, targets_table: pd.DataFrame, work
         levels = scoring.target_levels(ref)
         tuning = run.tune(w["workload"], w["data"], w["methods"], grids=params["grids"],
                           structures=params.get("structures") or None,
-                          options=params.get("options", {}), targets=levels, cap=w["cap"],
-                          **common)
+                          options=params.get("options", {}), targets=levels,
+                          cap=w["cap"] * float(params.get("tune_fraction", 1.0)), **common)
         chosen = run.choose(tuning) if len(tuning) else tuning
         results = run.run_seeds(w["workload"], w["data"], w["methods"], chosen,
                                 seeds=list(params["seeds"]),
@@ -127,6 +129,16 @@ def main(argv=None) -> int:
                                            paths.ROOT / "build" / "race")
     for p in write_tables(args.notebook, rows, verdicts, tuning, out):
         print(f"wrote {p}")
+    import matplotlib
+    matplotlib.use("Agg")
+    from scalable_softmax.repro.race import plots
+
+    figs = paths.FIGURES if args.profile == "full" else out
+    figs.mkdir(parents=True, exist_ok=True)
+    for by in ("family", "method"):
+        path = figs / f"{args.notebook}-targets-profile-{by}.png"
+        plots.profile_figure(rows, by=by).savefig(path, dpi=150, bbox_inches="tight")
+        print(f"wrote {path}")
     print(f"{args.notebook}: {time.perf_counter() - t0:.1f} s")
     return 0
 
