@@ -93,7 +93,7 @@ __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_
            "table_columns", "table_preamble",
            "log_axis_ticks", "curve_figure", "findings", "check_results", "worst_of_ours",
            "config_label", "candidates", "candidate_counts", "USED_THREADS_RATIO",
-           "first_per_dataset", "piece_seed", "Pieces"]
+           "piece_seed", "Pieces"]
 
 #: method -> family ("ours", "sklearn", "torch")
 METHODS = {
@@ -1852,25 +1852,6 @@ def findings(table, ttq, *, datasets, methods, shown, tolerances):
             line.append(f"{LABELS[m]}: {r.status}: {r.reason}.")
         out.append(" ".join(line))
     return out
-
-
-def first_per_dataset(table, tolerance_pct="1"):
-    """Per data set of notebook 12's ``table``, the first method of all to within
-    ``tolerance_pct`` percent of the best test log-loss: columns ``dataset``, ``method``
-    (empty when nobody got there), ``label``, ``seconds`` and ``ours`` (whether that
-    method is one of the library's, :data:`METHODS`)."""
-    col = f"seconds_to_{tolerance_pct}pct"
-    rows = []
-    for d, g in table.groupby("dataset", sort=False):
-        s = pd.to_numeric(g[col], errors="coerce")
-        if s.notna().any():
-            r = g.loc[s.idxmin()]
-            rows.append({"dataset": d, "method": r.method, "label": LABELS[r.method],
-                         "seconds": float(s.min()), "ours": METHODS[r.method] == "ours"})
-        else:
-            rows.append({"dataset": d, "method": "", "label": "", "seconds": math.nan,
-                         "ours": False})
-    return pd.DataFrame(rows, columns=["dataset", "method", "label", "seconds", "ours"])
 
 
 def _epochs(info) -> float:
