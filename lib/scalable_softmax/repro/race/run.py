@@ -40,7 +40,7 @@ TUNE_LEVEL = 0.05
 #: the columns of the targets tables (one row per workload x method x level x seed)
 TARGET_COLUMNS = ["workload", "family", "method", "level", "target", "seed",
                   "seconds_to_target", "test_log_loss_at_target", "threads", "status",
-                  "lr", "config", "at_grid_edge", "candidates"]
+                  "reason", "lr", "config", "at_grid_edge", "candidates"]
 #: the columns of the verdicts tables
 VERDICT_COLUMNS = ["workload", "level", "verdict"]
 
@@ -202,7 +202,8 @@ def run_seeds(workload, data, methods, chosen: pd.DataFrame, *, seeds, options, 
 def target_rows(results, targets: dict) -> pd.DataFrame:
     """One row per run x level (:data:`TARGET_COLUMNS`): the seconds to the level read
     at validation checkpoints (empty when not reached) and the test log-loss at that
-    checkpoint."""
+    checkpoint. A run that failed (out of memory, diverged, killed) has neither: its
+    ``status`` and ``reason`` (a memory failure's says what it asked for) stand in."""
     rows = []
     for r in results:
         m = r["job"]["method"]
@@ -215,7 +216,9 @@ def target_rows(results, targets: dict) -> pd.DataFrame:
                          "test_log_loss_at_target": test.get(str(lv), math.nan),
                          "threads": int(r.get("info", {}).get("threads_used",
                                                               r["job"].get("threads", 1))),
-                         "status": r["status"], "lr": r["job"].get("lr"),
+                         "status": r["status"],
+                         "reason": str(r.get("reason", ""))[:200],
+                         "lr": r["job"].get("lr"),
                          "config": ch.get("config", ""),
                          "at_grid_edge": ch.get("at_grid_edge", ""),
                          "candidates": ch.get("candidates", 0)})
