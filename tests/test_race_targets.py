@@ -196,3 +196,28 @@ def test_race_notebook_races_every_workload_to_its_own_targets(monkeypatch, tmp_
                                          "12-peers-targets-tuning.csv"]
     with pytest.raises(ValueError, match="split_seed"):
         cli._check_split(table.assign(split_seed=1), params, "targets.csv")
+
+
+def test_tuning_runs_never_touch_the_test_rows(problem, monkeypatch):
+    """A tuning job (targets, no report_test) and a reference job (no targets) run
+    without the test rows ever being loaded or sealed."""
+    from scalable_softmax.repro.race import scoring
+
+    path, _, _ = problem
+
+    def refuse(job):
+        raise AssertionError("the test rows were loaded")
+    monkeypatch.setattr(peers, "_sealed_test", refuse)
+    base = dict(split="race", holdout=0.2, split_seed=0, eval_rows=None, max_epochs=3,
+                threads=1, options={"batch_size": 10}, checkpoints=[1e-9])
+    tune = peers.run_job(peers.Job(path, "softmax-sgd", 1.0, 2.0,
+                                   targets={0.05: scoring.target_levels(0.85)[0.05]},
+                                   **base))
+    ref = peers.run_job(peers.Job(path, "softmax-sgd", 1.0, 2.0, **base))
+    for r in (tune, ref):
+        assert r["status"] in ("completed", "target"), r["reason"]
+        assert "test_at_target" not in r
+    with pytest.raises(ValueError, match="report_test needs targets"):
+        peers.Job(path, "softmax-sgd", 1.0, 2.0, report_test=True, **base)
+    with pytest.raises(ValueError, match="needs split='race'"):
+        peers.Job(path, "softmax-sgd", 1.0, 2.0, targets={0.05: 1.0})
