@@ -33,6 +33,7 @@ import pandas as pd
 from scalable_softmax.repro.race import families, scoring
 
 __all__ = ["TUNE_LEVEL", "TARGET_COLUMNS", "VERDICT_COLUMNS", "check_search_spaces",
+           "run_grouped",
            "tune", "choose", "run_seeds", "target_rows", "verdict_table"]
 
 #: the level whose time on validation chooses each method's configuration
@@ -67,14 +68,19 @@ def _job(data, method, lr, cap, opts, targets, *, seed, report_test, common):
                      **{k: v for k, v in common.items() if k != "first"})
 
 
-def _run_grouped(jobs, *, isolate, memory_cap_gb, threads, wall_extra):
+def run_grouped(jobs, *, isolate, memory_cap_gb, threads, wall_extra):
     """Run ``jobs`` in child processes, one per method (``isolate="method"``) or per
-    library (``"library"``: ours, scikit-learn, PyTorch); the results in the order of
-    ``jobs`` (None for a job its child did not finish: killed or crashed)."""
+    library (``"library"``: ours, scikit-learn, PyTorch), or in this process
+    (``"none"``: no memory cap and no child start-up, for the smoke profile); the
+    results in the order of ``jobs`` (a job its child did not finish has status
+    ``killed`` or ``crashed``)."""
     from scalable_softmax.repro import peers
 
-    if isolate not in ("method", "library"):
-        raise ValueError(f"isolate must be 'method' or 'library'; got {isolate!r}")
+    if isolate not in ("method", "library", "none"):
+        raise ValueError(f"isolate must be 'method', 'library' or 'none'; got "
+                         f"{isolate!r}")
+    if isolate == "none":       # in this process: no memory cap, the process's threads
+        return [peers.run_job(j) for j in jobs]
     key = (lambda j: j.method) if isolate == "method" else \
         (lambda j: peers.METHODS[j.method])
     groups: dict = {}
@@ -123,7 +129,7 @@ def tune(workload, data, methods, *, grids, structures, options, targets, cap,
                              {TUNE_LEVEL: targets[TUNE_LEVEL]}, seed=0, report_test=False,
                              common=common))
             structs.append(st)
-    results = _run_grouped(jobs, isolate=isolate, memory_cap_gb=memory_cap_gb,
+    results = run_grouped(jobs, isolate=isolate, memory_cap_gb=memory_cap_gb,
                            threads=threads, wall_extra=wall_extra)
     rows = []
     for j, st, r in zip(jobs, structs, results):
@@ -173,7 +179,7 @@ def run_seeds(workload, data, methods, chosen: pd.DataFrame, *, seeds, options, 
               isolate="method") -> list:
     """Every method of ``methods`` with its chosen configuration (``chosen`` from
     :func:`choose`; a method without a rate runs as it is) for every seed of ``seeds``
-    (children per ``isolate``, :func:`_run_grouped`). Returns the runs' results
+    (children per ``isolate``, :func:`run_grouped`). Returns the runs' results
     (:func:`peers.run_job`'s dicts) with ``workload`` and the chosen row."""
     from scalable_softmax.repro import peers
 
@@ -194,7 +200,7 @@ def run_seeds(workload, data, methods, chosen: pd.DataFrame, *, seeds, options, 
             jobs.append(_job(data, m, lr, cap, opts, targets, seed=int(s),
                              report_test=True, common=common))
             rows.append(row._asdict() if row is not None else {})
-    results = _run_grouped(jobs, isolate=isolate, memory_cap_gb=memory_cap_gb,
+    results = run_grouped(jobs, isolate=isolate, memory_cap_gb=memory_cap_gb,
                            threads=threads, wall_extra=wall_extra)
     return [{**r, "workload": workload, "chosen": ch} for r, ch in zip(results, rows)]
 

@@ -71,10 +71,14 @@ def workloads(params: dict, workdir) -> list[dict]:
 
 def reference_runs(w: dict, *, methods, grids, structures, options, factor, holdout,
                    split_seed, eval_rows, max_epochs, threads, memory_cap_gb,
-                   wall_extra=90.0, say=print) -> list[dict]:
+                   wall_extra=90.0, isolate="method", say=print) -> list[dict]:
     """Tune and run every reference method of ``methods`` on the workload ``w``
-    (:func:`workloads`); one row per method (see :data:`COLUMNS`)."""
+    (:func:`workloads`); one row per method (see :data:`COLUMNS`). ``isolate``: one
+    child process per method, or ``"none"`` (in this process, :func:`.run.run_grouped`)."""
     from scalable_softmax.repro import peers
+    from scalable_softmax.repro.race.run import run_grouped
+
+    iso = "none" if isolate == "none" else "method"
 
     if factor < MIN_FACTOR:
         raise ValueError(f"factor must be at least {MIN_FACTOR:g} (the references run at "
@@ -99,10 +103,10 @@ def reference_runs(w: dict, *, methods, grids, structures, options, factor, hold
                 jobs.append(peers.Job(w["data"], m, rate, w["cap"],
                                       options=dict(opts, **st), **common))
                 structs.append(st)
-            out = peers.run_isolated(jobs, memory_cap_gb=memory_cap_gb, threads=threads,
-                                     wall_seconds=wall_extra + 3 * w["cap"] * len(jobs))
+            results = run_grouped(jobs, isolate=iso, memory_cap_gb=memory_cap_gb,
+                                  threads=threads, wall_extra=wall_extra)
             tuning = []
-            for r, st in zip(out["results"], structs):
+            for r, st in zip(results, structs):
                 pts = r["points"]
                 val = pts[-1].get("val_log_loss", math.inf) if pts and r["status"] in (
                     "completed", "time cap") else math.inf
@@ -119,10 +123,8 @@ def reference_runs(w: dict, *, methods, grids, structures, options, factor, hold
         seconds = factor * w["cap"]
         job = peers.Job(w["data"], m, lr, seconds, options=opts,
                         checkpoints=peers.checkpoint_times(seconds), **common)
-        out = peers.run_isolated([job], memory_cap_gb=memory_cap_gb, threads=threads,
-                                 wall_seconds=wall_extra + 3 * seconds)
-        res = out["results"][0] if out["results"] else {"status": "crashed", "points": [],
-                                                        "reason": out.get("log", "")[-200:]}
+        res = run_grouped([job], isolate=iso, memory_cap_gb=memory_cap_gb,
+                          threads=threads, wall_extra=wall_extra)[0]
         vals = [p.get("val_log_loss", math.inf) for p in res["points"]]
         vals = [v for v in vals if math.isfinite(v)]
         ran = res["status"] in ("completed", "time cap")
@@ -149,7 +151,8 @@ def make_targets(params: dict, workdir, say=print) -> pd.DataFrame:
             split_seed=int(params.get("split_seed", 0)), eval_rows=params.get("val_rows"),
             max_epochs=int(params.get("max_epochs", 50)),
             threads=int(params.get("threads", 2)),
-            memory_cap_gb=float(params.get("memory_cap_gb", 8.0)), say=say)
+            memory_cap_gb=float(params.get("memory_cap_gb", 8.0)),
+            isolate=params.get("isolate", "method"), say=say)
     t = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "sets_target"])
     v = pd.to_numeric(t.reference_val_log_loss, errors="coerce")
     best = v.groupby([t.notebook, t.workload.astype(str)]).transform("min")
