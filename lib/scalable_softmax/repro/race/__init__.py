@@ -13,6 +13,8 @@
   the rows of the targets tables and their verdicts;
 * :mod:`.cli` -- a notebook's race end to end (``params/race.yaml``), writing
   ``<notebook>-targets.csv``, ``-targets-verdicts.csv`` and ``-targets-tuning.csv``;
+* :mod:`.report` -- what notebooks 12 and 14 and the pages say and draw from the race's
+  tables (verdict sentences, notebook 14's crossover K per level and its figure);
 * :mod:`.targets` -- the reference runs that fix the targets before the race
   (``make targets``: ``tables/targets.csv``, ``params/targets.yaml``).
 """

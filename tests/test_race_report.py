@@ -1,0 +1,75 @@
+"""repro.race.report: what notebooks 12 and 14 and the pages say from the race's tables
+(the crossover K per level, the level order of a run, the verdict sentences, the rows of
+skipped methods)."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from scalable_softmax.repro.race import report, run
+
+
+def _verdicts(per_k):
+    return pd.DataFrame([{"workload": K, "level": lv, "verdict": v}
+                         for K, vs in per_k.items() for lv, v in vs.items()])
+
+
+def test_crossover_k_needs_every_larger_k():
+    v = _verdicts({1000: {0.01: "full-softmax", 0.1: "double-sum"},
+                   3000: {0.01: "double-sum", 0.1: "tie"},
+                   10000: {0.01: "double-sum", 0.1: "double-sum"}})
+    c = report.crossover_k(v).set_index("level")
+    assert c.loc[0.01, "crossover_K"] == 3000
+    assert c.loc[0.1, "crossover_K"] == 10000          # the tie at 3,000 breaks the run
+    assert c.loc[0.1, "first_at"] == "1000,10000"
+    none = report.crossover_k(_verdicts({1000: {0.05: "double-sum"},
+                                         2000: {0.05: "none"}}))
+    assert math.isnan(none.crossover_K.iloc[0])
+
+
+def _rows(seconds):
+    """One method, one seed, the levels 1/2/5/10% with the given seconds."""
+    return pd.DataFrame({"workload": "a", "method": "m", "seed": 0,
+                         "level": [0.01, 0.02, 0.05, 0.1], "seconds_to_target": seconds})
+
+
+def test_check_levels_refuses_a_tight_level_before_a_loose_one():
+    report.check_levels(_rows([3.0, 2.0, 1.0, 0.5]))
+    report.check_levels(_rows([math.nan, math.nan, 1.0, 0.5]))
+    with pytest.raises(AssertionError):
+        report.check_levels(_rows([1.0, 2.0, 2.0, 0.5]))
+    with pytest.raises(AssertionError):          # +1% reached but +5% not
+        report.check_levels(_rows([3.0, 2.0, math.nan, 0.5]))
+
+
+def test_page_verdict_and_pair_from_rows():
+    rows = pd.DataFrame([
+        {"workload": "a", "family": f, "method": m, "level": 0.05, "seed": s,
+         "seconds_to_target": t, "threads": 2, "status": "target"}
+        for f, m, ts in [("full-softmax", "softmax-sgd", [1.0, 2.0, 3.0]),
+                         ("full-softmax", "torch-sgd", [4.0, 5.0, math.nan]),
+                         ("double-sum", "umax", [6.0, 7.0, 8.0])]
+        for s, t in enumerate(ts)])
+    verdicts = run.verdict_table(rows)
+    assert verdicts.verdict.tolist() == ["full-softmax"]
+    assert report.page_verdict(rows, verdicts, "a", 0.05) == \
+        "full-softmax (2.00 s, median of the seeds)"
+    assert report.page_verdict(rows, verdicts, "a", 0.05, short=True) == "full-softmax"
+    assert report.page_pair(rows, "a", 0.05) == \
+        "ours 2.00 s against PyTorch's 5.00 s (medians of the seeds)"
+    assert report.page_threads(rows) == "every run used its 2 threads"
+    with pytest.raises(LookupError, match="no verdict"):
+        report.page_verdict(rows, verdicts, "b", 0.05)
+    assert report.verdict_lines(verdicts, {"a": "A"}) == ["A: +5%: full-softmax"]
+    assert report.level_summary(verdicts) == [
+        "target +5%: full-softmax first on 1 of 1 workloads"]
+
+
+def test_skipped_rows_fill_every_level_and_seed():
+    empty = pd.DataFrame(columns=run.TARGET_COLUMNS)
+    out = report.skipped_rows(empty, ["a", "b"], {"torch-sgd": "no torch"}, [0, 1])
+    assert len(out) == 2 * 4 * 2 and set(out.status) == {"skipped"}
+    assert set(out.family) == {"full-softmax"} and list(out.columns) == run.TARGET_COLUMNS
+    assert report.skipped_rows(empty, ["a"], {}, [0]) is empty
