@@ -73,3 +73,32 @@ def test_skipped_rows_fill_every_level_and_seed():
     assert len(out) == 2 * 4 * 2 and set(out.status) == {"skipped"}
     assert set(out.family) == {"full-softmax"} and list(out.columns) == run.TARGET_COLUMNS
     assert report.skipped_rows(empty, ["a"], {}, [0]) is empty
+
+
+def test_target_rows_report_each_runs_own_peak_memory():
+    gb = 2 ** 30
+    base = {"job": {"method": "umax", "seed": 0, "lr": 0.1, "threads": 1},
+            "workload": "a", "status": "time cap", "arrivals": {}, "test_at_target": {},
+            "info": {"threads_used": 1}}
+    reset = dict(base, peak_rss_bytes=3 * gb, peak_rss_reset=True, rss_at_reset_bytes=gb)
+    stale = dict(base, peak_rss_bytes=3 * gb, peak_rss_reset=False)
+    rows = run.target_rows([reset, stale], {0.01: 1.0})
+    assert rows.peak_rss_gb.iloc[0] == 3.0 and rows.start_rss_gb.iloc[0] == 1.0
+    # without a reset the process's peak would hold what it inherited: not reported
+    assert math.isnan(rows.peak_rss_gb.iloc[1]) and math.isnan(rows.start_rss_gb.iloc[1])
+
+
+def test_peak_after_a_reset_is_what_ran_since():
+    import numpy as np
+
+    from scalable_softmax.repro import timing
+
+    if not timing.reset_peak_rss():
+        pytest.skip("this system cannot reset the peak resident set (/proc/self/clear_refs)")
+    start = timing.rss_bytes()
+    block = np.ones(64 * 2 ** 20 // 8)             # 64 MiB, touched
+    assert timing.peak_rss_bytes() - start >= 48 * 2 ** 20
+    del block
+    assert timing.reset_peak_rss()
+    # after the reset the peak is the resident set now, not the 64 MiB freed before
+    assert timing.peak_rss_bytes() - timing.rss_bytes() < 16 * 2 ** 20

@@ -1110,14 +1110,15 @@ def run_jobs(jobs, out_path=None):
     Before each job the process's peak resident set size is reset
     (:func:`~scalable_softmax.repro.timing.reset_peak_rss`), so that each result's
     ``peak_rss_bytes`` is that job's own peak (its ``peak_rss_reset`` says whether the
-    reset took effect; where it did not, the peak is the process's so far). Reference
+    reset took effect; where it did not, the peak is the process's so far), and
+    ``rss_at_reset_bytes`` the resident set it started from. Reference
     cycles are collected after the first job (PyTorch's first optimiser step in a
     process leaves its model in a cycle, once: 1.2 GB at K = 30,000) and after a job's
     memory failure, so that the next job starts without them.
     """
     import gc
 
-    from scalable_softmax.repro.timing import peak_rss_bytes, reset_peak_rss
+    from scalable_softmax.repro.timing import peak_rss_bytes, reset_peak_rss, rss_bytes
 
     results = []
 
@@ -1129,9 +1130,11 @@ def run_jobs(jobs, out_path=None):
     for i, job in enumerate(jobs):
         current = {"job": asdict(job), "status": "running", "reason": "", "points": []}
         reset = reset_peak_rss()
+        at_reset = rss_bytes()      # what the job starts with (inherited at fork included)
         res = run_job(job, on_point=lambda pts, cur=current: flush(dict(cur, points=list(pts))))
         res["peak_rss_bytes"] = peak_rss_bytes()
         res["peak_rss_reset"] = reset
+        res["rss_at_reset_bytes"] = at_reset
         results.append(res)
         flush()
         if i == 0 or res["status"] == "memory":

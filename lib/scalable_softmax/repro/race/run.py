@@ -41,7 +41,8 @@ TUNE_LEVEL = 0.05
 #: the columns of the targets tables (one row per workload x method x level x seed)
 TARGET_COLUMNS = ["workload", "family", "method", "level", "target", "seed",
                   "seconds_to_target", "test_log_loss_at_target", "threads", "status",
-                  "reason", "lr", "config", "at_grid_edge", "candidates"]
+                  "reason", "lr", "config", "at_grid_edge", "candidates", "peak_rss_gb",
+                  "start_rss_gb"]
 #: the columns of the verdicts tables
 VERDICT_COLUMNS = ["workload", "level", "verdict"]
 
@@ -80,7 +81,7 @@ def run_grouped(jobs, *, isolate, memory_cap_gb, threads, wall_extra):
         raise ValueError(f"isolate must be 'method', 'library' or 'none'; got "
                          f"{isolate!r}")
     if isolate == "none":       # in this process: no memory cap, the process's threads
-        return [peers.run_job(j) for j in jobs]
+        return peers.run_jobs(jobs)     # each job's own peak after a reset
     key = (lambda j: j.method) if isolate == "method" else \
         (lambda j: peers.METHODS[j.method])
     groups: dict = {}
@@ -205,11 +206,25 @@ def run_seeds(workload, data, methods, chosen: pd.DataFrame, *, seeds, options, 
     return [{**r, "workload": workload, "chosen": ch} for r, ch in zip(results, rows)]
 
 
+def _memory(r) -> dict:
+    """A run's ``peak_rss_gb``: its own high-water mark after the reset before it
+    (``peak_rss_reset``; NaN where the system could not reset it, rather than the
+    process's peak since its start, which holds what a forked child inherited), and
+    ``start_rss_gb``: the resident set it started from (interpreter, libraries and what
+    the child inherited at fork), so that the run's own share is the difference."""
+    gb = 2.0 ** 30
+    own = r.get("peak_rss_bytes") if r.get("peak_rss_reset") else None
+    start = r.get("rss_at_reset_bytes") if r.get("peak_rss_reset") else None
+    return {"peak_rss_gb": own / gb if own else math.nan,
+            "start_rss_gb": start / gb if start else math.nan}
+
+
 def target_rows(results, targets: dict) -> pd.DataFrame:
     """One row per run x level (:data:`TARGET_COLUMNS`): the seconds to the level read
     at validation checkpoints (empty when not reached) and the test log-loss at that
     checkpoint. A run that failed (out of memory, diverged, killed) has neither: its
-    ``status`` and ``reason`` (a memory failure's says what it asked for) stand in."""
+    ``status`` and ``reason`` (a memory failure's says what it asked for) stand in.
+    ``peak_rss_gb`` and ``start_rss_gb``: :func:`_memory`."""
     rows = []
     for r in results:
         m = r["job"]["method"]
@@ -227,7 +242,8 @@ def target_rows(results, targets: dict) -> pd.DataFrame:
                          "lr": r["job"].get("lr"),
                          "config": ch.get("config", ""),
                          "at_grid_edge": ch.get("at_grid_edge", ""),
-                         "candidates": ch.get("candidates", 0)})
+                         "candidates": ch.get("candidates", 0),
+                         **_memory(r)})
     return pd.DataFrame(rows, columns=TARGET_COLUMNS)
 
 
