@@ -102,3 +102,24 @@ def test_peak_after_a_reset_is_what_ran_since():
     assert timing.reset_peak_rss()
     # after the reset the peak is the resident set now, not the 64 MiB freed before
     assert timing.peak_rss_bytes() - timing.rss_bytes() < 16 * 2 ** 20
+
+
+@pytest.mark.parametrize("notebook", ["12-peers", "14-crossover"])
+@pytest.mark.parametrize("profile", ["full", "smoke"])
+def test_notebook_parameters_are_the_race_cli_s(notebook, profile):
+    """params/12-peers.yaml and 14-crossover.yaml hold params/race.yaml's values (the
+    notebook and python -m scalable_softmax.repro.race.cli run one race)."""
+    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.race import cli
+
+    race = runner.load_params("race", profile)
+    nb = runner.load_params(notebook, profile)
+    for key, value in race[cli.NOTEBOOKS[notebook]].items():
+        assert nb[key] == value, (key, nb[key], value)
+    # the smoke targets: each notebook makes its own workloads' first (build/targets-smoke-NN)
+    common = set(race) - {"peers", "crossover"} - ({"targets"} if profile == "smoke" else set())
+    for key in common:
+        if key == "structures" and not race[key]:
+            assert not nb[key]
+            continue
+        assert nb[key] == race[key], (key, nb[key], race[key])
