@@ -114,8 +114,8 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from scalable_softmax.kernels.common import touched_zeros
 from scalable_softmax.kernels import implicit as implicit_kernels
+from scalable_softmax.kernels.common import touched_zeros
 from scalable_softmax.kernels.implicit_batch import EIG_RTOL, epoch_kernel, touch_beta_kernel
 from scalable_softmax.methods.base import EpochReport, StochasticTrainer
 from scalable_softmax.methods.implicit import check_row_norms

@@ -39,6 +39,8 @@ import numpy as np
 import pandas as pd
 
 from scalable_softmax.repro import peers
+from scalable_softmax.repro.race import families as _race_families
+from scalable_softmax.repro.race import plots as _race_plots
 
 __all__ = ["FAMILIES", "FAMILY_STYLES", "DATASET", "family_of", "build_problems",
            "race", "crossover_table", "family_best", "verdict", "close_calls",
@@ -47,13 +49,17 @@ __all__ = ["FAMILIES", "FAMILY_STYLES", "DATASET", "family_of", "build_problems"
 
 #: the data set raced at every K (its ``classes`` option is K)
 DATASET = "20news-words"
-#: family -> its methods (keys of :data:`scalable_softmax.repro.peers.METHODS`)
-FAMILIES = {"double-sum": ("umax", "implicit-batch"),
-            "full-softmax": ("softmax-sgd", "torch-sgd", "torch-adam"),
-            "sampled-softmax": ("torch-sampled", "is")}
-#: family -> (index into the collection's series colours, line style, marker)
-FAMILY_STYLES = {"double-sum": (2, "-", "o"), "full-softmax": (4, "--", "s"),
-                 "sampled-softmax": (3, ":", "^")}
+#: the methods notebook 14 can race (keys of :data:`scalable_softmax.repro.peers.METHODS`)
+RACED = ("umax", "implicit-batch", "softmax-sgd", "torch-sgd", "torch-adam", "torch-sampled",
+         "is")
+#: family -> its methods: the race's one registry
+#: (:data:`scalable_softmax.repro.race.families.FAMILIES`) restricted to :data:`RACED`
+FAMILIES = {fam: tuple(m for m in RACED if m in ms)
+            for fam, ms in _race_families.FAMILIES.items()
+            if any(m in ms for m in RACED)}
+#: family -> (index into the collection's series colours, line style, marker): the
+#: race's (:data:`scalable_softmax.repro.race.plots.FAMILY_STYLES`)
+FAMILY_STYLES = {fam: _race_plots.FAMILY_STYLES[fam] for fam in FAMILIES}
 #: the columns of ``tables/14-crossover.{csv,md}`` (the CSV has these first, then the rest)
 TABLE_COLUMNS = ["K", "label", "family", "status", "lr", "config", "threads", "used_threads",
                  "within_5pct", "within_1pct", "best_test_log_loss", "ratio_to_best",

@@ -93,7 +93,7 @@ __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_
            "table_columns", "table_preamble",
            "log_axis_ticks", "curve_figure", "findings", "check_results", "worst_of_ours",
            "config_label", "candidates", "candidate_counts", "USED_THREADS_RATIO",
-           "first_per_dataset", "piece_seed", "Pieces"]
+           "piece_seed", "Pieces"]
 
 #: method -> family ("ours", "sklearn", "torch")
 METHODS = {
@@ -171,8 +171,18 @@ class Job:
         of an epoch (ours, :class:`Pieces`), minibatch, L-BFGS iteration or fit that
         crosses it).
     split : ``"final"`` (train on the training split, evaluate on ``train`` and
-        ``test`` rows) or ``"tune"`` (train on ``1 - holdout`` of the training split,
-        evaluate on the held-out rows as ``val``).
+        ``test`` rows), ``"tune"`` (train on ``1 - holdout`` of the training split,
+        evaluate on the held-out rows as ``val``) or ``"race"`` (train on the rows
+        :func:`scalable_softmax.repro.race.split.validation_split` leaves for training,
+        ``holdout`` its fraction and ``split_seed`` its seed, evaluate on its validation
+        rows as ``val``; the test rows are not loaded into the sets).
+    targets : for ``split="race"``: ``{level: validation log-loss}``
+        (:func:`scalable_softmax.repro.race.scoring.target_levels`); the run records
+        when each is first reached and stops at the tightest
+        (:class:`~scalable_softmax.repro.race.scoring.TargetWatch`).
+    report_test : with ``targets``: evaluate the test rows (sealed,
+        :class:`~scalable_softmax.repro.race.scoring.SealedTest`) at the checkpoint where
+        each level was first reached, and nowhere else.
     max_epochs : epochs of the stochastic methods (the schedule ``lr * 0.9**(e-1)``).
     eval_rows : rows of each evaluation set (a seeded subsample; None: all).
     checkpoints : training seconds at which to evaluate (None: only the end); a final
@@ -192,13 +202,25 @@ class Job:
     seed: int = 0
     threads: int = 2
     options: dict = field(default_factory=dict)
+    split_seed: int = 0
+    targets: dict | None = None
+    report_test: bool = False
 
     def __post_init__(self):
+        if self.targets is not None:        # JSON keys come back as text
+            self.targets = {float(k): float(v) for k, v in self.targets.items()}
+            if self.split != "race":
+                raise ValueError("Job.targets needs split='race' (targets are read on "
+                                 "the validation rows)")
+        if self.report_test and not self.targets:
+            raise ValueError("Job.report_test needs targets: the test rows are evaluated "
+                             "only where a target was first reached")
         if self.method not in METHODS:
             raise ValueError(f"Job.method: unknown method {self.method!r}; choose one of "
                              f"{', '.join(METHODS)}")
-        if self.split not in ("final", "tune"):
-            raise ValueError(f"Job.split must be 'final' or 'tune'; got {self.split!r}")
+        if self.split not in ("final", "tune", "race"):
+            raise ValueError(f"Job.split must be 'final', 'tune' or 'race'; got "
+                             f"{self.split!r}")
         if self.method in RATE_METHODS:
             if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr)
                     and self.lr > 0):
@@ -230,8 +252,10 @@ def checkpoint_times(cap_seconds: float, per_doubling: int = 2, first: float | N
 class _Recorder:
     """Keeps the training clock (paused while evaluating) and the evaluated points."""
 
-    def __init__(self, sets, checkpoints, cap, on_point=None):
+    def __init__(self, sets, checkpoints, cap, on_point=None, watch=None, sealed=None):
         self.sets = sets                      # name -> (X, y)
+        self.watch = watch                    # race.scoring.TargetWatch on "val", or None
+        self.sealed = sealed                  # race.scoring.SealedTest, or None
         self.pending = sorted(checkpoints or [])
         self.cap = float(cap)
         self.seconds = 0.0
@@ -268,7 +292,8 @@ class _Recorder:
         return bool(self.pending) and self.now() >= self.pending[0]
 
     def over(self):
-        return self.now() >= self.cap
+        """The cap has passed, or the run reached its tightest target."""
+        return self.now() >= self.cap or (self.watch is not None and self.watch.stop)
 
     def until_next(self):
         """Training seconds left until the next checkpoint or the cap."""
@@ -316,6 +341,12 @@ class _Recorder:
             else:
                 row[f"{name}_log_loss"] = float(evs[name].log_loss)
                 row[f"{name}_error"] = float(evs[name].error)
+        if self.watch is not None:
+            arrivals = self.watch.observe(self.seconds, row["val_log_loss"])
+            row["reached"] = [a.level for a in arrivals]
+            if self.sealed is not None:
+                for a in arrivals:
+                    self.sealed.report(a, (W, layout))
         self.points.append(row)
         self.eval_seconds += time.perf_counter() - t_eval
         if self.on_point is not None:
@@ -373,7 +404,7 @@ def _subsample(X, y, rows, seed):
 def _problem(job: Job):
     """Training data and evaluation sets of a job (kept for the next job of the same
     child process that needs the same ones)."""
-    key = (job.data, job.split, job.holdout, job.seed, job.eval_rows)
+    key = (job.data, job.split, job.holdout, job.seed, job.eval_rows, job.split_seed)
     if _PROBLEM_CACHE.get("key") != key:
         _PROBLEM_CACHE.clear()                # one problem at a time: bounded memory
         _PROBLEM_CACHE.update(key=key, value=_make_problem(job))
@@ -392,10 +423,41 @@ def _make_problem(job: Job):
         fit_rows, out_rows = split_for_tuning(X.shape[0], job.holdout, job.seed)
         sets = {"val": _subsample(X[out_rows], y[out_rows], job.eval_rows, job.seed)}
         X, y = X[fit_rows], y[fit_rows]
+    elif job.split == "race":
+        from scalable_softmax.repro.race.split import validation_split
+
+        fit_rows, val_rows = validation_split(X.shape[0], job.holdout, job.split_seed)
+        # the validation subsample is the same for every seed of the race
+        sets = {"val": _subsample(X[val_rows], y[val_rows], job.eval_rows, job.split_seed)}
+        X, y = X[fit_rows], y[fit_rows]
     else:
         sets = {"train": _subsample(X, y, job.eval_rows, job.seed),
                 "test": _subsample(as_csr(Xt, "Xt"), yt, job.eval_rows, job.seed)}
     return X, np.asarray(y, dtype=np.int64), K, sets
+
+
+def _sealed_test(job: Job):
+    """The test rows of a race job (``eval_rows`` of them, the same subsample for every
+    seed), sealed (:class:`~scalable_softmax.repro.race.scoring.SealedTest`)."""
+    from scalable_softmax.evaluate import evaluate
+    from scalable_softmax.fit import as_csr
+    from scalable_softmax.repro.race.scoring import SealedTest
+
+    key = (job.data, job.eval_rows, job.split_seed)
+    if _TEST_CACHE.get("key") != key:
+        _TEST_CACHE.clear()
+        _, _, Xt, yt, _ = _load(job.data)
+        _TEST_CACHE.update(key=key, value=_subsample(as_csr(Xt, "Xt"), np.asarray(yt),
+                                                     job.eval_rows, job.split_seed))
+    Xt, yt = _TEST_CACHE["value"]
+
+    def log_loss(X, y, model):
+        W, layout = model
+        return evaluate(X, y, W() if callable(W) else W, layout=layout).log_loss
+    return SealedTest(Xt, yt, log_loss)
+
+
+_TEST_CACHE: dict = {}
 
 
 # ---------------------------------------------------------------------------
@@ -1004,11 +1066,21 @@ def run_job(job: Job, on_point=None, problem=None) -> dict:
     try:
         X, y, K, sets = problem if problem is not None else _problem(job)
         out["load_seconds"] = time.perf_counter() - t0
-        rec = _Recorder(sets, job.checkpoints, job.cap_seconds, on_point)
+        watch = sealed = None
+        if job.targets:
+            from scalable_softmax.repro.race.scoring import TargetWatch
+
+            watch = TargetWatch(job.targets, job.cap_seconds)
+            sealed = _sealed_test(job) if job.report_test else None
+        rec = _Recorder(sets, job.checkpoints, job.cap_seconds, on_point, watch, sealed)
         rec.start_point = job.split == "final"     # tuning scores only the end
         family = METHODS[job.method]
         runner = _run_exact if job.method == "exact" else _RUNNERS[family]
         status, reason, info = runner(job, X, y, K, rec)
+        if watch is not None and len(watch.arrivals) == len(watch.targets):
+            status, reason = "target", (f"reached the tightest target at "
+                                        f"{watch.arrivals[min(watch.targets)].seconds:.3g} "
+                                        "training seconds")
         out.update(status=status, reason=reason, info=info)
     except (Exception, MemoryError) as exc:   # noqa: BLE001 -- reported, not hidden
         if rec is not None:
@@ -1017,6 +1089,10 @@ def run_job(job: Job, on_point=None, problem=None) -> dict:
                    reason=f"{type(exc).__name__}: {str(exc)[:300]}"
                    + (f" (after {rec.now():.3g} training seconds)" if rec is not None else
                       " (while loading the data)"))
+    if rec is not None and rec.watch is not None:
+        out["arrivals"] = {str(lv): a.seconds for lv, a in rec.watch.arrivals.items()}
+        if rec.sealed is not None:
+            out["test_at_target"] = {str(lv): v for lv, v in rec.sealed.release().items()}
     if rec is not None:
         out["points"] = rec.points
         out["eval_seconds"] = rec.eval_seconds
@@ -1034,14 +1110,15 @@ def run_jobs(jobs, out_path=None):
     Before each job the process's peak resident set size is reset
     (:func:`~scalable_softmax.repro.timing.reset_peak_rss`), so that each result's
     ``peak_rss_bytes`` is that job's own peak (its ``peak_rss_reset`` says whether the
-    reset took effect; where it did not, the peak is the process's so far). Reference
+    reset took effect; where it did not, the peak is the process's so far), and
+    ``rss_at_reset_bytes`` the resident set it started from. Reference
     cycles are collected after the first job (PyTorch's first optimiser step in a
     process leaves its model in a cycle, once: 1.2 GB at K = 30,000) and after a job's
     memory failure, so that the next job starts without them.
     """
     import gc
 
-    from scalable_softmax.repro.timing import peak_rss_bytes, reset_peak_rss
+    from scalable_softmax.repro.timing import peak_rss_bytes, reset_peak_rss, rss_bytes
 
     results = []
 
@@ -1053,9 +1130,11 @@ def run_jobs(jobs, out_path=None):
     for i, job in enumerate(jobs):
         current = {"job": asdict(job), "status": "running", "reason": "", "points": []}
         reset = reset_peak_rss()
+        at_reset = rss_bytes()      # what the job starts with (inherited at fork included)
         res = run_job(job, on_point=lambda pts, cur=current: flush(dict(cur, points=list(pts))))
         res["peak_rss_bytes"] = peak_rss_bytes()
         res["peak_rss_reset"] = reset
+        res["rss_at_reset_bytes"] = at_reset
         results.append(res)
         flush()
         if i == 0 or res["status"] == "memory":
@@ -1452,8 +1531,8 @@ def _pct(t):
 # ---------------------------------------------------------------------------
 
 #: a run's possible statuses (``completed`` and ``time cap`` are the successful ones)
-STATUSES = ("completed", "time cap", "diverged", "memory", "error", "killed", "crashed",
-            "skipped")
+STATUSES = ("completed", "time cap", "target", "diverged", "memory", "error", "killed",
+            "crashed", "skipped")
 #: the peers' line styles in the figures (colour index into the collection's series
 #: colours, line style, marker); ours use the collection's method styles. The torch
 #: methods take the series' green and cyan: its wine and purple were hard to tell from
@@ -1776,25 +1855,6 @@ def findings(table, ttq, *, datasets, methods, shown, tolerances):
             line.append(f"{LABELS[m]}: {r.status}: {r.reason}.")
         out.append(" ".join(line))
     return out
-
-
-def first_per_dataset(table, tolerance_pct="1"):
-    """Per data set of notebook 12's ``table``, the first method of all to within
-    ``tolerance_pct`` percent of the best test log-loss: columns ``dataset``, ``method``
-    (empty when nobody got there), ``label``, ``seconds`` and ``ours`` (whether that
-    method is one of the library's, :data:`METHODS`)."""
-    col = f"seconds_to_{tolerance_pct}pct"
-    rows = []
-    for d, g in table.groupby("dataset", sort=False):
-        s = pd.to_numeric(g[col], errors="coerce")
-        if s.notna().any():
-            r = g.loc[s.idxmin()]
-            rows.append({"dataset": d, "method": r.method, "label": LABELS[r.method],
-                         "seconds": float(s.min()), "ours": METHODS[r.method] == "ours"})
-        else:
-            rows.append({"dataset": d, "method": "", "label": "", "seconds": math.nan,
-                         "ours": False})
-    return pd.DataFrame(rows, columns=["dataset", "method", "label", "seconds", "ours"])
 
 
 def _epochs(info) -> float:

@@ -258,6 +258,19 @@ def peak_rss_bytes() -> int | None:
     return None
 
 
+def rss_bytes() -> int | None:
+    """This process's resident set size now, in bytes (``VmRSS`` of
+    ``/proc/self/status``); None where the system does not report it."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def reset_peak_rss() -> bool:
     """Reset this process's peak resident set size to its current one (Linux: ``5``
     written to ``/proc/self/clear_refs``), so that :func:`peak_rss_bytes` then reports

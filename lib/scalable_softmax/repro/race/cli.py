@@ -1,0 +1,147 @@
+"""The race of notebook 12 or 14 to the targets of ``tables/targets.csv``, end to end::
+
+    python -m scalable_softmax.repro.race.cli 12-peers     [--profile full|smoke] [--out DIR]
+    python -m scalable_softmax.repro.race.cli 14-crossover [--profile full|smoke] [--out DIR]
+
+Per workload (:func:`race_notebook`): the reference of ``tables/targets.csv`` gives the
+target levels (:func:`~.scoring.target_levels`), every method with a rate is tuned by
+its time to the 5% target on validation within ``tune_fraction`` of the cap (then by its
+last validation log-loss; :func:`~.run.tune`, :func:`~.run.choose`), and
+every chosen configuration runs with every seed (:func:`~.run.run_seeds`). Writes
+``<notebook>-targets.csv`` (one row per workload x method x level x seed),
+``<notebook>-targets-verdicts.csv`` (per workload and level: a family, ``tie`` or
+``none``) and ``<notebook>-targets-tuning.csv`` (every candidate) to ``DIR`` (default:
+``tables/`` for full, ``build/race-smoke/`` for smoke), and the performance profiles per
+family and per method (``<notebook>-targets-profile-{family,method}.png``, in
+``figures/`` for full). Parameters: ``params/race.yaml``.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from scalable_softmax.repro.race import run, scoring, targets
+
+__all__ = ["NOTEBOOKS", "race_workloads", "race_notebook", "write_tables", "main"]
+
+#: notebook -> its section of params/race.yaml
+NOTEBOOKS = {"12-peers": "peers", "14-crossover": "crossover"}
+
+
+def race_workloads(notebook: str, params: dict, workdir) -> list[dict]:
+    """The workloads of ``notebook`` under ``params``: ``workload``, ``data``, ``cap``,
+    ``methods``."""
+    from scalable_softmax.repro import crossover
+
+    sec = params[NOTEBOOKS[notebook]]
+    if notebook == "12-peers":
+        return [{"workload": d, "data": d, "cap": float(sec["caps"][d]),
+                 "methods": list(sec["methods"])} for d in sec["datasets"]]
+    Ks = [int(k) for k in sec["Ks"]]
+    paths, _ = crossover.build_problems(Ks, dict(zip(Ks, sec["max_points"])),
+                                        Path(workdir) / "crossover")
+    return [{"workload": K, "data": paths[K], "cap": float(c), "methods": list(sec["methods"])}
+            for K, c in zip(Ks, sec["caps"])]
+
+
+def _check_split(table, params, path):
+    for col, key in (("split_seed", "split_seed"), ("val_rows", "val_rows")):
+        got = set(pd.to_numeric(table[col], errors="coerce").dropna().astype(int))
+        if got and got != {int(params[key])}:
+            raise ValueError(f"{path}: made with {col} {sorted(got)}, but the race uses "
+                             f"{params[key]} (params/race.yaml); rerun make targets or "
+                             "align the parameters")
+
+
+def race_notebook(notebook: str, params: dict, targets_table: pd.DataFrame, workdir,
+                  say=print):
+    """Race every workload of ``notebook``: returns ``(rows, verdicts, tuning)``."""
+    if notebook not in NOTEBOOKS:
+        raise ValueError(f"notebook must be one of {list(NOTEBOOKS)}; got {notebook!r}")
+    common = dict(holdout=float(params["val_fraction"]), split_seed=int(params["split_seed"]),
+                  eval_rows=params.get("val_rows"), max_epochs=int(params["max_epochs"]),
+                  threads=int(params["threads"]),
+                  memory_cap_gb=float(params["memory_cap_gb"]),
+                  first_checkpoint=float(params["first_checkpoint"]),
+                  isolate=params.get("isolate", "method"))
+    all_rows, all_tuning = [], []
+    for w in race_workloads(notebook, params, workdir):
+        t0 = time.perf_counter()
+        ref = targets.reference_of(targets_table, notebook, w["workload"])
+        levels = scoring.target_levels(ref)
+        tuning = run.tune(w["workload"], w["data"], w["methods"], grids=params["grids"],
+                          structures=params.get("structures") or None,
+                          options=params.get("options", {}), targets=levels,
+                          cap=w["cap"] * float(params.get("tune_fraction", 1.0)), **common)
+        chosen = run.choose(tuning) if len(tuning) else tuning
+        results = run.run_seeds(w["workload"], w["data"], w["methods"], chosen,
+                                seeds=list(params["seeds"]),
+                                options=params.get("options", {}), targets=levels,
+                                cap=w["cap"], **common)
+        all_rows.append(run.target_rows(results, levels))
+        all_tuning.append(tuning)
+        say(f"race {notebook} {w['workload']}: {len(tuning)} tuning runs, "
+            f"{len(results)} seeded runs, {time.perf_counter() - t0:.1f} s")
+    rows = pd.concat(all_rows, ignore_index=True)
+    return rows, run.verdict_table(rows), pd.concat(all_tuning, ignore_index=True)
+
+
+def write_tables(notebook, rows, verdicts, tuning, out_dir) -> list[Path]:
+    """Write the three tables atomically under ``out_dir``."""
+    from scalable_softmax._atomic import atomic_open
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, t in ((f"{notebook}-targets", rows), (f"{notebook}-targets-verdicts", verdicts),
+                    (f"{notebook}-targets-tuning", tuning)):
+        path = out_dir / f"{name}.csv"
+        with atomic_open(path, "w") as fh:
+            t.to_csv(fh, index=False)
+        written.append(path)
+    return written
+
+
+def main(argv=None) -> int:
+    from scalable_softmax import paths
+    from scalable_softmax.repro import runner
+
+    ap = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.race.cli",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("notebook", choices=list(NOTEBOOKS))
+    ap.add_argument("--profile", default="full", choices=["full", "smoke"])
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    params = runner.load_params("race", args.profile)
+    tpath = paths.ROOT / params["targets"]
+    if args.profile == "smoke" and not tpath.is_file():
+        targets.write_targets(targets.make_targets(runner.load_params("targets", "smoke"),
+                                                   paths.ROOT / "build" / "targets"), tpath)
+    table = targets.load_targets(tpath)
+    _check_split(table, params, tpath)
+    out = Path(args.out) if args.out else (paths.TABLES if args.profile == "full"
+                                           else paths.ROOT / "build" / "race-smoke")
+    t0 = time.perf_counter()
+    rows, verdicts, tuning = race_notebook(args.notebook, params, table,
+                                           paths.ROOT / "build" / "race")
+    for p in write_tables(args.notebook, rows, verdicts, tuning, out):
+        print(f"wrote {p}")
+    import matplotlib
+    matplotlib.use("Agg")
+    from scalable_softmax.repro.race import plots
+
+    figs = paths.FIGURES if args.profile == "full" else out
+    figs.mkdir(parents=True, exist_ok=True)
+    for by in ("family", "method"):
+        path = figs / f"{args.notebook}-targets-profile-{by}.png"
+        plots.profile_figure(rows, by=by).savefig(path, dpi=150, bbox_inches="tight")
+        print(f"wrote {path}")
+    print(f"{args.notebook}: {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

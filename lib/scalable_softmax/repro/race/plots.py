@@ -1,0 +1,78 @@
+"""The race's figures: AlgoPerf's performance profiles, and y-limits for the learning
+curves set by the targets rather than by an outlier."""
+from __future__ import annotations
+
+import numpy as np
+
+from scalable_softmax.repro.race import scoring
+
+__all__ = ["FAMILY_STYLES", "curve_ylim", "clip_to_ylim", "profile_figure"]
+
+#: family -> (colour index into the collection's series colours, line style, marker):
+#: four families a reader tells apart by colour, line and marker alike
+FAMILY_STYLES = {"double-sum": (2, "-", "o"), "full-softmax": (4, "--", "s"),
+                 "sampled-softmax": (3, ":", "^"), "full-batch": (5, "-.", "D")}
+
+
+def curve_ylim(targets: dict, values, *, below=0.02, above=0.25):
+    """y-limits of a validation learning-curve panel: from ``(1 - below)`` times the
+    lowest of the targets' reference and the curves' minimum, to ``(1 + above)`` times
+    the loosest target, so that the levels fill the panel; a point above is drawn at the
+    top edge (:func:`clip_to_ylim`) instead of setting the scale."""
+    if not targets:
+        raise ValueError("targets must name at least one level")
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    ref = min(targets.values()) / (1 + min(targets))
+    low = min(ref, float(v.min())) if len(v) else ref
+    return low * (1 - below), max(targets.values()) * (1 + above)
+
+
+def clip_to_ylim(values, ylim):
+    """``(shown, clipped)``: ``values`` with every point above ``ylim[1]`` (or not
+    finite: diverged) put at ``ylim[1]``, and the mask of those points (to draw them
+    with a hollow marker at the edge)."""
+    v = np.asarray(values, dtype=float)
+    out = ~np.isfinite(v) | (v > ylim[1])
+    return np.where(out, ylim[1], v), out
+
+
+def profile_figure(rows, by="family", levels=None, taus=None):
+    """One panel per level: the performance profile (:func:`~.scoring.
+    performance_profile`) of each ``by`` (``family`` or ``method``) against ``tau``
+    (log axis). ``rows`` are the targets rows (:data:`~.run.TARGET_COLUMNS`). Returns
+    the figure."""
+    import matplotlib.pyplot as plt
+
+    from scalable_softmax.repro import peers, style
+
+    prof = scoring.performance_profile(rows, by, taus)
+    levels = sorted(prof.level.unique()) if levels is None else list(levels)
+    fig, axes = plt.subplots(1, len(levels), figsize=(style.FIG_WIDTH, 2.6),
+                             sharey=True, squeeze=False)
+    for ax, lv in zip(axes[0], levels):
+        p = prof[prof.level == lv]
+        for who, g in p.groupby(by, sort=True):
+            if by == "family" and who in FAMILY_STYLES:
+                ci, ls, mk = FAMILY_STYLES[who]
+                kw = dict(color=style.SERIES_COLORS[ci], linestyle=ls, marker=mk,
+                          label=who)
+            elif who in peers.PEER_STYLES:
+                _, ls, mk = peers.PEER_STYLES[who]
+                kw = dict(color=peers.series_color(who), linestyle=ls, marker=mk,
+                          label=who)
+            else:
+                kw = dict(color=peers.series_color(who), linestyle="-",
+                          marker=style.marker(who), label=who)
+            ax.step(g.tau, g.fraction, where="post", markevery=max(1, len(g) // 6),
+                    markersize=4, **kw)
+        ax.set_xscale("log")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"target +{100 * lv:g}%", fontsize=9)
+        ax.set_xlabel("tau (x the fastest)")
+    axes[0][0].set_ylabel("share of workloads")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))),
+               frameon=False, bbox_to_anchor=(0.5, -0.08))
+    fig.tight_layout()
+    return fig
