@@ -185,7 +185,8 @@ def test_missing_row_and_column_fail(rerun, capsys):
                                                      index=False)
     status, out = _run(rerun, capsys=capsys)
     assert status == 1
-    line = next(line for line in out.splitlines() if line.startswith("05-formulation"))
+    line = next(line for line in out.splitlines()
+                if line.startswith("05-formulation-comparison.csv"))
     assert "columns missing from the rerun: ['status']" in line and "rows against" in line
 
 
