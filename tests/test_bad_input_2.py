@@ -354,6 +354,17 @@ def test_implicit_batch_bounds_tol_like_implicit():
 _HUGE = st.floats(allow_nan=False, allow_infinity=False, width=64)
 
 
+def _says_what_happened(res, caught):
+    """A fit's result on huge values: diverged with its warning and reason, or finite
+    weights, and a stalled run with its NoProgressWarning."""
+    kinds = {type(w.message).__name__ for w in caught}
+    if res.diverged:
+        assert "DivergenceWarning" in kinds and res.diverged_reason
+        return
+    assert np.isfinite(res.W).all()
+    assert res.stalled is None or "NoProgressWarning" in kinds
+
+
 @PROFILE
 @given(method=st.sampled_from(sorted(METHODS)),
        values=st.lists(_HUGE, min_size=24, max_size=24),
@@ -376,13 +387,7 @@ def test_property_finite_but_huge_floats_in_every_method(method, values, scale, 
         except ValueError as exc:
             assert any(w in str(exc) for w in ("X", "row", "intercept")), exc
             return
-    kinds = {type(w.message).__name__ for w in caught}
-    if res.diverged:
-        assert "DivergenceWarning" in kinds and res.diverged_reason
-        return
-    assert np.isfinite(res.W).all()
-    if res.stalled:
-        assert "NoProgressWarning" in kinds
+    _says_what_happened(res, caught)
     ev = res.history[res.history.evaluated]
     assert np.isfinite(ev.train_log_loss).all()
     try:
@@ -772,12 +777,7 @@ def test_property_finite_but_huge_settings_in_every_method(method, lr, mu, scali
         except ValueError as exc:
             assert any(w in str(exc) for w in ("X", "row", "intercept", "lr", "mu")), exc
             return
-    kinds = {type(w.message).__name__ for w in caught}
-    if res.diverged:
-        assert "DivergenceWarning" in kinds and res.diverged_reason
-        return
-    assert np.isfinite(res.W).all()
-    assert res.stalled is None or "NoProgressWarning" in kinds
+    _says_what_happened(res, caught)
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")

@@ -71,8 +71,14 @@ def profile_figure(rows, by="family", levels=None, taus=None):
         ax.set_title(f"target +{100 * lv:g}%", fontsize=9)
         ax.set_xlabel("tau (x the fastest)")
     axes[0][0].set_ylabel("share of workloads")
+    return legend_below(fig, axes, -0.08)
+
+
+def legend_below(fig, axes, offset):
+    """The first panel's legend under the figure (at most 4 columns, ``offset`` below
+    its bottom edge), then a tight layout; returns ``fig``."""
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))),
-               frameon=False, bbox_to_anchor=(0.5, -0.08))
+               frameon=False, bbox_to_anchor=(0.5, offset))
     fig.tight_layout()
     return fig

@@ -75,7 +75,7 @@ def crossover_figure(rows: pd.DataFrame, crossover: pd.DataFrame, caps: dict):
     import matplotlib.pyplot as plt
 
     from scalable_softmax.repro import style
-    from scalable_softmax.repro.race.plots import FAMILY_STYLES
+    from scalable_softmax.repro.race.plots import FAMILY_STYLES, legend_below
 
     ft = scoring.family_times(rows)
     ft = ft.assign(K=pd.to_numeric(ft.workload).astype(int))
@@ -111,11 +111,7 @@ def crossover_figure(rows: pd.DataFrame, crossover: pd.DataFrame, caps: dict):
         ax.set_title(f"target {_pct(lv)}", fontsize=9)
         ax.set_xlabel("K")
     axes[0][0].set_ylabel("seconds to the target")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))),
-               frameon=False, bbox_to_anchor=(0.5, -0.1))
-    fig.tight_layout()
-    return fig
+    return legend_below(fig, axes, -0.1)
 
 
 def skipped_rows(rows: pd.DataFrame, workloads, skipped: dict, seeds,
