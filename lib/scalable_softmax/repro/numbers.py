@@ -295,6 +295,30 @@ class Tables:
         g = self.rows("12-peers", dataset=dataset).sort_values("best_test_log_loss")
         return f"{g.best_test_log_loss.iloc[0]:.3f}, {g.label.iloc[0]}"
 
+    def race_rules(self, stem: str = "12-peers") -> str:
+        """The race's rules as the record was made with them, from the full profiles of
+        ``params/<stem>.yaml`` and ``params/targets.yaml`` and the levels of
+        repro.race.scoring: the reference runs and their budget, the levels, the tuning
+        and the seeds (nothing typed by hand)."""
+        from scalable_softmax.repro.race import scoring, targets
+        p, t = self.record_params(stem), self.record_params("targets")
+        levels = ", ".join(f"{100 * lv:g}%" for lv in scoring.LEVELS)
+        cands = sorted({len(v) * len(p.get("structures", {}).get(m) or [{}])
+                        for m, v in p["grids"].items()})
+        return (f"the targets are the reference validation log-loss of tuned runs of "
+                f"{', '.join(targets.REFERENCE_METHODS)} given {t['factor']:g}x the race's "
+                f"cap, plus {levels}; every method with a rate chooses among "
+                f"{'/'.join(map(str, cands))} candidates by time to the +5% target on "
+                f"validation (seed {p['seeds'][0]}, a budget of {p['tune_fraction']:g} of "
+                f"the cap), then runs with seeds {', '.join(map(str, p['seeds']))}")
+
+    def race_summary(self, stem: str) -> str:
+        """Per level, how many workloads each verdict holds (repro.race.report.
+        level_summary), and what the tuning chose (report.tuning_line)."""
+        from scalable_softmax.repro.race import report
+        rows, verdicts = self.race_new(stem)
+        return "; ".join(report.level_summary(verdicts) + [report.tuning_line(rows)])
+
     def race_threads(self, stem: str) -> str:
         """The runs of ``stem`` that did not use 2 threads (repro.race.families.threads_note)."""
         new = self.race_new(stem)
@@ -450,6 +474,7 @@ class Tables:
                 "race_families": self.race_families, "race_record": self.race_record,
                 "race_best": self.race_best,
                 "race_threads": self.race_threads, "race_pair": self.race_pair,
+                "race_rules": self.race_rules, "race_summary": self.race_summary,
                 "crossover_verdict": self.crossover_verdict,
                 "crossover_first": self.crossover_first,
                 "crossover_at": self.crossover_at,
