@@ -51,7 +51,8 @@ from scalable_softmax import paths
 
 __all__ = ["stage", "build", "check_links", "screenshots", "LinkProblem", "SITE",
            "SITE_SRC", "SCREENSHOTS", "method_table", "merge_parameters", "page_problems",
-           "clipped_tables", "PageProblem"]
+           "clipped_tables", "PageProblem", "race_summary", "collapse_long_tables",
+           "RACE_NOTEBOOKS"]
 
 SITE = paths.BUILD / "site"
 SITE_SRC = paths.BUILD / "site-src"
@@ -249,6 +250,75 @@ def _split_printed_tables(outputs: list) -> list:
     return out
 
 
+#: the notebooks whose page opens with the race's verdicts (:func:`race_summary`), their
+#: long tables collapsed below it (:func:`collapse_long_tables`)
+RACE_NOTEBOOKS = ("12-peers", "14-crossover")
+#: a cell output with more table rows than this is collapsed (a ``<details>`` element)
+LONG_TABLE_ROWS = 12
+
+
+def race_summary(name: str, tables: Path | None = None) -> str | None:
+    """The Markdown summary that opens the site page of notebook ``name`` (12-peers or
+    14-crossover): per level, how many workloads each verdict holds; per workload, its
+    verdict at every level; for notebook 14 the crossover ``K`` per level. Computed from
+    ``<name>-targets.csv`` and ``<name>-targets-verdicts.csv`` in ``tables`` (default the
+    committed record, which the committed executed notebook wrote) by
+    :mod:`scalable_softmax.repro.race.report`; None when the record has no such tables."""
+    import pandas as pd
+
+    from scalable_softmax.repro.race import families, report
+    tables = paths.TABLES if tables is None else Path(tables)
+    try:
+        verdicts = pd.read_csv(tables / f"{name}-targets-verdicts.csv")
+    except FileNotFoundError:
+        return None
+
+    def label(w):
+        w = str(w)
+        return families.WORKLOAD_NAMES.get(w) or (f"K = {int(w):,}" if w.isdigit() else w)
+
+    shown = {w: label(w) for w in verdicts.workload.unique()}
+    lines = [f"**The verdicts of this record** (`tables/{name}-targets-verdicts.csv`). A "
+             "family is first at a level only when its slowest seed beats every other "
+             "family's fastest seed; otherwise `tie`; `none` when no family reached the "
+             "level.", ""]
+    lines += [f"- {s}" for s in report.level_summary(verdicts)]
+    lines += ["", "Per workload, at every level:", ""]
+    lines += [f"- {s}" for s in report.verdict_lines(verdicts, shown)]
+    if name == "14-crossover":
+        lines += ["", f"Crossover: {report.page_crossover(verdicts)}"]
+    lines += ["", f"Outputs with more than {LONG_TABLE_ROWS} table rows are collapsed "
+                  "below: open one to read every row."]
+    return "\n".join(lines) + "\n"
+
+
+def _table_rows(output: dict) -> int:
+    """How many table rows a cell output shows: pipe rows of Markdown or text, ``<tr>``
+    of HTML."""
+    data = output.get("data", {})
+    if "text/html" in data:
+        return "".join(data["text/html"]).count("<tr")
+    text = "".join(data.get("text/markdown", "") or output.get("text", "")
+                   or data.get("text/plain", ""))
+    return sum(1 for line in text.split("\n") if line.lstrip().startswith("|"))
+
+
+def collapse_long_tables(nb: dict, rows: int = LONG_TABLE_ROWS) -> int:
+    """Tag every code cell of ``nb`` whose outputs show more than ``rows`` table rows
+    ``hide-output`` (MyST-NB renders its outputs collapsed, in a ``<details>``
+    element); returns how many cells were tagged."""
+    n = 0
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        if max((_table_rows(o) for o in cell.get("outputs", [])), default=0) > rows:
+            tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+            if "hide-output" not in tags:
+                tags.append("hide-output")
+                n += 1
+    return n
+
+
 def _stage_notebook(source: Path, executed: Path | None, kind: str, profile: str,
                     out: Path) -> None:
     nb = json.loads((executed or source).read_text(encoding="utf-8"))
@@ -265,6 +335,11 @@ def _stage_notebook(source: Path, executed: Path | None, kind: str, profile: str
     if executed is not None:
         when = _dt.datetime.fromtimestamp(executed.stat().st_mtime).strftime("%Y-%m-%d")
     note = _notebook_note(kind, profile, when)
+    if source.stem in RACE_NOTEBOOKS and kind == "full":
+        collapse_long_tables(nb)
+        summary = race_summary(source.stem)
+        if summary:
+            note = f"{note}\n{summary}" if note else summary
     if note:
         cells = nb["cells"]
         first = "".join(cells[0]["source"]) if cells else ""
