@@ -37,8 +37,12 @@ REFERENCE = re.compile(
     r"\b(?:[Nn]otebooks?|[Tt]ables?|[Ff]igures?|[Pp]ropositions?|[Ll]emmas?|[Tt]heorems?"
     r"|[Ss]ections?|[Aa]ppendix|[Ee]quations?|[Aa]lgorithm|[Cc]orollary|Python)"
     r"\s+\(?\d[\w.()]*(?:(?:,\s*|\s*-\s*|\s+to\s+|,?\s+and\s+|\s*/\s*)\d[\w.()]*)*")
+#: a name with a hyphen between digits (``Wiki10-31K``, ``x86-64``): no range
+NAME = re.compile(r"\b[A-Za-z]\w*\d-\d\w*")
 #: a number as written: ``10^-3``, ``1e-3``, ``30,758.77``, ``0.005``, ``12``
-NUMBER = re.compile(r"(?<![\w.^/-])(?:10\^-?\d+|\d{1,3}(?:,\d{3})+(?:\.\d+)?"
+#: (the second number of a range, ``1.2-1.3`` or ``16-21``, counts; a number after any
+#: other hyphen, ``K-1``, ``1e-3``, does not)
+NUMBER = re.compile(r"(?<![\w.^/])(?<!(?<!\d)-)(?:10\^-?\d+|\d{1,3}(?:,\d{3})+(?:\.\d+)?"
                     r"|\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.]*\d)")
 
 
@@ -50,6 +54,7 @@ def _prose(line: str) -> str:
     line = re.sub(r"`[^`]*`", " ", line)
     line = re.sub(r"\]\([^)]*\)", "]", line)
     line = re.sub(r"https?://\S+", " ", line)
+    line = NAME.sub(" ", line)
     return REFERENCE.sub(" ", line)
 
 
@@ -117,10 +122,11 @@ def test_every_declaration_is_needed_and_has_a_reason():
 def test_the_detector_finds_a_typed_result_and_skips_what_is_no_number():
     text = ("Implicit SGD is best at 2 and 3 of 7 rates (notebook 04, Table 3, "
             "Propositions 1, 2, 4, Lemmas 1-5); rate 10^-3 and 1e-2, 30,758.77 times "
-            "`K = 100`, [x](figures/05-a.png) <!--= cell('t', 'c') # .2f --> 3.08x.\n"
+            "`K = 100`, [x](figures/05-a.png) <!--= cell('t', 'c') # .2f --> 3.08x, "
+            "1.2-1.3 x on x86-64 and Wiki10-31K, log(K-1).\n"
             "<!--let a = 12 -->\n```\nmake 99\n```\n")
     assert [x for _, x in typed_numbers(text)] == ["2", "3", "7", "10^-3", "1e-2",
-                                                  "30,758.77", "3.08"]
+                                                  "30,758.77", "3.08", "1.2", "1.3"]
 
 
 def test_an_undeclared_number_fails_and_a_declared_one_passes(tmp_path):
