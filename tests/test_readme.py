@@ -386,3 +386,18 @@ def test_make_help_columns_fit_every_target():
     width = int(re.search(r'printf "  %-(\d+)s ', text).group(1))
     targets = re.findall(r"^([a-zA-Z0-9_-]+):.*## ", text, re.M)
     assert len(targets) > 10 and max(map(len, targets)) < width
+
+
+def test_pages_render_without_either_race_of_notebooks_12_and_14(tmp_path):
+    """A record without notebook 12's or 14's tables (neither the race to validation
+    targets nor the earlier one): the pages render and say it was not run there."""
+    tables = tmp_path / "tables"
+    shutil.copytree(paths.TABLES, tables)
+    for t in [*tables.glob("12-peers*"), *tables.glob("14-crossover*")]:
+        t.unlink()
+    root = tmp_path / "root"
+    (root / "docs").mkdir(parents=True)
+    numbers.render_files(sorted(numbers.TEMPLATES.glob("*.md")), tables, root)
+    page = (root / "docs" / "results-fagan-iyengar.md").read_text()
+    assert f"| Bibtex | {numbers.NOT_RUN} |" in page
+    assert f"per level: {numbers.NOT_RUN}" in page

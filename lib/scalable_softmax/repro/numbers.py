@@ -125,6 +125,15 @@ def _k_name(w) -> str:
     return f"K = {int(w):,}" if str(w).isdigit() else str(w)
 
 
+#: what a page says where the record has no race of notebook 12 or 14 (neither tables)
+NOT_RUN = "not yet run for this record"
+
+
+class _NotRun(LookupError):
+    """The record has neither race of a notebook (12 or 14): its page says
+    :data:`NOT_RUN` there instead of failing."""
+
+
 class Tables:
     """The CSV tables of one folder, read once each (and the benchmarks' results of
     ``bench_folder``)."""
@@ -222,6 +231,8 @@ class Tables:
                 "runs": runs, "blas": blas.group(1).strip() if blas else "an unrecorded kernel"}
 
     def _race(self, stem: str):
+        if not self.has_table(stem):
+            raise _NotRun(stem)
         from scalable_softmax.repro.race import families
         workload = "K" if stem.startswith("14-") else "dataset"
         return families, self.table(stem), workload, families.WORKLOAD_NAMES
@@ -292,6 +303,8 @@ class Tables:
                   & t.sets_target.astype(str).str.lower().eq("true")]
             return (f"{float(t.reference_val_log_loss.iloc[0]):.3f} "
                     f"({t.reference_method.iloc[0]}, validation reference)")
+        if not self.has_table("12-peers"):
+            raise _NotRun("12-peers")
         g = self.rows("12-peers", dataset=dataset).sort_values("best_test_log_loss")
         return f"{g.best_test_log_loss.iloc[0]:.3f}, {g.label.iloc[0]}"
 
@@ -316,7 +329,10 @@ class Tables:
         """Per level, how many workloads each verdict holds (repro.race.report.
         level_summary), and what the tuning chose (report.tuning_line)."""
         from scalable_softmax.repro.race import report
-        rows, verdicts = self.race_new(stem)
+        new = self.race_new(stem)
+        if new is None:
+            return NOT_RUN
+        rows, verdicts = new
         return "; ".join(report.level_summary(verdicts) + [report.tuning_line(rows)])
 
     def race_threads(self, stem: str) -> str:
@@ -509,6 +525,8 @@ def bindings(path: Path) -> list[Binding]:
 def _value(b: Binding, ns: dict) -> str:
     try:
         v = eval(b.expr, ns)  # noqa: S307 -- the project's own documentation
+    except _NotRun:
+        return NOT_RUN
     except Exception as exc:  # noqa: BLE001 -- reported with the place
         raise ValueError(f"{b.where()}: cannot compute {b.expr!r}: {exc}") from None
     try:
