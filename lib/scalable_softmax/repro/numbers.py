@@ -129,6 +129,26 @@ def _k_name(w) -> str:
 NOT_RUN = "not yet run for this record"
 
 
+def part(text: str, i: int, n: int) -> str:
+    """The ``i``-th of ``n`` consecutive pieces of ``text``, cut between words at about
+    equal lengths (a long rendered sentence spread over ``n`` template lines, so that a
+    page's lines stay short); a piece is empty only when ``text`` has fewer than ``n``
+    words."""
+    words = str(text).split()
+    target = len(" ".join(words)) / n
+    pieces, cur = [], []
+    for k, w in enumerate(words):
+        cur.append(w)
+        left = len(words) - k - 1                   # words still to place
+        need = n - len(pieces) - 1                  # pieces still to fill after this one
+        if need and (len(" ".join(cur)) >= target or left == need):
+            pieces.append(" ".join(cur))
+            cur = []
+    pieces.append(" ".join(cur))
+    pieces += [""] * (n - len(pieces))
+    return pieces[i]
+
+
 class _NotRun(LookupError):
     """The record has neither race of a notebook (12 or 14): its page says
     :data:`NOT_RUN` there instead of failing."""
@@ -491,6 +511,7 @@ class Tables:
                 "race_best": self.race_best,
                 "race_threads": self.race_threads, "race_pair": self.race_pair,
                 "race_rules": self.race_rules, "race_summary": self.race_summary,
+                "part": part,
                 "crossover_verdict": self.crossover_verdict,
                 "crossover_first": self.crossover_first,
                 "crossover_at": self.crossover_at,

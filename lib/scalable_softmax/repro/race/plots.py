@@ -76,9 +76,11 @@ def profile_figure(rows, by="family", levels=None, taus=None):
 
 def legend_below(fig, axes, offset):
     """The first panel's legend under the figure (at most 4 columns, ``offset`` below
-    its bottom edge), then a tight layout; returns ``fig``."""
+    its bottom edge); returns ``fig``. The layout stays the style's constrained layout
+    (``repro.style``; a ``tight_layout`` here switched it off with a UserWarning in the
+    executed notebooks), and the figure is saved with a tight bounding box, which keeps
+    the legend."""
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))),
                frameon=False, bbox_to_anchor=(0.5, offset))
-    fig.tight_layout()
     return fig
