@@ -401,3 +401,18 @@ def test_pages_render_without_either_race_of_notebooks_12_and_14(tmp_path):
     page = (root / "docs" / "results-fagan-iyengar.md").read_text()
     assert f"| Bibtex | {numbers.NOT_RUN} |" in page
     assert f"per level: {numbers.NOT_RUN}." in " ".join(page.split())
+
+
+def test_race_edge_counts_workloads_whose_chosen_rate_ends_the_grid(tmp_path):
+    smoke = paths.ROOT / "tests" / "smoke-record"
+    for f in smoke.glob("12-peers-targets*.csv"):
+        shutil.copy(f, tmp_path / f.name)
+    rows = pd.read_csv(tmp_path / "12-peers-targets.csv")
+    rows.loc[rows.method == "umax", "at_grid_edge"] = "lowest"
+    rows.loc[rows.method == "is", "at_grid_edge"] = None
+    rows.to_csv(tmp_path / "12-peers-targets.csv", index=False)
+    t = numbers.Tables(tmp_path)
+    n = rows.workload.nunique()
+    assert t.race_edge("12-peers", "umax") == f"{n} of {n}"
+    assert t.race_edge("12-peers", "is") == f"0 of {n}"
+    assert t.race_edge("12-peers", "umax", "highest") == f"0 of {n}"

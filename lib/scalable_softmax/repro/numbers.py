@@ -345,6 +345,17 @@ class Tables:
                 f"validation (seed {p['seeds'][0]}, a budget of {p['tune_fraction']:g} of "
                 f"the cap), then runs with seeds {', '.join(map(str, p['seeds']))}")
 
+    def race_edge(self, stem: str, method: str, edge: str = "lowest") -> str:
+        """On how many workloads of notebook 12's or 14's race ``method``'s chosen rate
+        sits at the ``edge`` (``lowest`` or ``highest``) end of its grid: ``"k of n"``
+        (the ``at_grid_edge`` column of ``<stem>-targets.csv``)."""
+        new = self.race_new(stem)
+        if new is None:
+            raise _NotRun(stem)
+        ch = new[0][new[0].method == method].drop_duplicates("workload")
+        k = int((ch.at_grid_edge.fillna("").astype(str) == edge).sum())
+        return f"{k} of {len(ch)}"
+
     def race_summary(self, stem: str) -> str:
         """Per level, how many workloads each verdict holds (repro.race.report.
         level_summary), and what the tuning chose (report.tuning_line)."""
@@ -511,7 +522,7 @@ class Tables:
                 "race_best": self.race_best,
                 "race_threads": self.race_threads, "race_pair": self.race_pair,
                 "race_rules": self.race_rules, "race_summary": self.race_summary,
-                "part": part,
+                "part": part, "race_edge": self.race_edge,
                 "crossover_verdict": self.crossover_verdict,
                 "crossover_first": self.crossover_first,
                 "crossover_at": self.crossover_at,
