@@ -120,11 +120,6 @@ def _split(spec: str) -> tuple[str, str]:
 BENCH_RESULTS = paths.ROOT / "benchmarks" / "results"
 
 
-def _k_name(w) -> str:
-    """A workload's name on a page: ``K = 1,000`` for notebook 14's, else itself."""
-    return f"K = {int(w):,}" if str(w).isdigit() else str(w)
-
-
 #: what a page says where the record has no race of notebook 12 or 14 (neither tables)
 NOT_RUN = "not yet run for this record"
 
@@ -302,7 +297,7 @@ class Tables:
             level = float(tolerance_pct) / 100
             return "; ".join(
                 (report.page_verdict(*new, w, level, short) if only is not None else
-                 f"{families.WORKLOAD_NAMES.get(w) or _k_name(w)}: "
+                 f"{families.workload_label(w)}: "
                  f"{report.page_verdict(*new, w, level, short)}") for w in ws)
         f, table, w, names = self._race(stem)
         if only is not None and str(only) not in set(table[w].astype(str)):
@@ -351,7 +346,7 @@ class Tables:
         (the ``at_grid_edge`` column of ``<stem>-targets.csv``)."""
         new = self.race_new(stem)
         if new is None:
-            raise _NotRun(stem)
+            return NOT_RUN
         ch = new[0][new[0].method == method].drop_duplicates("workload")
         k = int((ch.at_grid_edge.fillna("").astype(str) == edge).sum())
         return f"{k} of {len(ch)}"
@@ -361,7 +356,7 @@ class Tables:
         level_summary), and what the tuning chose (report.tuning_line)."""
         from scalable_softmax.repro.race import report
         new = self.race_new(stem)
-        if new is None:
+        if new is None:        # returned, not raised: part() spreads it over lines
             return NOT_RUN
         rows, verdicts = new
         return "; ".join(report.level_summary(verdicts) + [report.tuning_line(rows)])

@@ -273,11 +273,7 @@ def race_summary(name: str, tables: Path | None = None) -> str | None:
     except FileNotFoundError:
         return None
 
-    def label(w):
-        w = str(w)
-        return families.WORKLOAD_NAMES.get(w) or (f"K = {int(w):,}" if w.isdigit() else w)
-
-    shown = {w: label(w) for w in verdicts.workload.unique()}
+    shown = {w: families.workload_label(w) for w in verdicts.workload.unique()}
     lines = [f"**The verdicts of this record** (`tables/{name}-targets-verdicts.csv`). A "
              "family is first at a level only when its slowest seed beats every other "
              "family's fastest seed; otherwise `tie`; `none` when no family reached the "

@@ -24,8 +24,8 @@ import math
 
 import pandas as pd
 
-__all__ = ["FAMILIES", "WORKLOAD_NAMES", "family_of", "first_family", "family_line", "threads_note",
-           "pair_line"]
+__all__ = ["FAMILIES", "WORKLOAD_NAMES", "workload_label", "family_of", "first_family",
+           "family_line", "threads_note", "pair_line"]
 
 #: family -> its methods (the race's method names)
 FAMILIES = {
@@ -166,3 +166,10 @@ WORKLOAD_NAMES = {"bibtex": "Bibtex", "delicious": "Delicious",
                   "eurlex-surrogate": "Eurlex surrogate (SYNTHETIC)",
                   "wikismall-surrogate": "Wiki-small surrogate (SYNTHETIC)",
                   "20news-words": "`20news-words`"}
+
+
+def workload_label(w) -> str:
+    """A workload as the pages name it: a data set of notebook 12 by
+    :data:`WORKLOAD_NAMES`, a K of notebook 14 as ``K = 1,000``, anything else as is."""
+    w = str(w)
+    return WORKLOAD_NAMES.get(w) or (f"K = {int(w):,}" if w.isdigit() else w)
