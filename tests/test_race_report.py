@@ -123,3 +123,38 @@ def test_notebook_parameters_are_the_race_cli_s(notebook, profile):
             assert not nb[key]
             continue
         assert nb[key] == race[key], (key, nb[key], race[key])
+
+
+def _limit_rows(edges, statuses, method="implicit-batch"):
+    """Target rows of one method: one workload per entry of ``edges`` (its
+    ``at_grid_edge``), two seeds each with ``statuses`` (per workload) and two levels."""
+    out = []
+    for w, (edge, status) in enumerate(zip(edges, statuses)):
+        for seed in (0, 1):
+            for level in (0.01, 0.05):
+                out.append({"workload": f"w{w}", "method": method, "seed": seed,
+                            "level": level, "at_grid_edge": edge, "status": status,
+                            "reason": "50 epochs" if status == "completed" else "cap"})
+    return pd.DataFrame(out)
+
+
+def test_limits_count_grid_ends_and_schedules_from_the_rows():
+    rows = _limit_rows(["lowest", None, "highest"], ["completed", "time cap", "completed"])
+    assert report.edge_counts(rows, "implicit-batch") == (1, 1, 3)
+    assert report.schedule_counts(rows, "implicit-batch") == (4, 6)
+    text = report.limits_text(rows, None, {"implicit-batch": "Implicit SGD"})
+    assert "Implicit SGD lowest on 1 and highest on 1 of 3 data sets" in text
+    assert "(the rate times 0.9 per epoch, 50 epochs) before the cap: Implicit SGD 4 of 6" in text
+    assert "bounded by the grid" in text and "stretched to the budget" in text
+    short = report.limits_short(rows, None)
+    assert short.startswith("Implicit SGD's chosen rate sits at an end of its grid on 2 of 3")
+    assert "4 of 6 double-sum runs" in short
+
+
+def test_limits_say_no_bound_when_the_grid_brackets_and_the_cap_binds():
+    rows = _limit_rows(["", ""], ["time cap", "target"])
+    text = report.limits_text(None, rows, {"implicit-batch": "Implicit SGD"})
+    assert "lowest on 0 and highest on 0 of 2 values of K" in text
+    assert "Implicit SGD 0 of 4" in text
+    assert "bounded by the grid" not in text and "stretched" not in text
+    assert report.limits_text(None, None, {}) == "not raced in this record"

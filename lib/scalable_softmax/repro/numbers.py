@@ -351,6 +351,20 @@ class Tables:
         k = int((ch.at_grid_edge.fillna("").astype(str) == edge).sum())
         return f"{k} of {len(ch)}"
 
+    def race_limits(self, short: bool = False) -> str:
+        """The race's limits (repro.race.report.limits_text) over notebooks 12 and 14:
+        rates at an end of their grid and runs that ended their schedule before the cap,
+        for the double-sum methods and IS; ``short``: one sentence (report.limits_short)."""
+        from scalable_softmax.repro.race import report
+        n12, n14 = self.race_new("12-peers"), self.race_new("14-crossover")
+        if n12 is None and n14 is None:
+            return NOT_RUN
+        names = {"implicit-batch": "Implicit SGD (n = m = 1)", "umax": "U-max",
+                 "is": "IS"}
+        if short:
+            return report.limits_short(n12[0] if n12 else None, n14[0] if n14 else None)
+        return report.limits_text(n12[0] if n12 else None, n14[0] if n14 else None, names)
+
     def race_summary(self, stem: str) -> str:
         """Per level, how many workloads each verdict holds (repro.race.report.
         level_summary), and what the tuning chose (report.tuning_line)."""
@@ -517,7 +531,7 @@ class Tables:
                 "race_best": self.race_best,
                 "race_threads": self.race_threads, "race_pair": self.race_pair,
                 "race_rules": self.race_rules, "race_summary": self.race_summary,
-                "part": part, "race_edge": self.race_edge,
+                "part": part, "race_edge": self.race_edge, "race_limits": self.race_limits,
                 "crossover_verdict": self.crossover_verdict,
                 "crossover_first": self.crossover_first,
                 "crossover_at": self.crossover_at,

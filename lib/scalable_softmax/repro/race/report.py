@@ -145,6 +145,82 @@ def tuning_line(rows: pd.DataFrame) -> str:
             f"{edge} of {len(ch)} chosen rates at an end of their grid")
 
 
+def edge_counts(rows: pd.DataFrame, method: str) -> tuple[int, int, int]:
+    """``(lowest, highest, workloads)``: on how many workloads ``method``'s chosen rate
+    sits at the lowest and the highest end of its grid (the ``at_grid_edge`` column),
+    out of the workloads it ran on."""
+    ch = rows[rows.method == method].drop_duplicates("workload")
+    edge = ch.at_grid_edge.fillna("").astype(str)
+    return int((edge == "lowest").sum()), int((edge == "highest").sum()), len(ch)
+
+
+def schedule_counts(rows: pd.DataFrame, method: str) -> tuple[int, int]:
+    """``(ended, runs)``: how many of ``method``'s seeded runs (one per workload and
+    seed) ended their epoch schedule (status ``completed``: every epoch of the rate
+    schedule done) before the cap or the tightest target, out of its runs."""
+    r = rows[rows.method == method].drop_duplicates(["workload", "seed"])
+    r = r[r.status != "skipped"]
+    return int((r.status == "completed").sum()), len(r)
+
+
+def limits_short(rows12: pd.DataFrame | None, rows14: pd.DataFrame | None) -> str:
+    """:func:`limits_text` in one sentence for the README: Implicit SGD's (``implicit-
+    batch``) rates at an end of its grid, and the double-sum runs that ended their
+    schedule before the cap."""
+    tabs = [(t, what) for t, what in ((rows12, "data sets"), (rows14, "values of K"))
+            if t is not None]
+    if not tabs:
+        return "not raced in this record"
+    e = [edge_counts(t, "implicit-batch") for t, _ in tabs]
+    edges = " and ".join(f"{lo + hi} of {n} {what}" for (lo, hi, n), (_, what)
+                         in zip(e, tabs))
+    s = [schedule_counts(t, m) for t, _ in tabs for m in ("implicit-batch", "umax")]
+    return (f"Implicit SGD's chosen rate sits at an end of its grid on {edges}, and "
+            f"{sum(a for a, _ in s)} of {sum(b for _, b in s)} double-sum runs ended "
+            "their epoch schedule before the cap")
+
+
+def limits_text(rows12: pd.DataFrame | None, rows14: pd.DataFrame | None,
+                names: dict) -> str:
+    """The race's limits, as the pages state them, from notebook 12's and 14's rows
+    (either may be None): per method of ``names`` (method -> label), on how many
+    workloads its chosen rate sits at an end of its grid, and how many of its runs ended
+    their epoch schedule before the cap; then what that bounds. Every count is read
+    from the rows."""
+    tabs = [(t, what) for t, what in ((rows12, "data sets"), (rows14, "values of K"))
+            if t is not None]
+    if not tabs:
+        return "not raced in this record"
+    edges, ends, any_edge, any_end = [], [], False, False
+    for m, label in names.items():
+        e = [(edge_counts(t, m), what) for t, what in tabs if (t.method == m).any()]
+        if e:
+            bits = []
+            for (lo, hi, n), what in e:
+                bits.append(f"lowest on {lo} and highest on {hi} of {n} {what}")
+                any_edge |= (lo + hi) > 0
+            edges.append(f"{label} " + ", ".join(bits))
+        s = [schedule_counts(t, m) for t, _ in tabs if (t.method == m).any()]
+        if s:
+            done, runs = sum(a for a, _ in s), sum(b for _, b in s)
+            ends.append(f"{label} {done} of {runs}")
+            any_end |= done > 0
+    reasons = sorted({str(r) for t, _ in tabs
+                      for r in t[(t.status == "completed") & t.method.isin(list(names))].reason})
+    sched = f", {' or '.join(reasons)}" if reasons else ""
+    out = ("Chosen rates at an end of their grid: " + "; ".join(edges) + ". Runs that "
+           f"ended their epoch schedule (the rate times 0.9 per epoch{sched}) before the "
+           "cap: " + "; ".join(ends) + ".")
+    if any_edge:
+        out += (" A rate beyond an end of the grid may be faster, so a verdict against "
+                "such a method is bounded by the grid params/race.yaml declares.")
+    if any_end:
+        out += (" A run that ends its schedule early leaves the rest of its time unused: "
+                "the verdicts hold for the papers' schedule, not for one stretched to the "
+                "budget, which this race does not search.")
+    return out
+
+
 def check_levels(rows: pd.DataFrame) -> None:
     """AssertionError when a run reached a tighter level before a looser one (the time
     to +1% below the time to +10%, say)."""
