@@ -149,6 +149,30 @@ def test_binding_syntax(tmp_path):
         "a failed render changes nothing"
 
 
+def test_bench_reads_an_earlier_run_kept_in_history(tmp_path):
+    (tmp_path / "history").mkdir()
+    (tmp_path / "history" / "abc1234-x.json").write_text('{"us": 0.506}')
+    (tmp_path / "x.json").write_text('{"us": 1.224}')
+    tables = numbers.Tables(tmp_path / "tables", bench_folder=tmp_path)
+    assert tables.bench("history/abc1234-x") == {"us": 0.506}
+    assert tables.bench("x") == {"us": 1.224}
+    with pytest.raises(LookupError, match="no benchmark result .*history/abc1234-y.json"):
+        tables.bench("history/abc1234-y")
+
+
+def test_every_kept_earlier_benchmark_run_is_explained_and_quoted():
+    """benchmarks/results/history/ holds earlier runs only because docs/speed.md quotes
+    them: each is described in its README and read by the speed page's template."""
+    history = paths.ROOT / "benchmarks" / "results" / "history"
+    readme = (history / "README.md").read_text()
+    template = (DOCS / "templates" / "speed.md").read_text()
+    kept = sorted(history.glob("*.json"))
+    assert kept
+    for f in kept:
+        assert f"`{f.name}`" in readme, f"{f.name} is not described in {history}/README.md"
+        assert f"bench('history/{f.stem}')" in template, f"docs/speed.md does not quote {f.name}"
+
+
 def _verdicts(stem, claim, tables=paths.TABLES, **where):
     """The claims table's verdicts of one claim, read here without the renderer."""
     df = pd.read_csv(tables / f"{stem}.csv", keep_default_na=False)

@@ -41,7 +41,8 @@ The expression is Python, evaluated with these names only:
   lacks);
 * ``bench(name)`` -- ``benchmarks/results/<name>.json`` (what ``make bench`` wrote) as
   parsed JSON, for the pages that quote the benchmarks (``docs/speed.md``,
-  ``docs/own-data.md``);
+  ``docs/own-data.md``); ``bench('history/<commit>-<name>')`` reads an earlier run
+  kept in ``benchmarks/results/history/`` (its README says which run each file is);
 * ``provenance()`` -- ``tables/PROVENANCE.md``: ``{'commit': short hash, 'seconds':
   {notebook: seconds}, 'runs': {make target: end-to-end time as written}, 'blas': its
   BLAS kernel line as written}``;
