@@ -1,9 +1,10 @@
 """Every number of the README and the docs pages is rendered or declared.
 
-The pages that quote results (``README.md`` and ``docs/*.md`` with a template in
-``docs/templates/``) are written by :mod:`scalable_softmax.repro.numbers` from their
-templates; a number inside ``<!--= ... -->`` is computed from the record's tables or the
-benchmarks' results and cannot fall behind a rerun. Every other number of a template's
+Every page (``README.md`` and each ``docs/*.md``) has a template of the same name in
+``docs/templates/`` and is written from it by :mod:`scalable_softmax.repro.numbers`, so
+that no page escapes this test (a new page comes with its template); a number inside
+``<!--= ... -->`` is computed from the record's tables or the benchmarks' results and
+cannot fall behind a rerun. Every other number of a template's
 prose is typed by hand, and must be declared in ``params/page-constants.yaml`` with the
 reason it does not change with a run: a value printed in one of the two papers, a
 setting of a notebook, a property of a data set, a constant of the mathematics. A run
@@ -87,6 +88,31 @@ def undeclared(template: Path, decl: dict) -> list[tuple[int, str]]:
 
 
 TEMPLATES = numbers.default_files()
+
+
+def pages_without_template(root: Path = paths.ROOT) -> list[Path]:
+    """The pages (``README.md``, ``docs/*.md``) under ``root`` that no template of
+    ``root/docs/templates/`` writes."""
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return [p for p in pages if not (root / "docs" / "templates" / p.name).is_file()]
+
+
+def test_every_page_has_a_template():
+    missing = pages_without_template()
+    assert not missing, (
+        "pages without a template, whose numbers nothing checks: "
+        + ", ".join(str(p.relative_to(paths.ROOT)) for p in missing)
+        + ". Copy each page to docs/templates/<the same name>, edit only that (then run: "
+          "python -m scalable_softmax.repro.numbers render) and declare its hand-typed "
+          "numbers in params/page-constants.yaml.")
+
+
+def test_a_page_without_a_template_is_found(tmp_path):
+    (tmp_path / "docs" / "templates").mkdir(parents=True)
+    for name in ("README.md", "docs/a.md", "docs/b.md", "docs/templates/README.md",
+                 "docs/templates/a.md"):
+        (tmp_path / name).write_text("text\n")
+    assert pages_without_template(tmp_path) == [tmp_path / "docs" / "b.md"]
 
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=lambda t: t.name)
