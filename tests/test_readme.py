@@ -113,7 +113,9 @@ def test_make_reproduce_alone_renders_the_pages(tmp_path):
     prov = tables / "PROVENANCE.md"
     extra = ("| `make reproduce-extra`", "| 11-", "| 12-", "| 13-", "| 14-")
     text = prov.read_text()
-    assert all(e in text for e in extra)
+    # the committed record has every extension notebook's row (its reproduce-extra row
+    # only when that target ran as a whole)
+    assert all(e in text for e in extra[1:])
     prov.write_text("\n".join(line for line in text.splitlines()
                                if not line.startswith(extra)) + "\n")
     root = tmp_path / "root"
