@@ -344,13 +344,14 @@ class Tables:
     def race_edge(self, stem: str, method: str, edge: str = "lowest") -> str:
         """On how many workloads of notebook 12's or 14's race ``method``'s chosen rate
         sits at the ``edge`` (``lowest`` or ``highest``) end of its grid: ``"k of n"``
-        (the ``at_grid_edge`` column of ``<stem>-targets.csv``)."""
+        (the ``at_grid_edge`` column of ``<stem>-targets.csv``, counted by
+        repro.race.report.edge_counts)."""
+        from scalable_softmax.repro.race import report
         new = self.race_new(stem)
         if new is None:
             return NOT_RUN
-        ch = new[0][new[0].method == method].drop_duplicates("workload")
-        k = int((ch.at_grid_edge.fillna("").astype(str) == edge).sum())
-        return f"{k} of {len(ch)}"
+        lowest, highest, n = report.edge_counts(new[0], method)
+        return f"{lowest if edge == 'lowest' else highest} of {n}"
 
     def race_limits(self, short: bool = False) -> str:
         """The race's limits (repro.race.report.limits_text) over notebooks 12 and 14:
