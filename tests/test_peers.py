@@ -1,4 +1,4 @@
-"""scalable_softmax.repro.peers: checkpoints, the rate rule, time to quality, the runners (ours,
+"""scalable_softmax.repro.peers: checkpoints, the rate rule, the runners (ours,
 scikit-learn, PyTorch) against the library's evaluator, and the child process's
 memory and wall-clock limits. The sklearn and torch tests need the optional `peers`
 extra and are skipped without it."""
@@ -53,15 +53,6 @@ def test_checkpoint_times_are_geometric_and_end_at_the_cap():
             P.checkpoint_times(**bad)
 
 
-def test_split_for_tuning_is_a_seeded_disjoint_cover():
-    a, b = P.split_for_tuning(101, 0.2, seed=3)
-    assert len(b) == 20 and len(a) == 81
-    assert np.array_equal(np.sort(np.concatenate([a, b])), np.arange(101))
-    a2, b2 = P.split_for_tuning(101, 0.2, seed=3)
-    assert np.array_equal(a, a2) and np.array_equal(b, b2)
-    assert not np.array_equal(b, P.split_for_tuning(101, 0.2, seed=4)[1])
-
-
 @pytest.mark.parametrize("kw,msg", [
     (dict(method="nope"), "unknown method"),
     (dict(method="umax", lr=None), "lr"),
@@ -85,7 +76,7 @@ def test_classify_failure():
 
 
 # ---------------------------------------------------------------------------
-# the rate rule and time to quality
+# the rate rule
 # ---------------------------------------------------------------------------
 
 def test_choose_rates_takes_the_lowest_finite_score_with_ties_to_the_smaller_rate():
@@ -106,40 +97,6 @@ def test_choose_rates_takes_the_lowest_finite_score_with_ties_to_the_smaller_rat
     assert r.all_failed[("b", "umax")] and r.lr[("b", "umax")] == 0.1
     assert r.layout[("b", "torch-sgd")] == "sparse-mm"
     assert r.at_grid_edge[("b", "torch-sgd")] == ""            # a one-rate grid has no edge
-
-
-def _curves():
-    rows = []
-    for s, v in [(0.1, 5.0), (0.2, 2.2), (0.4, 2.05), (0.8, 2.0)]:
-        rows.append(dict(dataset="d", method="fast", seconds=s, test_log_loss=v))
-    for s, v in [(0.1, 4.0), (1.0, 2.09), (2.0, math.inf)]:
-        rows.append(dict(dataset="d", method="slow", seconds=s, test_log_loss=v))
-    for s, v in [(1.0, math.inf)]:
-        rows.append(dict(dataset="d", method="dead", seconds=s, test_log_loss=v))
-    for s, v in [(3.0, 1.0), (1.0, 1.5)]:                      # unsorted on purpose
-        rows.append(dict(dataset="e", method="fast", seconds=s, test_log_loss=v))
-    return pd.DataFrame(rows)
-
-
-def test_time_to_quality_on_synthetic_curves():
-    q = P.time_to_quality(_curves(), tolerances=(0.05, 0.01)).set_index(["dataset", "method"])
-    assert q.group_best[("d", "fast")] == 2.0 and q.group_best[("e", "fast")] == 1.0
-    # fast: 2.05 <= 2.1 at 0.4 s; <= 2.02 only at 0.8 s
-    assert q.seconds_to_5pct[("d", "fast")] == 0.4
-    assert q.seconds_to_1pct[("d", "fast")] == 0.8
-    # slow: 2.09 <= 2.1 at 1 s, never within 1%; its later inf does not count
-    assert q.seconds_to_5pct[("d", "slow")] == 1.0
-    assert math.isnan(q.seconds_to_1pct[("d", "slow")])
-    assert q.ratio_to_best[("d", "slow")] == pytest.approx(2.09 / 2.0)
-    assert math.isnan(q.best_test_log_loss[("d", "dead")])
-    assert math.isnan(q.seconds_to_5pct[("d", "dead")])
-    assert q.seconds_to_5pct[("e", "fast")] == 3.0             # sorted by seconds first
-    q2 = P.time_to_quality(_curves(), tolerances=(0.5,))
-    assert "seconds_to_50pct" in q2 and "seconds_to_5pct" not in q2
-    with pytest.raises(ValueError, match="test_log_loss"):
-        P.time_to_quality(_curves().drop(columns="test_log_loss"))
-    with pytest.raises(ValueError, match="tolerances"):
-        P.time_to_quality(_curves(), tolerances=(-0.1,))
 
 
 # ---------------------------------------------------------------------------
@@ -227,32 +184,6 @@ def test_minibatch_implicit_is_the_library_trainer_with_its_n_and_m(method):
     assert last["epoch"] == 2
     assert last["train_log_loss"] == pytest.approx(evaluate(X, y, tr.weights()).log_loss,
                                                    rel=1e-9)
-
-
-def test_minibatch_findings_compare_with_one_datapoint_one_class():
-    table = pd.DataFrame([
-        dict(dataset="a", method="implicit", best_test_log_loss=2.2, ratio_to_best=1.1,
-             seconds_to_5pct=np.nan, seconds_to_1pct=np.nan, train_seconds=1.0),
-        dict(dataset="a", method="implicit-batch", best_test_log_loss=2.0, ratio_to_best=1.0,
-             seconds_to_5pct=3.0, seconds_to_1pct=4.0, train_seconds=8.0),
-        dict(dataset="b", method="implicit-batch", best_test_log_loss=2.0, ratio_to_best=1.0,
-             seconds_to_5pct=3.0, seconds_to_1pct=4.0, train_seconds=8.0)])
-    runs = pd.DataFrame(dict(dataset=["a", "a", "b"],
-                             method=["implicit", "implicit-batch", "implicit-batch"],
-                             info=['{"epochs": 10}', '{"epochs": 4}', '{"epochs": 4}']))
-    frame, lines = P.minibatch_findings(table, runs, datasets=["a", "b"],
-                                        shown={"a": "A", "b": "B"}, tolerances=[0.05, 0.01])
-    assert len(frame) == 1 and len(lines) == 1          # b has no n = m = 1 run
-    r = frame.iloc[0]
-    assert (r.method, r.n, r.m, r.best, r.best_single) == ("implicit-batch", 10, 10, 2.0, 2.2)
-    assert r.s_per_epoch == 2.0 and r.s_per_epoch_single == 0.1
-    assert r.seconds_to_5pct == 3.0 and math.isnan(r.seconds_to_5pct_single)
-    assert lines[0] == (
-        "**A**, Implicit SGD (n, m chosen) against n = m = 1: best test log-loss 2 against 2.2 "
-        "(ratios to the best of any method 1 and 1.1); seconds to within 5% of the best: 3 s "
-        "against never; seconds to within 1% of the best: 4 s against never; 4 against 10 "
-        "epochs at 2 against 0.1 training "
-        "seconds per epoch (20x).")
 
 
 def test_our_method_stops_at_the_time_cap():
@@ -635,44 +566,8 @@ def test_isolated_run_is_killed_at_the_wall_clock_limit(tmp_path):
     assert out["wall_seconds"] < 30
 
 
-def test_a_tuning_job_scores_only_the_end_on_held_out_rows(tmp_path):
-    X, y, K = _problem(N=400, K=8)
-    path = tmp_path / "p.npz"
-    P.save_problem(path, X, y, X[:50], y[:50], K)
-    res = P.run_job(P.Job(str(path), "umax", 0.1, 30.0, split="tune", max_epochs=2,
-                          eval_rows=None))
-    assert res["status"] == "completed"
-    assert len(res["points"]) == 1 and set(res["points"][0]) >= {"val_log_loss", "seconds"}
-    _, held_out = P.split_for_tuning(400, 0.2, 0)
-    sets = P._problem(P.Job(str(path), "umax", 0.1, 30.0, split="tune", eval_rows=None))[3]
-    assert list(sets) == ["val"] and sets["val"][0].shape[0] == len(held_out)
-    np.testing.assert_array_equal(sets["val"][1], y[held_out])
-
-
-def test_the_study_functions_end_to_end(tmp_path):
-    X, y, K = _problem(N=400, K=8)
-    path = str(tmp_path / "p.npz")
-    P.save_problem(path, X, y, X[:100], y[:100], K)
-    methods = ["umax", "exact"]
-    tuning = P.tune_rates([path], methods, {"umax": [0.01, 0.1]}, {path: 0.5}, max_epochs=3,
-                          eval_rows=None, progress=False)
-    assert list(tuning.lr) == [0.01, 0.1] and tuning.method.eq("umax").all()
-    assert np.isfinite(tuning.val_log_loss).all()
-    rates = P.choose_rates(tuning)
-    curves, runs = P.run_final([path], methods, rates, {path: 2.0}, max_epochs=3,
-                               eval_rows=None, isolate="family", progress=False)
-    assert list(runs.method) == methods and runs.status.isin(["completed", "time cap"]).all()
-    scope = ("method, peak reset in a child of umax+exact" if timing.reset_peak_rss() else
-             "child of umax+exact")
-    assert runs.lr.iloc[0] == rates.lr.iloc[0] and (runs.rss_scope == scope).all()
-    assert (runs.peak_rss_gb > 0).all()
-    q = P.time_to_quality(curves)
-    assert len(q) == 2 and q.group_best.nunique() == 1
-    assert (curves.groupby("method").seconds.min() == 0).all()     # the start points
-
-
 # ---------------------------------------------------------------------------
-# notebook 12's plan, table, findings, checks and figures
+# notebook 12's plan
 # ---------------------------------------------------------------------------
 
 def test_plan_methods_skips_a_missing_library_and_refuses_bad_requests(monkeypatch):
@@ -686,128 +581,6 @@ def test_plan_methods_skips_a_missing_library_and_refuses_bad_requests(monkeypat
         P.plan_methods(["nope"], ["a"], {"a": 1})
     with pytest.raises(ValueError, match=r"caps has no entry for \['b'\]"):
         P.plan_methods(["umax"], ["a", "b"], {"a": 1})
-
-
-def test_chosen_rates_and_add_skipped():
-    empty = P.chosen_rates(pd.DataFrame())
-    assert len(empty) == 0 and {"dataset", "method", "lr", "grid", "at_grid_edge"} <= set(empty)
-    runs = pd.DataFrame([dict(dataset="a", method="umax", status="completed", reason="")])
-    P.add_skipped(runs, {"torch-sgd": "no torch"}, ["a", "b"])
-    assert list(runs.method) == ["umax", "torch-sgd", "torch-sgd"]
-    assert list(runs.dataset[1:]) == ["a", "b"] and (runs.status[1:] == "skipped").all()
-
-
-def _study():
-    """A finished two-method study on one data set, plus a skipped method."""
-    curves = pd.DataFrame(dict(
-        dataset="a", method=["umax"] * 3 + ["sklearn-lbfgs"] * 3,
-        seconds=[0.1, 0.2, 0.4, 0.15, 0.3, 0.6],
-        test_log_loss=[3.0, 2.2, 2.1, 4.0, 2.5, 2.0],
-        train_log_loss=[2.9, 2.0, 1.8, 3.9, 2.4, 1.7]))
-    runs = pd.DataFrame([
-        dict(dataset="a", method="umax", lr=0.1, status="completed", reason="", layout="",
-             peak_rss_gb=0.4, rss_scope="method", train_seconds=0.4, points=3),
-        dict(dataset="a", method="sklearn-lbfgs", lr=None, status="time cap", reason="",
-             layout="", peak_rss_gb=0.5, rss_scope="method", train_seconds=0.6, points=3)])
-    P.add_skipped(runs, {"torch-sgd": "no torch"}, ["a"])
-    rates = pd.DataFrame([dict(dataset="a", method="umax", lr=0.1, val_log_loss=2.0,
-                               grid="0.01 0.1 1", at_grid_edge="", layout="",
-                               all_failed=False)])
-    return curves, runs, rates
-
-
-def test_peer_table_findings_and_checks():
-    curves, runs, rates = _study()
-    methods = ["torch-sgd", "umax", "sklearn-lbfgs"]
-    table, ttq = P.peer_table(runs, rates, curves, datasets=["a"], methods=methods,
-                              shown={"a": "A"}, tolerances=[0.05, 0.01])
-    assert list(table.method) == methods                           # the requested order
-    t = table.set_index("method")
-    assert t.loc["umax", "lr"] == "0.1" and t.loc["sklearn-lbfgs", "lr"] == "no rate"
-    assert t.loc["torch-sgd", "lr"] == "-" and t.loc["torch-sgd", "grid"] == ""
-    assert t.loc["umax", "within_5pct"] == "0.4"                   # 2.1 <= 1.05 * 2.0
-    assert t.loc["umax", "within_1pct"] == "not reached (completed)"
-    assert t.loc["sklearn-lbfgs", "within_1pct"] == "0.6"
-    assert t.loc["torch-sgd", "within_5pct"] == "not reached (skipped)"
-    assert t.loc["umax", "best_train_log_loss"] == 1.8 and math.isnan(
-        t.loc["torch-sgd", "best_train_log_loss"])
-    cols = P.table_columns([0.05, 0.01])
-    assert set(cols) <= set(table) and "rss_scope" not in cols
-    assert "rss_scope" in P.table_columns([0.05], isolate="family")
-    P.check_results(table, curves, ttq, n_rows=3, tolerances=[0.05, 0.01])
-    with pytest.raises(AssertionError):
-        P.check_results(table, curves, ttq, n_rows=4, tolerances=[0.05, 0.01])
-    text = P.findings(table, ttq, datasets=["a"], methods=["umax", "sklearn-lbfgs"],
-                      shown={"a": "A"}, tolerances=[0.05, 0.01])
-    assert text[0].startswith("**A**: best test log-loss 2 (sklearn lbfgs).")
-    assert "Within 5%: first U-max at 0.4 s; our fastest U-max 0.4 s, the fastest peer " \
-           "sklearn lbfgs 0.6 s (ratio peer/ours 1.5)." in text[0]
-    assert "Within 1%: first sklearn lbfgs at 0.6 s; none of ours got there." in text[0]
-    assert "torch SGD (full softmax): skipped: no torch." in text[0]
-    assert P.worst_of_ours(table, methods) == {"a": "umax"}
-    pre = P.table_preamble(datasets=["a"], caps={"a": 2}, threads=2, memory_cap_gb=8,
-                           isolate="method", machine=dict(cpu_model="cpu", load_average=[1]),
-                           versions={})
-    assert "(a: 2 s)" in pre and "capped at 8 GiB" in pre
-
-
-def test_log_axis_ticks_label_a_short_log_axis():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    for lo, hi in [(2.4, 5.3), (3.7, 5.8), (2.5, 20.0), (1.02, 1.3)]:
-        fig, ax = plt.subplots()
-        ax.plot([1, 2], [lo, hi])
-        ax.set_yscale("log")
-        ax.set_ylim(lo, hi)
-        P.log_axis_ticks(ax, "y")
-        ticks = [v for v in ax.get_yticks() if lo <= v <= hi]
-        assert len(ticks) >= 3, (lo, hi, ticks)
-        assert all(ax.yaxis.get_major_formatter()(v) == f"{v:g}" for v in ticks)
-        plt.close(fig)
-    fig, ax = plt.subplots()                         # several decades: style.log_ticks
-    ax.plot([0.01, 10], [1, 2])
-    ax.set_xscale("log")
-    P.log_axis_ticks(ax, "x")
-    assert ax.xaxis.get_major_formatter()(0.1) == "0.1"
-    plt.close(fig)
-
-
-def test_curve_figure_marks_and_names_a_point_far_past_the_cap():
-    import matplotlib
-    matplotlib.use("Agg")
-    curves = pd.DataFrame(dict(dataset="a", method="sklearn-lbfgs", seconds=[0.0, 1.8],
-                               max_iter=[0, 1], test_log_loss=[3.0, 2.0]))
-    ttq = P.time_to_quality(curves, [0.05])
-    fig = P.curve_figure(curves, ttq, "test_log_loss", "t", datasets=["a"],
-                         methods=["sklearn-lbfgs"], shown={"a": "A"},
-                         shapes=pd.DataFrame(dict(K=[4], N=[10]), index=["a"]),
-                         caps={"a": 1}, tolerances=[0.05])
-    ax = fig.axes[0]
-    assert "sklearn lbfgs (hollow): one fit (max_iter=1) took 1.8 s" in ax.get_title()
-    hollow = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "white"]
-    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [1.8]
-
-
-def test_curve_figure_draws_one_panel_per_data_set():
-    import matplotlib
-    matplotlib.use("Agg")
-    curves, runs, rates = _study()
-    table, ttq = P.peer_table(runs, rates, curves, datasets=["a"],
-                              methods=["umax", "sklearn-lbfgs", "torch-sgd"],
-                              shown={"a": "A"}, tolerances=[0.05])
-    shapes = pd.DataFrame(dict(K=[4], N=[10]), index=["a"])
-    fig = P.curve_figure(curves, ttq, "test_log_loss", "t", datasets=["a"],
-                         methods=["umax", "sklearn-lbfgs", "torch-sgd"], shown={"a": "A"},
-                         shapes=shapes, caps={"a": 1}, tolerances=[0.05])
-    ax = fig.axes[0]
-    assert [line.get_label() for line in ax.get_lines()] == [
-        "U-max", "sklearn lbfgs", "the time cap (runs stop at\nthe first epoch/fit past it)"]
-    assert ax.get_lines()[1].get_linestyle() == "--"
-    assert list(ax.get_lines()[2].get_xdata()) == [1, 1]      # the cap, a vertical line
-    assert "\n" in ax.get_title() and "hollow" not in ax.get_title()
-    assert len([v for v in ax.get_yticks() if 2.0 <= v <= 4.0]) >= 3
 
 
 def test_minibatch_implicit_takes_n_and_m_from_the_job_options_when_given():
@@ -838,7 +611,8 @@ def test_candidates_are_every_rate_times_every_structural_option():
     assert got == [(0.01, {"n_sampled": 1}), (0.1, {"n_sampled": 1}),
                    (0.01, {"n_sampled": 5}), (0.1, {"n_sampled": 5})]
     assert P.candidates("umax", grids) == [(0.01, {}), (0.1, {})]
-    assert P.candidate_counts(["umax", "exact"], grids, structures) == {"umax": 4}
+    from scalable_softmax.repro.race.run import check_search_spaces
+    assert check_search_spaces(["umax", "exact"], grids, structures) == 4
     assert P.config_label({"batch_size": 5, "n_sampled": 20}) == "n=5 m=20"
     assert P.config_label({"negatives": 100}) == "negatives=100"
     assert P.config_label({}) == ""
@@ -957,29 +731,6 @@ def test_the_recorder_counts_the_process_cpu_seconds_while_training():
     assert 0 < rec.cpu_seconds
     rec.add_busy(1.0, 2.0)
     assert rec.busy_seconds == pytest.approx(rec.seconds + 1.0)
-
-
-def test_the_rule_over_structures_end_to_end(tmp_path):
-    X, y, K = _problem(N=400, K=8)
-    path = str(tmp_path / "p.npz")
-    P.save_problem(path, X, y, X[:100], y[:100], K)
-    structures = {"umax": [{"n_sampled": 1}, {"n_sampled": 3}]}
-    tuning = P.tune_rates([path], ["umax"], {"umax": [0.01, 0.1]}, {path: 0.5},
-                          max_epochs=2, eval_rows=None, structures=structures,
-                          progress=False)
-    assert list(tuning.config) == ["n_sampled=1"] * 2 + ["n_sampled=3"] * 2
-    rates = P.choose_rates(tuning)
-    best = tuning.loc[tuning.val_log_loss.idxmin()]
-    assert (rates.lr.iloc[0], rates.config.iloc[0]) == (best.lr, best.config)
-    curves, runs = P.run_final([path], ["umax"], rates, {path: 2.0}, max_epochs=2,
-                               eval_rows=None, progress=False)
-    info = json.loads(runs["info"].iloc[0])
-    assert info["n_sampled"] == json.loads(rates.options.iloc[0])["n_sampled"]
-    assert runs.threads.iloc[0] == info["threads_used"]
-    assert runs.used_threads.iloc[0] in ("yes", "no") and runs.cpu_per_second.iloc[0] > 0
-    table, _ = P.peer_table(runs, rates, curves, datasets=[path], methods=["umax"],
-                            shown={path: "p"}, tolerances=[0.05])
-    assert table.config.iloc[0] == rates.config.iloc[0] and table.candidates.iloc[0] == 4
 
 
 @pytest.mark.parametrize("method, options", [

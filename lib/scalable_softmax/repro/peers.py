@@ -54,17 +54,9 @@ killed, its points so far kept). The peak memory is the child's maximum resident
 size from ``os.wait4`` (``ru_maxrss``): the interpreter, the libraries, the data, the
 method's state and the evaluations' working memory together.
 
-The rule (:func:`tune_rates`, :func:`choose_rates`): every method with a rate chooses
-among its candidates (:func:`candidates`: each rate of its grid times each of its
-structural options, the same number for every method in notebook 12) by the lowest exact
-log-loss on held-out rows of the training split after a short budget; the test split is
-never looked at. Whether a run used its threads is measured, not assumed: the process's
-CPU seconds (all threads) per training second (``cpu_per_second`` of
-:func:`run_final`'s runs; ``used_threads`` from :data:`USED_THREADS_RATIO`).
-
-Time to quality: :func:`time_to_quality` takes the curves and gives, per data set and
-method, the first checkpoint's training seconds at which the test log-loss is within a
-relative tolerance of the best test log-loss any method reached on that data set.
+Candidates (:func:`candidates`): each rate of a method's grid times each of its
+structural options; :func:`choose_rates` picks the one of the lowest validation
+log-loss (the reference runs of :mod:`scalable_softmax.repro.race.targets`).
 """
 from __future__ import annotations
 
@@ -85,15 +77,9 @@ from scalable_softmax.protocols import LR_DECAY
 from scalable_softmax.validation import check_options
 
 __all__ = ["METHODS", "LABELS", "RATE_METHODS", "Job", "checkpoint_times", "run_job",
-           "setup_ours",
-           "run_jobs", "run_isolated", "time_to_quality", "available", "split_for_tuning",
-           "torch_layouts", "classify_failure", "tune_rates", "choose_rates", "run_final",
-           "save_problem", "STATUSES", "PEER_STYLES", "plan_methods", "dataset_shapes",
-           "chosen_rates", "add_skipped", "BATCH_IMPLICIT", "minibatch_findings", "peer_table",
-           "table_columns", "table_preamble",
-           "log_axis_ticks", "curve_figure", "findings", "check_results", "worst_of_ours",
-           "config_label", "candidates", "candidate_counts", "USED_THREADS_RATIO",
-           "piece_seed", "Pieces"]
+           "setup_ours", "run_jobs", "run_isolated", "available", "torch_layouts",
+           "classify_failure", "choose_rates", "save_problem", "PEER_STYLES", "plan_methods",
+           "BATCH_IMPLICIT", "config_label", "candidates", "piece_seed", "Pieces"]
 
 #: method -> family ("ours", "sklearn", "torch")
 METHODS = {
@@ -128,10 +114,6 @@ _LEGACY_THREAD_OPTIONS = {"umax": {"hogwild": True}, "softmax-sgd": {"parallel":
 FIRST_PIECES = 256
 PIECE_FRACTION = 1 / 64
 MIN_PIECE_SECONDS = 0.01
-#: a run "used its threads" when its process spent at least this many CPU seconds per
-#: training second (the second of 2 threads busy at least 30% of the time)
-USED_THREADS_RATIO = 1.3
-
 #: minibatch Implicit SGD of notebook 12: method -> (batch_size n, n_sampled m); the
 #: library trainer is ``implicit-batch``, with the paper-text settings of ``implicit``
 BATCH_IMPLICIT = {"implicit-batch": (10, 10), "implicit-batch-5": (5, 5)}
@@ -171,8 +153,7 @@ class Job:
         of an epoch (ours, :class:`Pieces`), minibatch, L-BFGS iteration or fit that
         crosses it).
     split : ``"final"`` (train on the training split, evaluate on ``train`` and
-        ``test`` rows), ``"tune"`` (train on ``1 - holdout`` of the training split,
-        evaluate on the held-out rows as ``val``) or ``"race"`` (train on the rows
+        ``test`` rows) or ``"race"`` (train on the rows
         :func:`scalable_softmax.repro.race.split.validation_split` leaves for training,
         ``holdout`` its fraction and ``split_seed`` its seed, evaluate on its validation
         rows as ``val``; the test rows are not loaded into the sets).
@@ -218,8 +199,8 @@ class Job:
         if self.method not in METHODS:
             raise ValueError(f"Job.method: unknown method {self.method!r}; choose one of "
                              f"{', '.join(METHODS)}")
-        if self.split not in ("final", "tune", "race"):
-            raise ValueError(f"Job.split must be 'final', 'tune' or 'race'; got "
+        if self.split not in ("final", "race"):
+            raise ValueError(f"Job.split must be 'final' or 'race'; got "
                              f"{self.split!r}")
         if self.method in RATE_METHODS:
             if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr)
@@ -386,14 +367,6 @@ def _load(data):
     return tr.X, tr.y, te.X, te.y, int(tr.K)
 
 
-def split_for_tuning(N: int, holdout: float, seed: int):
-    """Seeded disjoint ``(fit_rows, held_out_rows)`` of ``range(N)`` (both sorted)."""
-    rng = np.random.default_rng([seed, 12])
-    perm = rng.permutation(N)
-    n_out = max(1, int(round(holdout * N)))
-    return np.sort(perm[n_out:]), np.sort(perm[:n_out])
-
-
 def _subsample(X, y, rows, seed):
     if rows is None or rows >= X.shape[0]:
         return X, y
@@ -419,11 +392,7 @@ def _make_problem(job: Job):
 
     X, y, Xt, yt, K = _load(job.data)
     X = as_csr(X, "X")
-    if job.split == "tune":
-        fit_rows, out_rows = split_for_tuning(X.shape[0], job.holdout, job.seed)
-        sets = {"val": _subsample(X[out_rows], y[out_rows], job.eval_rows, job.seed)}
-        X, y = X[fit_rows], y[fit_rows]
-    elif job.split == "race":
+    if job.split == "race":
         from scalable_softmax.repro.race.split import validation_split
 
         fit_rows, val_rows = validation_split(X.shape[0], job.holdout, job.split_seed)
@@ -1073,7 +1042,7 @@ def run_job(job: Job, on_point=None, problem=None) -> dict:
             watch = TargetWatch(job.targets, job.cap_seconds)
             sealed = _sealed_test(job) if job.report_test else None
         rec = _Recorder(sets, job.checkpoints, job.cap_seconds, on_point, watch, sealed)
-        rec.start_point = job.split == "final"     # tuning scores only the end
+        rec.start_point = job.split == "final"     # a race run scores from its first checkpoint
         family = METHODS[job.method]
         runner = _run_exact if job.method == "exact" else _RUNNERS[family]
         status, reason, info = runner(job, X, y, K, rec)
@@ -1249,19 +1218,6 @@ def _child(jobs_path, out_path):
     return 0
 
 
-# ---------------------------------------------------------------------------
-# the study: rates by one rule, then the timed runs
-# ---------------------------------------------------------------------------
-
-def _say(progress, msg):
-    if progress:
-        print(msg, flush=True)
-
-
-def _per(v, d):
-    """``v[d]`` for a dict, else ``v``."""
-    return v.get(d) if isinstance(v, dict) else v
-
 
 def config_label(options) -> str:
     """A candidate configuration's structural options as text (``""`` for none):
@@ -1280,65 +1236,6 @@ def candidates(method, grids, structures=None):
     order."""
     structs = (structures or {}).get(method) or [{}]
     return [(float(lr), dict(s)) for s in structs for lr in grids[method]]
-
-
-def candidate_counts(methods, grids, structures=None) -> dict:
-    """``{method: number of candidate configurations}`` for the methods with a rate."""
-    return {m: len(candidates(m, grids, structures)) for m in methods if m in RATE_METHODS}
-
-
-def tune_rates(datasets, methods, grids, tune_seconds, *, max_epochs=50, eval_rows=5000,
-               holdout=0.2, seed=0, memory_cap_gb=8.0, threads=2, options=None,
-               structures=None, wall_factor=3.0, wall_extra=90.0,
-               progress=True) -> pd.DataFrame:
-    """Every candidate configuration (:func:`candidates`: a rate of ``grids[method]``
-    times a structural option of ``structures[method]``, if any) of every method of
-    ``methods`` with a rate (:data:`RATE_METHODS`) on every data set: trained on ``1 -
-    holdout`` of the training split for ``tune_seconds[dataset]`` training seconds (or
-    ``max_epochs``, whichever ends first), scored by the exact log-loss on the
-    held-out rows at the end. One child process per data set and family
-    (:func:`run_isolated`). A structural option is merged over ``options[method]``.
-
-    Returns one row per run: ``dataset``, ``method``, ``lr``, ``config``
-    (:func:`config_label`), ``options`` (the structural options as JSON),
-    ``val_log_loss`` (inf if the run diverged or failed), ``status``, ``reason``,
-    ``train_seconds``, ``epochs`` (the last evaluated epoch) and ``layout`` (torch
-    full softmax).
-    """
-    rows = []
-    options = options or {}
-    for d in datasets:
-        for family in ("ours", "torch"):
-            ms = [m for m in methods if m in RATE_METHODS and METHODS[m] == family]
-            if not ms:
-                continue
-            jobs, structs = [], []
-            for m in ms:
-                for lr, st in candidates(m, grids, structures):
-                    jobs.append(Job(d, m, lr, float(tune_seconds[d]), split="tune",
-                                    max_epochs=max_epochs, eval_rows=_per(eval_rows, d),
-                                    holdout=holdout, seed=seed, threads=threads,
-                                    options=dict(options.get(m, {}), **st)))
-                    structs.append(st)
-            t0 = time.perf_counter()
-            out = run_isolated(jobs, memory_cap_gb=memory_cap_gb, threads=threads,
-                               wall_seconds=wall_extra + wall_factor * sum(
-                                   j.cap_seconds for j in jobs))
-            for r, st in zip(out["results"], structs):
-                j, pts = r["job"], r["points"]
-                last = pts[-1] if pts else {}
-                val = last.get("val_log_loss", math.inf) if r["status"] in (
-                    "completed", "time cap") else math.inf
-                rows.append(dict(dataset=d, method=j["method"], lr=j["lr"],
-                                 config=config_label(st),
-                                 options=json.dumps(st, sort_keys=True),
-                                 val_log_loss=float(val), status=r["status"],
-                                 reason=r["reason"], train_seconds=last.get("seconds"),
-                                 epochs=last.get("epoch"),
-                                 layout=r.get("info", {}).get("layout", "")))
-            _say(progress, f"tuning {d} / {family}: {len(jobs)} runs, "
-                           f"{time.perf_counter() - t0:.1f} s")
-    return pd.DataFrame(rows)
 
 
 def choose_rates(tuning: pd.DataFrame) -> pd.DataFrame:
@@ -1379,160 +1276,8 @@ def choose_rates(tuning: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def run_final(datasets, methods, rates, caps, *, max_epochs=50, eval_rows=5000, seed=0,
-              memory_cap_gb=8.0, threads=2, options=None, per_doubling=2,
-              first_checkpoint=1 / 256, isolate="method", wall_factor=3.0, wall_extra=90.0,
-              progress=True):
-    """Train every method on every data set's training split with its chosen rate
-    (``rates``: :func:`choose_rates` output, whose ``layout`` column fixes the torch
-    layout) for at most ``caps[dataset]`` training seconds, with the exact log-loss on
-    ``eval_rows`` (an int, None for all, or a dict per data set) train and test rows at
-    :func:`checkpoint_times` (``per_doubling`` per doubling, from ``first_checkpoint *
-    cap``).
-
-    ``isolate="method"``: one child process per data set and method, so that the peak
-    memory is the method's own; ``"family"``: one child per data set and family (ours,
-    sklearn, torch: fewer process start-ups), in which the peak is still each method's
-    own where the child can reset it before each job (Linux; ``rss_scope`` says "method,
-    peak reset in a child of ..."), else the child's (:func:`run_jobs`).
-
-    Returns ``(curves, runs)``: ``curves`` one row per evaluated point (``dataset``,
-    ``method``, ``seconds``, ``train_log_loss``, ``test_log_loss``, errors, epoch or
-    iteration); ``runs`` one row per run (``status``, ``reason``, ``lr``, ``layout``,
-    ``peak_rss_gb``, ``rss_scope``, ``train_seconds``, ``eval_seconds``,
-    ``wall_seconds``, ``points``).
-    """
-    if isolate not in ("method", "family"):
-        raise ValueError(f"isolate must be 'method' or 'family'; got {isolate!r}")
-    options = options or {}
-    rate = {(r.dataset, r.method): r for r in rates.itertuples()} if len(rates) else {}
-    curves, runs = [], []
-    for d in datasets:
-        cap = float(caps[d])
-        jobs = []
-        for m in methods:
-            opts = dict(options.get(m, {}))
-            lr = None
-            if m in RATE_METHODS:
-                r = rate[(d, m)]
-                lr = float(r.lr)
-                chosen = getattr(r, "options", "{}")
-                opts.update(json.loads(chosen) if isinstance(chosen, str) and chosen
-                            else {})
-                if m in ("torch-sgd", "torch-adam") and getattr(r, "layout", "") \
-                        and "layout" not in opts:
-                    opts["layout"] = r.layout
-            jobs.append(Job(d, m, lr, cap, split="final", max_epochs=max_epochs,
-                            eval_rows=_per(eval_rows, d), seed=seed, threads=threads,
-                            checkpoints=checkpoint_times(cap, per_doubling,
-                                                         first_checkpoint * cap),
-                            options=opts))
-        if isolate == "method":
-            groups = [[j] for j in jobs]
-        else:
-            fams = dict.fromkeys(METHODS[j.method] for j in jobs)
-            groups = [[j for j in jobs if METHODS[j.method] == f] for f in fams]
-        for group in groups:
-            out = run_isolated(group, memory_cap_gb=memory_cap_gb, threads=threads,
-                               wall_seconds=wall_extra + wall_factor * cap * len(group))
-            shared = "+".join(j.method for j in group)
-            for res in out["results"]:
-                m = res["job"]["method"]
-                pts = res["points"]
-                for p in pts:
-                    curves.append(dict(dataset=d, method=m, **p))
-                info = res.get("info", {})
-                reason = res["reason"]
-                if res["status"] == "memory":
-                    reason += f" [address-space cap {memory_cap_gb:g} GiB]"
-                busy, cpu = res.get("busy_seconds", 0.0), res.get("cpu_seconds", 0.0)
-                peak, scope = _peak_and_scope(res, out, group, shared)
-                ratio = cpu / busy if busy and busy > 0 else math.nan
-                runs.append(dict(dataset=d, method=m, lr=res["job"]["lr"],
-                                 status=res["status"], reason=reason,
-                                 threads=int(info.get("threads_used", res["job"]["threads"])),
-                                 cpu_per_second=ratio,
-                                 used_threads=("" if not np.isfinite(ratio) else
-                                               "yes" if ratio >= USED_THREADS_RATIO
-                                               else "no"),
-                                 layout=info.get("layout", ""),
-                                 peak_rss_gb=peak / 2 ** 30, rss_scope=scope,
-                                 train_seconds=res.get("train_seconds", math.nan),
-                                 eval_seconds=res.get("eval_seconds", math.nan),
-                                 wall_seconds=out["wall_seconds"] / len(group),
-                                 points=len(pts), cap_seconds=cap,
-                                 info=json.dumps(info, default=_json_default)))
-                _say(progress, f"{d} / {m}: {res['status']} ({reason[:100]}), {len(pts)} "
-                               f"points, peak RSS {peak / 2 ** 30:.2f} GiB")
-    return pd.DataFrame(curves), pd.DataFrame(runs)
 
 
-def _peak_and_scope(res, out, group, shared):
-    """``(peak bytes, rss_scope)`` of one result of a child running ``group``: the
-    child's peak for a child of one job; in a shared child the job's own peak where the
-    child reset it before the job (``peak_rss_reset``), else the child's peak."""
-    if len(group) == 1:
-        return out["max_rss_bytes"], "method"
-    if res.get("peak_rss_reset") and res.get("peak_rss_bytes"):
-        return res["peak_rss_bytes"], f"method, peak reset in a child of {shared}"
-    return out["max_rss_bytes"], f"child of {shared}"
-
-
-# ---------------------------------------------------------------------------
-# time to quality
-# ---------------------------------------------------------------------------
-
-def time_to_quality(curves: pd.DataFrame, tolerances=(0.05, 0.01), metric="test_log_loss",
-                    group="dataset", method="method", seconds="seconds") -> pd.DataFrame:
-    """Per ``group`` and ``method``: the best ``metric`` of the method, the best of any
-    method in the group, and for each tolerance ``tol`` the first ``seconds`` at which
-    the method's ``metric`` is ``<= (1 + tol) * best`` (NaN if never).
-
-    Columns: ``group``, ``method``, ``best_<metric>`` (the method's minimum),
-    ``group_best`` (the group's), ``ratio_to_best`` and ``seconds_to_<pct>pct`` for
-    each tolerance (e.g. ``seconds_to_5pct``). Non-finite values (diverged points) never
-    count. A method without a finite value gets NaN everywhere.
-    """
-    for col in (group, method, seconds, metric):
-        if col not in curves:
-            raise ValueError(f"curves lacks the column {col!r}")
-    tols = [float(t) for t in tolerances]
-    if any(not (t >= 0) for t in tols):
-        raise ValueError(f"tolerances must be >= 0; got {tolerances!r}")
-    rows = []
-    for g, part in curves.groupby(group, sort=False):
-        vals = part[metric].to_numpy(dtype=float)
-        fin = np.isfinite(vals)
-        gbest = float(vals[fin].min()) if fin.any() else math.nan
-        for m, sub in part.groupby(method, sort=False):
-            sub = sub.sort_values(seconds, kind="stable")
-            v = sub[metric].to_numpy(dtype=float)
-            s = sub[seconds].to_numpy(dtype=float)
-            ok = np.isfinite(v)
-            row = {group: g, method: m,
-                   f"best_{metric}": float(v[ok].min()) if ok.any() else math.nan,
-                   "group_best": gbest}
-            row["ratio_to_best"] = row[f"best_{metric}"] / gbest if gbest > 0 else math.nan
-            for t in tols:
-                hit = ok & (v <= (1 + t) * gbest)
-                row[f"seconds_to_{_pct(t)}pct"] = float(s[hit][0]) if hit.any() else math.nan
-            rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _pct(t):
-    p = t * 100
-    return f"{p:g}"
-
-
-
-# ---------------------------------------------------------------------------
-# notebook 12: the plan, the table, the figures and the findings
-# ---------------------------------------------------------------------------
-
-#: a run's possible statuses (``completed`` and ``time cap`` are the successful ones)
-STATUSES = ("completed", "time cap", "target", "diverged", "memory", "error", "killed",
-            "crashed", "skipped")
 #: the peers' line styles in the figures (colour index into the collection's series
 #: colours, line style, marker); ours use the collection's method styles. The torch
 #: methods take the series' green and cyan: its wine and purple were hard to tell from
@@ -1589,379 +1334,6 @@ def plan_methods(methods, datasets, caps):
             skipped.update({m: what for m in methods if METHODS[m] == family})
     return [m for m in methods if m not in skipped], skipped, versions
 
-
-def dataset_shapes(datasets, *, eval_rows, caps, tune_fraction):
-    """One row per data set (index: its name): ``dataset``, ``synthetic``, ``N``,
-    ``N_test``, ``D``, ``K``, ``nnz_per_row``, ``eval_rows``, ``cap_seconds`` and
-    ``tune_seconds``; and ``{name: shown name}`` (surrogates without the suffix, marked
-    SYNTHETIC)."""
-    from scalable_softmax.data import load_dataset
-
-    shapes = []
-    for d in datasets:
-        tr, te = load_dataset(d, "train"), load_dataset(d, "test")
-        shapes.append(dict(dataset=d, synthetic=bool(tr.synthetic), N=tr.N, N_test=te.N,
-                           D=tr.X.shape[1], K=tr.K, nnz_per_row=round(tr.X.nnz / tr.N, 1),
-                           eval_rows=eval_rows.get(d) if isinstance(eval_rows, dict)
-                           else eval_rows,
-                           cap_seconds=caps[d], tune_seconds=tune_fraction * caps[d]))
-    shapes = pd.DataFrame(shapes).set_index("dataset", drop=False)
-    shown = {d: f"{d.removesuffix('-surrogate')} (SYNTHETIC)" if shapes.synthetic[d] else d
-             for d in datasets}
-    return shapes, shown
-
-
-def chosen_rates(tuning: pd.DataFrame) -> pd.DataFrame:
-    """:func:`choose_rates` of ``tuning``, or an empty frame with its columns when no
-    method had a rate to tune."""
-    if len(tuning):
-        return choose_rates(tuning)
-    return pd.DataFrame(columns=["dataset", "method", "lr", "val_log_loss", "grid",
-                                 "at_grid_edge", "layout", "all_failed", "config",
-                                 "options", "candidates", "configs"])
-
-
-def add_skipped(runs: pd.DataFrame, skipped: dict, datasets) -> pd.DataFrame:
-    """``runs`` (of :func:`run_final`) with a ``skipped`` row, with its reason, per data
-    set for every method in ``skipped`` (appended in place, also returned)."""
-    for m, why in skipped.items():
-        for d in datasets:
-            runs.loc[len(runs)] = dict(dataset=d, method=m, status="skipped", reason=why)
-    return runs
-
-
-def peer_table(runs, rates, curves, *, datasets, methods, shown, tolerances):
-    """The table of notebook 12, one row per data set and method in the requested
-    order: the run (status, reason, rate, layout, peak memory, training seconds,
-    points), the rate grid, :func:`time_to_quality`'s columns, the best train
-    log-loss, and ``within_<pct>pct`` (seconds as text, or "not reached (status)").
-
-    Returns ``(table, ttq)``, ``ttq`` being :func:`time_to_quality` of ``curves`` (empty
-    without curves).
-    """
-    ttq = time_to_quality(curves, tolerances=tolerances) if len(curves) else pd.DataFrame()
-    best_train = curves.groupby(["dataset", "method"]).train_log_loss.min() if len(curves) \
-        else pd.Series(dtype=float)
-    table = runs.reindex(columns=["dataset", "method", "status", "reason", "lr", "threads",
-                                  "used_threads", "cpu_per_second", "layout",
-                                  "peak_rss_gb", "rss_scope", "train_seconds",
-                                  "points"]).copy()
-    table.insert(1, "data", [shown[d] for d in table.dataset])
-    table.insert(3, "label", [LABELS[m] for m in table.method])
-    table = table.merge(rates.reindex(columns=["dataset", "method", "config", "grid",
-                                               "at_grid_edge", "candidates"]),
-                        how="left", on=["dataset", "method"])
-    if len(ttq):
-        table = table.merge(ttq, how="left", on=["dataset", "method"])
-    table["best_train_log_loss"] = [best_train.get((d, m), math.nan)
-                                    for d, m in zip(table.dataset, table.method)]
-    for p in (_pct(t) for t in tolerances):
-        col = f"seconds_to_{p}pct"
-        if col not in table:
-            table[col] = math.nan
-        table[f"within_{p}pct"] = [
-            f"{s:.3g}" if np.isfinite(s) else f"not reached ({st})"
-            for s, st in zip(table[col], table.status)]
-    table["lr"] = [f"{v:g}" if isinstance(v, (int, float)) and np.isfinite(v) else
-                   "-" if m in RATE_METHODS else "no rate"
-                   for v, m in zip(table.lr, table.method)]
-    for col in ("at_grid_edge", "layout", "rss_scope", "grid", "config", "used_threads"):
-        table[col] = table[col].astype(object).where(table[col].notna(), "").astype(str)
-    order = {v: i for i, v in enumerate(list(datasets) + list(methods))}
-    table = table.sort_values(["dataset", "method"], key=lambda c: c.map(order))
-    return table.reset_index(drop=True), ttq
-
-
-def table_columns(tolerances, isolate="method"):
-    """The columns of notebook 12's Markdown table (``rss_scope`` only when methods
-    shared a child process)."""
-    cols = (["data", "label", "status", "lr", "config", "at_grid_edge", "threads",
-             "used_threads", "layout"]
-            + [f"within_{_pct(t)}pct" for t in tolerances]
-            + ["best_test_log_loss", "ratio_to_best", "best_train_log_loss", "peak_rss_gb",
-               "train_seconds", "reason"])
-    if isolate != "method":
-        cols.insert(cols.index("peak_rss_gb") + 1, "rss_scope")
-    return cols
-
-
-def table_preamble(*, datasets, caps, threads, memory_cap_gb, isolate, machine, versions):
-    """The preamble of ``tables/12-peers.md``: how the seconds, the log-loss, the memory
-    and the rates were measured, and on what."""
-    return (
-        "Written by `notebooks/12-peers.ipynb`. Training seconds (evaluation excluded) at "
-        "the first checkpoint (spaced by a factor sqrt(2)) where the exact test log-loss "
-        "(all K classes, on the same seeded rows for every method) is within 5% / 1% of the "
-        "best any method reached on that data set (`best_test_log_loss` is the method's own "
-        "best, `ratio_to_best` its ratio to the data set's best). sklearn points are separate "
-        "fits with max_iter = 1, 2, 4, ... (their whole wall time). "
-        + ("Each method ran in its own child process" if isolate == "method" else
-           "The methods of each library ran in one child process per data set, which "
-           "reset its peak memory before each method where the system allows it "
-           "(`rss_scope`)")
-        + f" with {threads} threads and a cap on its training seconds ("
-        + ", ".join(f"{d}: {caps[d]:g} s" for d in datasets) + "); `peak_rss_gb` is that "
-        "process's maximum resident set size (ru_maxrss: interpreter, libraries, data, "
-        "the method's state and the evaluations); its address space was capped at "
-        f"{memory_cap_gb:g} GiB. `lr` and `config` (the method's structural option: "
-        "points and classes per step, minibatch size or negatives) were chosen together "
-        "among the same number of candidates for every method by the lowest held-out "
-        "log-loss after a short budget (tables/12-peers-rates.md); `at_grid_edge` flags a "
-        "rate at the end of its grid. `threads`: the threads the method ran with (ours "
-        "fall back to 1 where the trainer has no threaded kernel for the configuration); "
-        f"`used_threads`: yes when its process spent at least {USED_THREADS_RATIO:g} CPU "
-        "seconds per training second (`cpu_per_second` in the CSV). No penalty (mu = 0, "
-        "sklearn C = inf), no intercept. Rows "
-        "marked SYNTHETIC are surrogates of the real data set, not the real data. Machine: "
-        f"{machine['cpu_model']}, load average at the start {machine['load_average']}; library "
-        f"versions {versions}.")
-
-
-def log_axis_ticks(ax, axis="y", min_labels=4):
-    """Enough labelled ticks on a log axis (call after the data are drawn).
-
-    Over 1.3 decades and more, :func:`scalable_softmax.repro.style.log_ticks`, with
-    3, 30, ... labelled too over 2.5 to 4 decades (where it labels only the powers of
-    ten). Over less, the coarsest of a few sets of round mantissas (1, 2, 5; then 1, 2,
-    3, 5; then 1, 1.5, 2, 2.5, 3, 4, ..., 8; then halves from 2 to 5; then steps of 0.1
-    up to 2, 0.25 up to 5 and 0.5 up to 10) that puts at least ``min_labels`` ticks
-    inside the axis, labelled as plain numbers, with no minor ticks.
-    """
-    import matplotlib.ticker as mt
-
-    from scalable_softmax.repro import style
-
-    a = ax.yaxis if axis == "y" else ax.xaxis
-    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
-    if lo <= 0 or hi <= 0:
-        return
-    if math.log10(hi / lo) >= 1.3:
-        style.log_ticks(ax, axis)
-        lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
-        if 2.5 < math.log10(hi / lo) <= 4:       # powers of ten only: add 3, 30, ...
-            a.set_minor_locator(mt.LogLocator(subs=(3,)))
-            a.set_minor_formatter(mt.FuncFormatter(lambda v, _pos=None: f"{v:g}"))
-        return
-    tiers = [(1, 2, 5), (1, 2, 3, 5), (1, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8),
-             (1, 1.2, 1.4, 1.6, 1.8, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 9),
-             tuple(np.round(np.r_[np.arange(1, 2, 0.1), np.arange(2, 5, 0.25),
-                                  np.arange(5, 10, 0.5)], 2))]
-    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-    for subs in tiers:
-        ticks = [float(f"{s * 10.0 ** e:.6g}") for e in decades for s in subs]
-        ticks = [v for v in ticks if lo <= v <= hi]
-        if len(ticks) >= min_labels:
-            break
-    a.set_major_locator(mt.FixedLocator(ticks))
-    a.set_major_formatter(mt.FuncFormatter(lambda v, _pos=None: f"{v:g}"))
-    a.set_minor_locator(mt.NullLocator())
-
-
-#: a point of the figures beyond this multiple of the cap is marked and named (a single
-#: fit that could not be stopped early; a run's last point is otherwise at most one epoch
-#: or fit past the cap)
-FAR_PAST_CAP = 1.5
-
-
-def curve_figure(curves, ttq, metric, title, *, datasets, methods, shown, shapes, caps,
-                 tolerances):
-    """One log-log panel per data set of ``metric`` against training seconds, a line
-    per method (ours in the collection's styles, scikit-learn dashed, PyTorch dotted);
-    on the test log-loss a grey band from the data set's best to ``tolerances[0]``
-    above it. Returns the figure."""
-    from scalable_softmax.repro import style
-
-    fig, axes = style.panel_grid(len(datasets), ncols=2 if len(datasets) > 1 else 1,
-                                 panel_height=2.7)
-    for ax, d in zip(axes, datasets):
-        notes = []
-        part = curves[(curves.dataset == d)] if len(curves) else curves
-        for m in methods:
-            c = part[(part.method == m) & (part.seconds > 0)].sort_values("seconds") \
-                if len(part) else part
-            c = c[np.isfinite(c[metric])] if len(c) else c
-            if not len(c):
-                continue
-            if m in PEER_STYLES:
-                col, ls, mk = PEER_STYLES[m]
-                kw = dict(color=style.SERIES_COLORS[col], ls=ls, marker=mk, label=LABELS[m])
-            else:
-                kw = style.line(m, label=LABELS[m], color=series_color(m))
-            ax.plot(c.seconds, c[metric], ms=3, lw=1.3, **kw)
-            # a run stops at the first epoch or fit that ends past the cap; one far past
-            # it (a single scikit-learn fit cannot be stopped) is drawn where it ended,
-            # hollow and named, not clipped to the cap
-            far = c[c.seconds > FAR_PAST_CAP * caps[d]]
-            if len(far):
-                ax.plot(far.seconds, far[metric], ls="none", marker=kw["marker"], ms=6,
-                        mfc="white", mec=kw["color"], mew=1.2)
-                r = far.iloc[0]
-                what = (f"one fit (max_iter={int(r.max_iter)})" if "max_iter" in far
-                        and np.isfinite(r.max_iter) else "one step")
-                notes.append(f"{LABELS[m]} (hollow): {what} took {r.seconds:.3g} s")
-        ax.axvline(caps[d], color="0.35", lw=0.8, ls=(0, (1, 2)), zorder=0,
-                   label="the time cap (runs stop at\nthe first epoch/fit past it)")
-        if metric == "test_log_loss" and len(ttq) and (ttq.dataset == d).any():
-            best = float(ttq[ttq.dataset == d].group_best.iloc[0])
-            ax.axhspan(best, best * (1 + tolerances[0]), color="0.6", alpha=0.35, lw=0,
-                       label=f"within {tolerances[0]:.0%} of the best")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        log_axis_ticks(ax, "x")
-        log_axis_ticks(ax, "y")
-        ax.set_title(f"{shown[d]}\nK = {shapes.K[d]:,}, N = {shapes.N[d]:,}, cap {caps[d]:g} s"
-                     + "".join(f"\n{n}" for n in notes))
-        ax.set_xlabel("training seconds (2 threads)")
-        ax.set_ylabel(metric.replace("_", " "))
-        ax.grid(True, which="both", alpha=0.25)
-    style.legend_below(fig, ncol=4)
-    fig.suptitle(title)
-    return fig
-
-
-def findings(table, ttq, *, datasets, methods, shown, tolerances):
-    """One paragraph per data set, computed from ``table``: the best test log-loss and
-    who reached it, the first method within each tolerance and how our fastest compares
-    with the fastest peer, and every run that failed (with its reason)."""
-    ours = [m for m in methods if METHODS[m] == "ours"]
-    others = [m for m in methods if METHODS[m] != "ours"]
-    out = []
-    for d in datasets:
-        t = table[table.dataset == d].set_index("method")
-        if not len(ttq) or not (ttq.dataset == d).any():
-            out.append(f"{shown[d]}: no method produced a finite test log-loss")
-            continue
-        best = float(t.group_best.dropna().iloc[0])
-        who = t.best_test_log_loss.idxmin()
-        line = [f"**{shown[d]}**: best test log-loss {best:.4g} ({LABELS[who]})."]
-        for p in (_pct(tol) for tol in tolerances):
-            reached = t[f"seconds_to_{p}pct"].dropna()
-            if not len(reached):
-                continue
-            f = reached.idxmin()
-            line.append(f"Within {p}%: first {LABELS[f]} at {reached[f]:.3g} s")
-            o = reached.reindex(ours).dropna()
-            q = reached.reindex(others).dropna()
-            if len(o) and len(q):
-                line[-1] += (f"; our fastest {LABELS[o.idxmin()]} {o.min():.3g} s, the "
-                             f"fastest peer {LABELS[q.idxmin()]} {q.min():.3g} s "
-                             f"(ratio peer/ours {q.min() / o.min():.3g})")
-            elif len(o):
-                line[-1] += "; no peer got there"
-            elif len(q):
-                line[-1] += "; none of ours got there"
-            line[-1] += "."
-        for m, r in t[~t.status.isin(["completed", "time cap"])].iterrows():
-            line.append(f"{LABELS[m]}: {r.status}: {r.reason}.")
-        out.append(" ".join(line))
-    return out
-
-
-def _epochs(info) -> float:
-    """The epochs of a run from its ``info`` (a dict or its JSON text; NaN if unknown)."""
-    if isinstance(info, str):
-        try:
-            info = json.loads(info)
-        except ValueError:
-            return math.nan
-    e = info.get("epochs") if isinstance(info, dict) else None
-    return float(e) if isinstance(e, (int, float)) else math.nan
-
-
-def minibatch_findings(table, runs, *, datasets, shown, tolerances):
-    """What ``n, m > 1`` changes for Implicit SGD against ``n = m = 1`` (``implicit``),
-    from notebook 12's ``table`` and ``runs``: per data set and minibatch method of
-    :data:`BATCH_IMPLICIT` present in both, the best test log-loss of each and its ratio
-    to the data set's best, the seconds of each to every tolerance, the epochs run and
-    the training seconds per epoch.
-
-    Returns ``(frame, lines)``: one row per data set and minibatch method (columns
-    ``dataset``, ``method``, ``n``, ``m``, ``best``, ``best_single``, ``ratio_to_best``,
-    ``ratio_to_best_single``, ``seconds_to_<p>pct`` and ``..._single``, ``epochs``,
-    ``epochs_single``, ``s_per_epoch``, ``s_per_epoch_single``) and one Markdown
-    sentence per row.
-    """
-    pct = [_pct(t) for t in tolerances]
-    info = {(r.dataset, r.method): r.info for r in runs.itertuples()} \
-        if "info" in runs else {}
-    T = table.set_index(["dataset", "method"])
-    rows, lines = [], []
-
-    def _s(v):
-        return f"{v:.3g} s" if np.isfinite(v) else "never"
-
-    for d in datasets:
-        if (d, "implicit") not in T.index:
-            continue
-        one = T.loc[(d, "implicit")]
-        for m, (n, k) in BATCH_IMPLICIT.items():
-            if (d, m) not in T.index:
-                continue
-            b = T.loc[(d, m)]
-            row = dict(dataset=d, method=m, n=n, m=k)
-            for key, r, suffix in ((m, b, ""), ("implicit", one, "_single")):
-                ep = _epochs(info.get((d, key)))
-                row["best" + suffix] = float(r.get("best_test_log_loss", math.nan))
-                row["ratio_to_best" + suffix] = float(r.get("ratio_to_best", math.nan))
-                for p in pct:
-                    row[f"seconds_to_{p}pct{suffix}"] = float(r.get(f"seconds_to_{p}pct",
-                                                                     math.nan))
-                row["epochs" + suffix] = ep
-                row["s_per_epoch" + suffix] = float(r.train_seconds) / ep \
-                    if ep and np.isfinite(ep) and np.isfinite(float(r.train_seconds)) \
-                    else math.nan
-            rows.append(row)
-            reach = "; ".join(
-                f"seconds to within {p}% of the best: {_s(row[f'seconds_to_{p}pct'])} "
-                f"against {_s(row[f'seconds_to_{p}pct_single'])}" for p in pct)
-            lines.append(
-                f"**{shown[d]}**, {LABELS[m]} against n = m = 1: best test log-loss "
-                f"{row['best']:.4g} against {row['best_single']:.4g} (ratios to the best "
-                f"of any method {row['ratio_to_best']:.3g} and "
-                f"{row['ratio_to_best_single']:.3g}); {reach}; "
-                f"{row['epochs']:.0f} against {row['epochs_single']:.0f} epochs at "
-                f"{row['s_per_epoch']:.3g} against {row['s_per_epoch_single']:.3g} training "
-                f"seconds per epoch "
-                f"({np.float64(row['s_per_epoch']) / row['s_per_epoch_single']:.3g}x).")
-    return pd.DataFrame(rows), lines
-
-
-def check_results(table, curves, ttq, *, n_rows, tolerances):
-    """The invariants of notebook 12's results (raise ``AssertionError``): ``n_rows``
-    rows with known statuses and, unless completed or capped, a reason; each method's
-    curve (sklearn's separate fits aside) in increasing seconds; per data set the holder
-    of the best test log-loss reaches every tolerance, the tighter tolerance never
-    before the looser (for two), and no ratio to the best below 1."""
-    assert len(table) == n_rows, (len(table), n_rows)
-    assert table.status.isin(STATUSES).all(), table.status.unique()
-    bad = table[~table.status.isin(["completed", "time cap"])]
-    assert (bad.reason.astype(str).str.len() > 0).all(), bad
-    for (d, m), c in curves.groupby(["dataset", "method"]):
-        if not m.startswith("sklearn"):
-            assert np.all(np.diff(c.seconds.to_numpy()) >= 0), (d, m)
-    pct = [_pct(t) for t in tolerances]
-    for d in ttq.dataset.unique() if len(ttq) else []:
-        t = ttq[ttq.dataset == d]
-        assert np.isclose(t.best_test_log_loss.min(), t.group_best.iloc[0])
-        holder = t.loc[t.best_test_log_loss.idxmin()]
-        for p in pct:
-            assert np.isfinite(holder[f"seconds_to_{p}pct"]), (d, holder)
-        if len(pct) == 2:
-            a, b = f"seconds_to_{pct[0]}pct", f"seconds_to_{pct[1]}pct"
-            both = t.dropna(subset=[a, b])
-            assert (both[b] >= both[a]).all()
-        assert (t.ratio_to_best.dropna() >= 1 - 1e-12).all()
-
-
-def worst_of_ours(table, methods):
-    """Per data set, which of our stochastic methods (Implicit SGD, minibatch Implicit
-    SGD, U-max, IS, softmax SGD among ``methods``) has the worst best test log-loss:
-    ``{dataset: method}``."""
-    sgd_ours = [m for m in methods if m in ("implicit", "implicit-batch", "implicit-batch-5",
-                                            "umax", "is", "softmax-sgd")]
-    mine = table[table.method.isin(sgd_ours)].dropna(subset=["best_test_log_loss"])
-    worst = mine.groupby("dataset").best_test_log_loss.idxmax()
-    return {d: table.method[i] for d, i in worst.dropna().items()}
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
