@@ -3,8 +3,8 @@ item 2): per epoch, its CPU and wall seconds, Newton iterations per step and the
 test log-loss, for a few configurations of ``implicit-batch`` on the data sets where
 a peer was first within 1% of the best test log-loss in the record.
 
-Each configuration runs as notebook 12's ``implicit-batch`` does (``_run_ours`` of
-``scalable_softmax.repro.peers``): the training split, the ``paper-text`` protocol's
+Each configuration runs as notebook 12's ``implicit-batch`` does (``run_ours`` of
+``scalable_softmax.repro.race.ours``): the training split, the ``paper-text`` protocol's
 settings of ``implicit`` (shuffled order, ``u = log K``, the schedule
 ``lr * 0.9**(epoch - 1)``), ``mu = 0``, the same seeds, at the learning rate that
 notebook 12's tuning chose for ``implicit-batch`` (read from ``tables/12-peers.csv``),

@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalable_softmax.repro import peers
-from scalable_softmax.repro.race import split, targets
+from scalable_softmax.repro.race import jobs, problems, split, targets
 
 
 @pytest.fixture(scope="module")
@@ -23,21 +22,21 @@ def problem(tmp_path_factory):
     Xt = rng.standard_normal((50, D))
     yt = np.argmax(Xt @ W.T, axis=1)
     path = tmp_path_factory.mktemp("race") / "toy.npz"
-    peers.save_problem(path, X, y, Xt, yt, K)
+    problems.save_problem(path, X, y, Xt, yt, K)
     return str(path), X, y
 
 
 def test_a_race_job_trains_on_the_split_and_evaluates_only_validation_rows(problem):
     path, X, y = problem
-    job = peers.Job(path, "softmax-sgd", 1.0, 5.0, split="race", holdout=0.2,
+    job = jobs.Job(path, "softmax-sgd", 1.0, 5.0, split="race", holdout=0.2,
                     split_seed=3, eval_rows=None, max_epochs=2, threads=1,
                     checkpoints=[1e-9], options={"batch_size": 10})
-    Xf, yf, K, sets = peers._make_problem(job)
+    Xf, yf, K, sets = problems._make_problem(job)
     fit, val = split.validation_split(300, 0.2, 3)
     assert set(sets) == {"val"} and K == 4
     assert np.array_equal(sets["val"][1], y[val]) and np.array_equal(yf, y[fit])
     assert np.allclose(sets["val"][0].toarray(), X[val])
-    r = peers.run_job(job, problem=(Xf, yf, K, sets))
+    r = jobs.run_job(job, problem=(Xf, yf, K, sets))
     assert r["status"] == "completed", r["reason"]
     assert all(set(p) >= {"seconds", "val_log_loss"} and "test_log_loss" not in p
                for p in r["points"])
@@ -96,21 +95,21 @@ def test_a_race_run_stops_at_its_tightest_target_and_reads_test_only_there(probl
 
     path, X, y = problem
     evaluated = []
-    real = peers._sealed_test
+    real = problems.sealed_test
 
     def spy(job):
         s = real(job)
         inner = s._evaluate
         s._evaluate = lambda X, y, m: evaluated.append(1) or inner(X, y, m)
         return s
-    monkeypatch.setattr(peers, "_sealed_test", spy)
+    monkeypatch.setattr(problems, "sealed_test", spy)
     base = dict(split="race", holdout=0.2, split_seed=0, eval_rows=None, max_epochs=30,
                 threads=1, options={"batch_size": 10},
-                checkpoints=peers.checkpoint_times(2.0, 2, 2.0 / 4096))
+                checkpoints=jobs.checkpoint_times(2.0, 2, 2.0 / 4096))
     # a reachable reference: this softmax model trains to a validation log-loss of
     # 0.77 to 0.81 (log K = 1.39 at the start), so 0.85 and its levels are reached
     targets = scoring.target_levels(0.85)
-    res = [dict(peers.run_job(peers.Job(path, "softmax-sgd", 1.0, 2.0, seed=s,
+    res = [dict(jobs.run_job(jobs.Job(path, "softmax-sgd", 1.0, 2.0, seed=s,
                                         targets=targets, report_test=True, **base)),
                 workload="toy") for s in (0, 1)]
     for r in res:
@@ -207,17 +206,17 @@ def test_tuning_runs_never_touch_the_test_rows(problem, monkeypatch):
 
     def refuse(job):
         raise AssertionError("the test rows were loaded")
-    monkeypatch.setattr(peers, "_sealed_test", refuse)
+    monkeypatch.setattr(problems, "sealed_test", refuse)
     base = dict(split="race", holdout=0.2, split_seed=0, eval_rows=None, max_epochs=3,
                 threads=1, options={"batch_size": 10}, checkpoints=[1e-9])
-    tune = peers.run_job(peers.Job(path, "softmax-sgd", 1.0, 2.0,
+    tune = jobs.run_job(jobs.Job(path, "softmax-sgd", 1.0, 2.0,
                                    targets={0.05: scoring.target_levels(0.85)[0.05]},
                                    **base))
-    ref = peers.run_job(peers.Job(path, "softmax-sgd", 1.0, 2.0, **base))
+    ref = jobs.run_job(jobs.Job(path, "softmax-sgd", 1.0, 2.0, **base))
     for r in (tune, ref):
         assert r["status"] in ("completed", "target"), r["reason"]
         assert "test_at_target" not in r
     with pytest.raises(ValueError, match="report_test needs targets"):
-        peers.Job(path, "softmax-sgd", 1.0, 2.0, report_test=True, **base)
+        jobs.Job(path, "softmax-sgd", 1.0, 2.0, report_test=True, **base)
     with pytest.raises(ValueError, match="needs split='race'"):
-        peers.Job(path, "softmax-sgd", 1.0, 2.0, targets={0.05: 1.0})
+        jobs.Job(path, "softmax-sgd", 1.0, 2.0, targets={0.05: 1.0})

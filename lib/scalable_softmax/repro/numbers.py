@@ -405,11 +405,11 @@ class Tables:
 
     @staticmethod
     def piece_rule() -> dict:
-        """How notebooks 12 and 14 cut our runs' epochs (repro.peers.Pieces): a piece
+        """How notebooks 12 and 14 cut our runs' epochs (repro.race.ours.Pieces): a piece
         lasts about ``1 / per_cap`` of the run's cap, at least ``min_ms`` milliseconds."""
-        from scalable_softmax.repro import peers
-        return {"per_cap": int(round(1 / peers.PIECE_FRACTION)),
-                "min_ms": int(round(peers.MIN_PIECE_SECONDS * 1000))}
+        from scalable_softmax.repro.race import ours
+        return {"per_cap": int(round(1 / ours.PIECE_FRACTION)),
+                "min_ms": int(round(ours.MIN_PIECE_SECONDS * 1000))}
 
     def crossover_first(self, i: int, tolerance_pct: str = "1") -> str:
         """The ``i``-th K of notebook 14's race (increasing) and the method first within

@@ -34,14 +34,14 @@ NOTEBOOKS = {"12-peers": "peers", "14-crossover": "crossover"}
 def race_workloads(notebook: str, params: dict, workdir) -> list[dict]:
     """The workloads of ``notebook`` under ``params``: ``workload``, ``data``, ``cap``,
     ``methods``."""
-    from scalable_softmax.repro import crossover
+    from scalable_softmax.repro.race import problems
 
     sec = params[NOTEBOOKS[notebook]]
     if notebook == "12-peers":
         return [{"workload": d, "data": d, "cap": float(sec["caps"][d]),
                  "methods": list(sec["methods"])} for d in sec["datasets"]]
     Ks = [int(k) for k in sec["Ks"]]
-    paths, _ = crossover.build_problems(Ks, dict(zip(Ks, sec["max_points"])),
+    paths, _ = problems.build_problems(Ks, dict(zip(Ks, sec["max_points"])),
                                         Path(workdir) / "crossover")
     return [{"workload": K, "data": paths[K], "cap": float(c), "methods": list(sec["methods"])}
             for K, c in zip(Ks, sec["caps"])]

@@ -6,12 +6,39 @@ import numpy as np
 
 from scalable_softmax.repro.race import scoring
 
-__all__ = ["FAMILY_STYLES", "curve_ylim", "clip_to_ylim", "profile_figure"]
+__all__ = ["FAMILY_STYLES", "PEER_STYLES", "series_color", "curve_ylim", "clip_to_ylim",
+           "profile_figure"]
 
 #: family -> (colour index into the collection's series colours, line style, marker):
 #: four families a reader tells apart by colour, line and marker alike
 FAMILY_STYLES = {"double-sum": (2, "-", "o"), "full-softmax": (4, "--", "s"),
                  "sampled-softmax": (3, ":", "^"), "full-batch": (5, "-.", "D")}
+
+
+#: the peers' line styles in the figures (colour index into the collection's series
+#: colours, line style, marker); ours use the collection's method styles. The torch
+#: methods take the series' green and cyan: its wine and purple were hard to tell from
+#: each other and from IS's pink and the minibatch Implicit SGD's dark brown
+PEER_STYLES = {"sklearn-lbfgs": (2, "--", "D"), "sklearn-saga": (3, "--", "v"),
+               "torch-sgd": (8, ":", "o"), "torch-adam": (5, ":", "s"),
+               "torch-sampled": (7, ":", "^")}
+#: our methods drawn in a series colour instead of their method colour (index into the
+#: collection's series colours): softmax SGD's method colour is the exact softmax's
+#: black, which L-BFGS (``exact``) has too; its grey is 35 or more (CIE76) from every
+#: other series of the figures
+OUR_SERIES_COLORS = {"softmax-sgd": 0}
+
+
+def series_color(method: str) -> str:
+    """The colour of ``method``'s series in the race's figures: the peers' from
+    :data:`PEER_STYLES`, ours from :data:`OUR_SERIES_COLORS` or the method styles."""
+    from scalable_softmax.repro import style
+
+    if method in PEER_STYLES:
+        return style.SERIES_COLORS[PEER_STYLES[method][0]]
+    if method in OUR_SERIES_COLORS:
+        return style.SERIES_COLORS[OUR_SERIES_COLORS[method]]
+    return style.color(method)
 
 
 def curve_ylim(targets: dict, values, *, below=0.02, above=0.25):
@@ -44,7 +71,7 @@ def profile_figure(rows, by="family", levels=None, taus=None):
     the figure."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import peers, style
+    from scalable_softmax.repro import style
 
     prof = scoring.performance_profile(rows, by, taus)
     levels = sorted(prof.level.unique()) if levels is None else list(levels)
@@ -57,12 +84,12 @@ def profile_figure(rows, by="family", levels=None, taus=None):
                 ci, ls, mk = FAMILY_STYLES[who]
                 kw = dict(color=style.SERIES_COLORS[ci], linestyle=ls, marker=mk,
                           label=who)
-            elif who in peers.PEER_STYLES:
-                _, ls, mk = peers.PEER_STYLES[who]
-                kw = dict(color=peers.series_color(who), linestyle=ls, marker=mk,
+            elif who in PEER_STYLES:
+                _, ls, mk = PEER_STYLES[who]
+                kw = dict(color=series_color(who), linestyle=ls, marker=mk,
                           label=who)
             else:
-                kw = dict(color=peers.series_color(who), linestyle="-",
+                kw = dict(color=series_color(who), linestyle="-",
                           marker=style.marker(who), label=who)
             ax.step(g.tau, g.fraction, where="post", markevery=max(1, len(g) // 6),
                     markersize=4, **kw)

@@ -1,4 +1,4 @@
-"""scalable_softmax.repro.peers: checkpoints, the rate rule, the runners (ours,
+"""The race's runs (scalable_softmax.repro.race): checkpoints, the rate rule, the runners (ours,
 scikit-learn, PyTorch) against the library's evaluator, and the child process's
 memory and wall-clock limits. The sklearn and torch tests need the optional `peers`
 extra and are skipped without it."""
@@ -14,8 +14,15 @@ import pytest
 import scipy.sparse as sp
 
 from scalable_softmax.evaluate import evaluate
-from scalable_softmax.repro import peers as P
 from scalable_softmax.repro import timing
+from scalable_softmax.repro.race import isolate as ISO
+from scalable_softmax.repro.race import jobs as J
+from scalable_softmax.repro.race import methods as RM
+from scalable_softmax.repro.race import ours as OURS
+from scalable_softmax.repro.race import problems as PR
+from scalable_softmax.repro.race import run as RUN
+from scalable_softmax.repro.race import sklearn_runner as SK
+from scalable_softmax.repro.race import torch_runner as T
 
 
 def _problem(N=300, D=12, K=4, seed=0, separable=False):
@@ -42,15 +49,15 @@ def _sets(X, y):
 # ---------------------------------------------------------------------------
 
 def test_checkpoint_times_are_geometric_and_end_at_the_cap():
-    t = P.checkpoint_times(8.0, per_doubling=2, first=8.0 / 64)
+    t = J.checkpoint_times(8.0, per_doubling=2, first=8.0 / 64)
     assert t[-1] == 8.0 and len(t) == 13
     np.testing.assert_allclose(np.diff(np.log2(t)), 0.5)
     assert t[0] == pytest.approx(8.0 / 64)
-    assert P.checkpoint_times(1.0, 1, 1.0) == [1.0]
+    assert J.checkpoint_times(1.0, 1, 1.0) == [1.0]
     for bad in [dict(cap_seconds=0), dict(cap_seconds=1, per_doubling=0),
                 dict(cap_seconds=1, first=2.0)]:
         with pytest.raises(ValueError):
-            P.checkpoint_times(**bad)
+            J.checkpoint_times(**bad)
 
 
 @pytest.mark.parametrize("kw,msg", [
@@ -65,14 +72,14 @@ def test_checkpoint_times_are_geometric_and_end_at_the_cap():
 def test_job_rejects_bad_fields(kw, msg):
     base = dict(data="bibtex", method="exact", lr=None, cap_seconds=1.0)
     with pytest.raises(ValueError, match=msg):
-        P.Job(**{**base, **kw})
+        J.Job(**{**base, **kw})
 
 
 def test_classify_failure():
-    assert P.classify_failure(MemoryError("Unable to allocate 12.3 GiB")) == "memory"
-    assert P.classify_failure(RuntimeError("DefaultCPUAllocator: can't allocate memory: "
+    assert J.classify_failure(MemoryError("Unable to allocate 12.3 GiB")) == "memory"
+    assert J.classify_failure(RuntimeError("DefaultCPUAllocator: can't allocate memory: "
                                            "you tried to allocate 1 bytes")) == "memory"
-    assert P.classify_failure(ValueError("bad shape")) == "error"
+    assert J.classify_failure(ValueError("bad shape")) == "error"
 
 
 # ---------------------------------------------------------------------------
@@ -90,7 +97,7 @@ def test_choose_rates_takes_the_lowest_finite_score_with_ties_to_the_smaller_rat
         dict(dataset="b", method="umax", lr=0.1, val_log_loss=math.inf, layout=""),
         dict(dataset="b", method="torch-sgd", lr=1.0, val_log_loss=0.5, layout="sparse-mm"),
     ])
-    r = P.choose_rates(t).set_index(["dataset", "method"])
+    r = RUN.choose_rates(t).set_index(["dataset", "method"])
     assert r.lr[("a", "umax")] == 1.0 and r.at_grid_edge[("a", "umax")] == ""
     assert r.grid[("a", "umax")] == "0.1 1 10"
     assert r.lr[("a", "is")] == 10.0 and r.at_grid_edge[("a", "is")] == "highest"
@@ -104,13 +111,13 @@ def test_choose_rates_takes_the_lowest_finite_score_with_ties_to_the_smaller_rat
 # ---------------------------------------------------------------------------
 
 def _job(method, lr=None, cap=60.0, **kw):
-    return P.Job("in-memory", method, lr, cap, **kw)
+    return J.Job("in-memory", method, lr, cap, **kw)
 
 
 def test_recorder_points_are_the_evaluator_on_the_weights():
     X, y, K = _problem()
     sets = _sets(X, y)
-    rec = P._Recorder(sets, [0.0], 10.0)
+    rec = J._Recorder(sets, [0.0], 10.0)
     W = np.random.default_rng(1).normal(size=(K, X.shape[1]))
     row = rec.record(W, epoch=3)
     for name, (Xe, ye) in sets.items():
@@ -131,7 +138,7 @@ def test_recorder_makes_the_weights_with_the_clock_stopped():
     # it takes (a copy, a transpose) is evaluation time, never training time
     X, y, K = _problem()
     W = np.random.default_rng(2).normal(size=(K, X.shape[1]))
-    rec = P._Recorder(_sets(X, y), [], 10.0)
+    rec = J._Recorder(_sets(X, y), [], 10.0)
     rec.start()
 
     def slow():
@@ -147,7 +154,7 @@ def test_recorder_makes_the_weights_with_the_clock_stopped():
                                        ("implicit-batch", 1.0), ("implicit-batch-5", 1.0)])
 def test_our_methods_run_and_start_at_log_k(method, lr):
     X, y, K = _problem(N=400, K=8)          # IS samples 5 classes besides the label
-    res = P.run_job(_job(method, lr, max_epochs=4, checkpoints=[1e-9]),
+    res = J.run_job(_job(method, lr, max_epochs=4, checkpoints=[1e-9]),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "completed", res["reason"]
     pts = pd.DataFrame(res["points"])
@@ -169,10 +176,10 @@ def test_minibatch_implicit_is_the_library_trainer_with_its_n_and_m(method):
     X, y, K = _problem(N=300, K=8)
     # one thread: the serial kernel, which a replay reproduces exactly (with 2 threads
     # the job runs the Hogwild kernel, whose races a replay cannot repeat)
-    res = P.run_job(_job(method, 2.0, max_epochs=2, threads=1),
+    res = J.run_job(_job(method, 2.0, max_epochs=2, threads=1),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "completed", res["reason"]
-    n, m = P.BATCH_IMPLICIT[method]
+    n, m = OURS.BATCH_IMPLICIT[method]
     tr = get_trainer_class("implicit-batch")(X, y, K, mu=0.0, batch_size=n, n_sampled=m)
     assert (tr.batch_size, tr.n_sampled) == (n, m)
     tr.init_params("logK")
@@ -188,7 +195,7 @@ def test_minibatch_implicit_is_the_library_trainer_with_its_n_and_m(method):
 
 def test_our_method_stops_at_the_time_cap():
     X, y, K = _problem(N=400)
-    res = P.run_job(_job("umax", 0.5, cap=1e-6, max_epochs=50),
+    res = J.run_job(_job("umax", 0.5, cap=1e-6, max_epochs=50),
                     problem=(X, y, K, _sets(X, y)))
     # inside the first epoch: after its first piece (2 of 400 points)
     assert res["status"] == "time cap" and res["info"]["epochs"] == pytest.approx(2 / 400)
@@ -199,7 +206,7 @@ def test_exact_lbfgs_reaches_the_library_optimum():
     from scalable_softmax.methods.full import exact_solution
 
     X, y, K = _problem()
-    res = P.run_job(_job("exact", cap=60.0), problem=(X, y, K, _sets(X, y)))
+    res = J.run_job(_job("exact", cap=60.0), problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "completed", res["reason"]
     W, info = exact_solution(X, y, K, mu=0.0)
     assert info["converged"]
@@ -209,7 +216,7 @@ def test_exact_lbfgs_reaches_the_library_optimum():
 
 def test_exact_lbfgs_stops_inside_the_objective_at_the_cap():
     X, y, K = _problem()
-    res = P.run_job(_job("exact", cap=1e-9), problem=(X, y, K, _sets(X, y)))
+    res = J.run_job(_job("exact", cap=1e-9), problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "time cap"
     assert res["reason"] == "the cap passed before the first objective evaluation had finished"
     assert res["info"]["nfev"] == 0
@@ -217,7 +224,7 @@ def test_exact_lbfgs_stops_inside_the_objective_at_the_cap():
 
 def test_a_failure_is_reported_not_raised():
     X, y, K = _problem()
-    res = P.run_job(_job("umax", 0.5, options={"no_such_option": 1}),
+    res = J.run_job(_job("umax", 0.5, options={"no_such_option": 1}),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "error" and "no_such_option" in res["reason"]
 
@@ -233,14 +240,14 @@ def test_sklearn_weights_give_sklearn_log_loss_under_our_evaluator():
     for solver in ("lbfgs", "saga"):
         clf = LogisticRegression(C=np.inf, solver=solver, fit_intercept=False, max_iter=7,
                                  random_state=0).fit(X, y)
-        W = P._sklearn_W(clf, K, X.shape[1])
+        W = SK._sklearn_W(clf, K, X.shape[1])
         assert W.shape == (K, X.shape[1])
         ours = evaluate(X, y, W, precision="float64").log_loss
         assert ours == pytest.approx(log_loss(y, clf.predict_proba(X)), rel=1e-9)
     # a class absent from the training rows gets a zero row; the others keep theirs
     keep = y != 2
     clf = LogisticRegression(C=np.inf, fit_intercept=False, max_iter=5).fit(X[keep], y[keep])
-    W = P._sklearn_W(clf, K, X.shape[1])
+    W = SK._sklearn_W(clf, K, X.shape[1])
     assert np.all(W[2] == 0) and np.array_equal(W[[0, 1, 3]], clf.coef_)
 
 
@@ -248,12 +255,12 @@ def test_sklearn_lbfgs_runner_agrees_with_our_lbfgs():
     pytest.importorskip("sklearn")
     X, y, K = _problem()
     sets = _sets(X, y)
-    res = P.run_job(_job("sklearn-lbfgs", cap=60.0, options={"tol": 1e-10}),
+    res = J.run_job(_job("sklearn-lbfgs", cap=60.0, options={"tol": 1e-10}),
                     problem=(X, y, K, sets))
     assert res["status"] == "completed", res["reason"]
     pts = pd.DataFrame(res["points"])
     assert list(pts.max_iter) == [0] + [2 ** k for k in range(len(pts) - 1)]
-    ours = P.run_job(_job("exact", cap=60.0), problem=(X, y, K, sets))
+    ours = J.run_job(_job("exact", cap=60.0), problem=(X, y, K, sets))
     assert pts.train_log_loss.iloc[-1] == pytest.approx(ours["points"][-1]["train_log_loss"],
                                                         rel=1e-5)
 
@@ -261,7 +268,7 @@ def test_sklearn_lbfgs_runner_agrees_with_our_lbfgs():
 def test_sklearn_saga_runner_stops_before_the_cap():
     pytest.importorskip("sklearn")
     X, y, K = _problem()
-    res = P.run_job(_job("sklearn-saga", cap=1e-6), problem=(X, y, K, _sets(X, y)))
+    res = J.run_job(_job("sklearn-saga", cap=1e-6), problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "time cap" and len(res["points"]) == 2
     assert "max_iter=1" in res["reason"]
 
@@ -284,9 +291,9 @@ def _torch_full_loss(X, y, W):
 def test_torch_weights_give_torch_loss_under_our_evaluator(method, layout):
     pytest.importorskip("torch")
     X, y, K = _problem()
-    data = P._TorchData(X, y)
+    data = T._TorchData(X, y)
     data.epoch(np.arange(X.shape[0]))
-    loss, opt, weights = P._torch_model(method, layout, X.shape[1], K, 0.05)
+    loss, opt, weights = T._torch_model(method, layout, X.shape[1], K, 0.05)
     for a in range(0, X.shape[0], 50):
         opt.zero_grad()
         loss(data, a, a + 50).backward()
@@ -308,10 +315,10 @@ def test_torch_layouts_take_the_same_sgd_steps():
     pytest.importorskip("torch")
     X, y, K = _problem()
     out = []
-    for layout in P.TORCH_LAYOUTS:
-        data = P._TorchData(X, y)
+    for layout in T.TORCH_LAYOUTS:
+        data = T._TorchData(X, y)
         data.epoch(np.arange(X.shape[0]))
-        loss, opt, weights = P._torch_model("torch-sgd", layout, X.shape[1], K, 0.5)
+        loss, opt, weights = T._torch_model("torch-sgd", layout, X.shape[1], K, 0.5)
         for a in range(0, X.shape[0], 30):
             opt.zero_grad()
             loss(data, a, a + 30).backward()
@@ -325,10 +332,10 @@ _OOM = ("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate
 
 
 def _patch_torch_model(monkeypatch, *, fail=(), steps=None, built=None):
-    """Wrap ``P._torch_model``: layouts in ``fail`` raise PyTorch's out-of-memory error;
+    """Wrap ``T._torch_model``: layouts in ``fail`` raise PyTorch's out-of-memory error;
     ``steps`` collects the layout of every loss evaluated; ``built(layout, opt)`` is
     called with every model built."""
-    model = P._torch_model
+    model = T._torch_model
 
     def build(method, layout, D, K, lr):
         if layout in fail:
@@ -344,7 +351,7 @@ def _patch_torch_model(monkeypatch, *, fail=(), steps=None, built=None):
             return loss(data, a, b)
         return counted, opt, weights
 
-    monkeypatch.setattr(P, "_torch_model", build)
+    monkeypatch.setattr(T, "_torch_model", build)
 
 
 @pytest.mark.parametrize("give_up, second_steps", [(0.0, 1), (math.inf, 1 + 5)])
@@ -356,10 +363,10 @@ def test_the_layout_pilot_gives_up_on_a_slow_first_step(give_up, second_steps, m
     X, y, K = _problem(N=400)
     calls = []
     _patch_torch_model(monkeypatch, steps=calls)
-    monkeypatch.setattr(P, "PILOT_GIVE_UP", give_up)
-    out, notes = P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=5,
+    monkeypatch.setattr(T, "PILOT_GIVE_UP", give_up)
+    out, notes = T.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=5,
                                  max_seconds=60, threads=1, dense_bound=False)
-    first, second = P.TORCH_LAYOUTS
+    first, second = T.TORCH_LAYOUTS
     assert calls.count(first) == 1 + 5 and calls.count(second) == second_steps
     assert all(v > 0 and math.isfinite(v) for v in out.values())
     assert (second in notes) == (second_steps == 1) and first not in notes
@@ -373,16 +380,16 @@ def test_the_layout_pilot_skips_the_dense_layout_below_its_bound(monkeypatch):
     X, y, K = _problem(N=200)
     built = []
     _patch_torch_model(monkeypatch, built=lambda layout, opt: built.append(layout))
-    monkeypatch.setattr(P, "PILOT_GIVE_UP", 0.0)
-    out, notes = P.torch_layouts(X, y, K, "torch-adam", batch_size=20, batches=3,
+    monkeypatch.setattr(T, "PILOT_GIVE_UP", 0.0)
+    out, notes = T.torch_layouts(X, y, K, "torch-adam", batch_size=20, batches=3,
                                  threads=1)
     assert built == ["embedding-bag"]
     assert 0 < out["sparse-mm"] < math.inf and notes["sparse-mm"].startswith("not built")
     built.clear()
-    monkeypatch.setattr(P, "PILOT_GIVE_UP", math.inf)
-    out, notes = P.torch_layouts(X, y, K, "torch-adam", batch_size=20, batches=3,
+    monkeypatch.setattr(T, "PILOT_GIVE_UP", math.inf)
+    out, notes = T.torch_layouts(X, y, K, "torch-adam", batch_size=20, batches=3,
                                  threads=1)
-    assert built == list(P.TORCH_LAYOUTS) and notes == {}
+    assert built == list(T.TORCH_LAYOUTS) and notes == {}
 
 
 def test_a_layout_out_of_memory_in_the_pilot_leaves_the_other(monkeypatch):
@@ -391,28 +398,28 @@ def test_a_layout_out_of_memory_in_the_pilot_leaves_the_other(monkeypatch):
     pytest.importorskip("torch")
     X, y, K = _problem(N=200)
     _patch_torch_model(monkeypatch, fail={"sparse-mm"})
-    monkeypatch.setattr(P, "PILOT_GIVE_UP", math.inf)
-    monkeypatch.setattr(P, "_LAYOUT_CACHE", {})
-    out, notes = P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=3, threads=1)
+    monkeypatch.setattr(T, "PILOT_GIVE_UP", math.inf)
+    monkeypatch.setattr(T, "_LAYOUT_CACHE", {})
+    out, notes = T.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=3, threads=1)
     assert out["sparse-mm"] == math.inf and math.isfinite(out["embedding-bag"])
     assert notes["sparse-mm"].startswith("out of memory: RuntimeError")
-    job = P.Job("toy", "torch-sgd", 0.5, 60.0, split="final", max_epochs=1, threads=1,
+    job = J.Job("toy", "torch-sgd", 0.5, 60.0, split="final", max_epochs=1, threads=1,
                 options={"batch_size": 20})
-    layout, t, notes = P._choose_layout(job, X, y, K, 20)
+    layout, t, notes = T._choose_layout(job, X, y, K, 20)
     assert layout == "embedding-bag" and "sparse-mm" in notes
-    assert P._choose_layout(job, X, y, K, 20)[2] is notes          # cached
+    assert T._choose_layout(job, X, y, K, 20)[2] is notes          # cached
 
 
 def test_every_layout_out_of_memory_is_a_memory_failure(monkeypatch):
     pytest.importorskip("torch")
     X, y, K = _problem(N=200)
-    _patch_torch_model(monkeypatch, fail=set(P.TORCH_LAYOUTS))
-    monkeypatch.setattr(P, "_LAYOUT_CACHE", {})
-    job = P.Job("toy", "torch-sgd", 0.5, 60.0, split="final", max_epochs=1, threads=1,
+    _patch_torch_model(monkeypatch, fail=set(T.TORCH_LAYOUTS))
+    monkeypatch.setattr(T, "_LAYOUT_CACHE", {})
+    job = J.Job("toy", "torch-sgd", 0.5, 60.0, split="final", max_epochs=1, threads=1,
                 options={"batch_size": 20})
     with pytest.raises(MemoryError, match="every torch layout ran out of memory"):
-        P._choose_layout(job, X, y, K, 20)
-    assert P.classify_failure(MemoryError("x")) == "memory"
+        T._choose_layout(job, X, y, K, 20)
+    assert J.classify_failure(MemoryError("x")) == "memory"
 
 
 def test_the_pilot_frees_each_layout_by_reference_counts(monkeypatch):
@@ -427,13 +434,13 @@ def test_the_pilot_frees_each_layout_by_reference_counts(monkeypatch):
     refs = []
     _patch_torch_model(monkeypatch, built=lambda layout, opt: refs.extend(
         weakref.ref(p) for g in opt.param_groups for p in g["params"]))
-    monkeypatch.setattr(P, "PILOT_GIVE_UP", math.inf)
-    P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=2, threads=1)  # warm-up
+    monkeypatch.setattr(T, "PILOT_GIVE_UP", math.inf)
+    T.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=2, threads=1)  # warm-up
     refs.clear()
     gc.collect()
     gc.disable()
     try:
-        P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=2, threads=1)
+        T.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=2, threads=1)
         assert len(refs) == 2 and all(r() is None for r in refs)
     finally:
         gc.enable()
@@ -444,10 +451,10 @@ def test_torch_sampled_softmax_step_and_weights():
     import torch
 
     X, y, K = _problem(K=6)
-    data = P._TorchData(X, y)
+    data = T._TorchData(X, y)
     data.epoch(np.arange(X.shape[0]))
     torch.manual_seed(0)
-    loss, opt, weights = P._torch_sampled(X.shape[1], K, 0.5, m=3)
+    loss, opt, weights = T._torch_sampled(X.shape[1], K, 0.5, m=3)
     W0 = weights().copy()
     opt.zero_grad()
     L = loss(data, 0, 40)
@@ -469,7 +476,7 @@ def test_torch_sampled_softmax_step_and_weights():
 def test_torch_runner(method, lr):
     pytest.importorskip("torch")
     X, y, K = _problem(N=400)
-    res = P.run_job(_job(method, lr, max_epochs=3, checkpoints=[1e-9],
+    res = J.run_job(_job(method, lr, max_epochs=3, checkpoints=[1e-9],
                          options={"batch_size": 50}),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "completed", res["reason"]
@@ -478,8 +485,8 @@ def test_torch_runner(method, lr):
     assert pts.epoch.iloc[-1] == 3 and res["info"]["steps"] == 3 * 8
     assert pts.train_log_loss.iloc[-1] < math.log(K)
     if method != "torch-sampled":
-        assert res["info"]["layout"] in P.TORCH_LAYOUTS
-        assert set(res["info"]["layout_pilot_seconds_per_step"]) == set(P.TORCH_LAYOUTS)
+        assert res["info"]["layout"] in T.TORCH_LAYOUTS
+        assert set(res["info"]["layout_pilot_seconds_per_step"]) == set(T.TORCH_LAYOUTS)
 
 
 # ---------------------------------------------------------------------------
@@ -489,10 +496,10 @@ def test_torch_runner(method, lr):
 def test_isolated_run_reports_points_and_peak_memory(tmp_path):
     X, y, K = _problem()
     path = tmp_path / "p.npz"
-    P.save_problem(path, X, y, X[:100], y[:100], K)
-    out = P.run_isolated([P.Job(str(path), "umax", 0.5, 30.0, max_epochs=3,
-                                checkpoints=[1e-9]),
-                          P.Job(str(path), "exact", None, 30.0)],
+    PR.save_problem(path, X, y, X[:100], y[:100], K)
+    out = ISO.run_isolated([J.Job(str(path), "umax", 0.5, 30.0, max_epochs=3,
+                                  checkpoints=[1e-9]),
+                          J.Job(str(path), "exact", None, 30.0)],
                          memory_cap_gb=4, wall_seconds=300, workdir=tmp_path)
     assert out["returncode"] == 0 and not out["killed"]
     assert [r["status"] for r in out["results"]] == ["completed", "completed"]
@@ -508,9 +515,9 @@ def test_isolated_run_reports_the_allocation_that_breaks_the_memory_cap(tmp_path
     X = sp.csr_matrix((np.ones(N), (np.arange(N), rng.integers(0, D, N))), shape=(N, D))
     y = np.arange(N) % K
     path = tmp_path / "big.npz"
-    P.save_problem(path, X, y, X, y, K)
-    out = P.run_isolated([P.Job(str(path), "exact", None, 30.0, eval_rows=50)],
-                         memory_cap_gb=2.5, wall_seconds=300, workdir=tmp_path)
+    PR.save_problem(path, X, y, X, y, K)
+    out = ISO.run_isolated([J.Job(str(path), "exact", None, 30.0, eval_rows=50)],
+                           memory_cap_gb=2.5, wall_seconds=300, workdir=tmp_path)
     r = out["results"][0]
     assert r["status"] == "memory", (r["reason"], out["log"])
     assert "allocate" in r["reason"]
@@ -530,8 +537,8 @@ def test_run_jobs_reports_each_jobs_own_peak_memory(monkeypatch):
             del a
         return {"job": {}, "status": "completed", "reason": "", "points": []}
 
-    monkeypatch.setattr(P, "run_job", fake)
-    out = P.run_jobs([P.Job("d", "exact", None, 1.0), P.Job("d", "umax", 0.1, 1.0)])
+    monkeypatch.setattr(J, "run_job", fake)
+    out = J.run_jobs([J.Job("d", "exact", None, 1.0), J.Job("d", "umax", 0.1, 1.0)])
     big, small = (r["peak_rss_bytes"] for r in out)
     assert all(r["peak_rss_reset"] for r in out)
     assert big > before + 300 * 2 ** 20 and small < big - 300 * 2 ** 20
@@ -547,18 +554,18 @@ def test_run_jobs_collects_cycles_after_the_first_job_and_memory_failures(monkey
         calls.append("job")
         return {"job": {}, "status": next(statuses), "reason": "", "points": []}
 
-    monkeypatch.setattr(P, "run_job", fake)
+    monkeypatch.setattr(J, "run_job", fake)
     monkeypatch.setattr(gc, "collect", lambda *a: calls.append("gc") or 0)
-    P.run_jobs([P.Job("d", "umax", 0.1, 1.0)] * 4)
+    J.run_jobs([J.Job("d", "umax", 0.1, 1.0)] * 4)
     assert calls == ["job", "gc", "job", "job", "gc", "job"]
 
 
 def test_isolated_run_is_killed_at_the_wall_clock_limit(tmp_path):
     X, y, K = _problem(N=2000, D=50)
     path = tmp_path / "p.npz"
-    P.save_problem(path, X, y, X, y, K)
-    out = P.run_isolated([P.Job(str(path), "umax", 0.01, 1e6, max_epochs=10 ** 6,
-                                checkpoints=list(np.linspace(0.01, 1000, 10 ** 5)))],
+    PR.save_problem(path, X, y, X, y, K)
+    out = ISO.run_isolated([J.Job(str(path), "umax", 0.01, 1e6, max_epochs=10 ** 6,
+                                  checkpoints=list(np.linspace(0.01, 1000, 10 ** 5)))],
                          memory_cap_gb=4, wall_seconds=6, workdir=tmp_path)
     assert out["killed"] and out["returncode"] != 0
     r = out["results"][0]
@@ -571,16 +578,16 @@ def test_isolated_run_is_killed_at_the_wall_clock_limit(tmp_path):
 # ---------------------------------------------------------------------------
 
 def test_plan_methods_skips_a_missing_library_and_refuses_bad_requests(monkeypatch):
-    monkeypatch.setattr(P, "available", lambda fam: (fam != "torch", "no torch here"
+    monkeypatch.setattr(RM, "available", lambda fam: (fam != "torch", "no torch here"
                                                       if fam == "torch" else f"{fam} 1.0"))
-    run, skipped, versions = P.plan_methods(["umax", "torch-sgd", "sklearn-lbfgs"], ["a"],
-                                            {"a": 1})
+    run, skipped, versions = RM.plan_methods(["umax", "torch-sgd", "sklearn-lbfgs"], ["a"],
+                                             {"a": 1})
     assert run == ["umax", "sklearn-lbfgs"] and skipped == {"torch-sgd": "no torch here"}
     assert set(versions) == {"ours", "sklearn"}
     with pytest.raises(ValueError, match=r"unknown method\(s\) \['nope'\]"):
-        P.plan_methods(["nope"], ["a"], {"a": 1})
+        RM.plan_methods(["nope"], ["a"], {"a": 1})
     with pytest.raises(ValueError, match=r"caps has no entry for \['b'\]"):
-        P.plan_methods(["umax"], ["a", "b"], {"a": 1})
+        RM.plan_methods(["umax"], ["a", "b"], {"a": 1})
 
 
 def test_minibatch_implicit_takes_n_and_m_from_the_job_options_when_given():
@@ -590,12 +597,12 @@ def test_minibatch_implicit_takes_n_and_m_from_the_job_options_when_given():
     problem = (X, y, K, {"test": (X, y)})
 
     def final(options):
-        res = P.run_job(P.Job("unused", "implicit-batch", 1.0, 60.0, max_epochs=2,
+        res = J.run_job(J.Job("unused", "implicit-batch", 1.0, 60.0, max_epochs=2,
                               options=options, threads=1), problem=problem)
         assert res["status"] == "completed", res["reason"]
         return res["points"][-1]["test_log_loss"]
 
-    n, m = P.BATCH_IMPLICIT["implicit-batch"]
+    n, m = OURS.BATCH_IMPLICIT["implicit-batch"]
     assert final({}) == final({"batch_size": n, "n_sampled": m})
     assert final({}) != final({"batch_size": 5, "n_sampled": 3})
 
@@ -607,15 +614,15 @@ def test_minibatch_implicit_takes_n_and_m_from_the_job_options_when_given():
 def test_candidates_are_every_rate_times_every_structural_option():
     grids = {"umax": [0.01, 0.1], "exact": None}
     structures = {"umax": [{"n_sampled": 1}, {"n_sampled": 5}]}
-    got = P.candidates("umax", grids, structures)
+    got = RUN.candidates("umax", grids, structures)
     assert got == [(0.01, {"n_sampled": 1}), (0.1, {"n_sampled": 1}),
                    (0.01, {"n_sampled": 5}), (0.1, {"n_sampled": 5})]
-    assert P.candidates("umax", grids) == [(0.01, {}), (0.1, {})]
+    assert RUN.candidates("umax", grids) == [(0.01, {}), (0.1, {})]
     from scalable_softmax.repro.race.run import check_search_spaces
     assert check_search_spaces(["umax", "exact"], grids, structures) == 4
-    assert P.config_label({"batch_size": 5, "n_sampled": 20}) == "n=5 m=20"
-    assert P.config_label({"negatives": 100}) == "negatives=100"
-    assert P.config_label({}) == ""
+    assert RUN.config_label({"batch_size": 5, "n_sampled": 20}) == "n=5 m=20"
+    assert RUN.config_label({"negatives": 100}) == "negatives=100"
+    assert RUN.config_label({}) == ""
 
 
 def test_choose_rates_chooses_the_rate_and_the_structure_together():
@@ -624,14 +631,14 @@ def test_choose_rates_chooses_the_rate_and_the_structure_together():
     tuning = pd.DataFrame([dict(dataset="a", method="implicit-batch", config=c, lr=lr,
                                 options=json.dumps({"c": c}), val_log_loss=v, layout="")
                            for c, lr, v in rows])
-    r = P.choose_rates(tuning).iloc[0]
+    r = RUN.choose_rates(tuning).iloc[0]
     # the lowest score wins; its tie with n=10 m=10 goes to the structure tried first
     assert (r.config, r.lr, r.val_log_loss) == ("n=5 m=20", 1.0, 2.4)
     assert json.loads(r.options) == {"c": "n=5 m=20"}
     assert r.candidates == 6 and r.configs == "n=1 m=1 | n=5 m=20 | n=10 m=10"
     assert r.grid == "1 10" and r.at_grid_edge == "lowest"
     # a table without structures is chosen as before (one candidate per rate)
-    plain = P.choose_rates(tuning[tuning.config == "n=1 m=1"].drop(columns=["config",
+    plain = RUN.choose_rates(tuning[tuning.config == "n=1 m=1"].drop(columns=["config",
                                                                           "options"]))
     assert plain.iloc[0].lr == 10.0 and plain.iloc[0].config == ""
 
@@ -659,28 +666,28 @@ def test_our_trainer_asks_for_threads_then_falls_back(monkeypatch):
                                 (set(), 1, {})]:
         asked.clear()
         monkeypatch.setattr(M, "get_trainer_class", lambda name, a=accepts: fake(a))
-        tr, got, got_opts, note = P._our_trainer("umax", "umax", X, y, K, 2,
-                                                 batch_size=None, n_sampled=1, kw={})
+        tr, got, got_opts, note = OURS._our_trainer("umax", "umax", X, y, K, 2,
+                                                    batch_size=None, n_sampled=1, kw={})
         assert (got, got_opts) == (used, opts), accepts
         assert asked[-1] == opts and (note == "") == (len(asked) == 1)
     asked.clear()
-    P._our_trainer("implicit", "implicit", X, y, K, 1, batch_size=None, n_sampled=None,
-                   kw={})
+    OURS._our_trainer("implicit", "implicit", X, y, K, 1, batch_size=None, n_sampled=None,
+                      kw={})
     assert asked == [{}]
     # a genuine error of the last request is raised, not hidden
     monkeypatch.setattr(M, "get_trainer_class", lambda name: fake(set()))
     with pytest.raises(ValueError, match="unknown option"):
-        P._our_trainer("is", "is", X, y, K, 2, batch_size=None, n_sampled=None,
-                       kw={"bogus": 1})
+        OURS._our_trainer("is", "is", X, y, K, 2, batch_size=None, n_sampled=None,
+                          kw={"bogus": 1})
 
 
 def test_implicit_batch_with_one_point_and_one_class_is_implicit_sgd():
     X, y, K = _problem(N=300, K=8)
     problem = (X, y, K, _sets(X, y))
     # one thread: the serial kernels, equal bit for bit (2 threads run Hogwild, racy)
-    one = P.run_job(_job("implicit-batch", 1.0, max_epochs=2, threads=1,
+    one = J.run_job(_job("implicit-batch", 1.0, max_epochs=2, threads=1,
                          options={"batch_size": 1, "n_sampled": 1}), problem=problem)
-    ref = P.run_job(_job("implicit", 1.0, max_epochs=2, threads=1), problem=problem)
+    ref = J.run_job(_job("implicit", 1.0, max_epochs=2, threads=1), problem=problem)
     assert one["status"] == ref["status"] == "completed", (one["reason"], ref["reason"])
     assert one["info"]["library"] == "implicit"
     assert [p["train_log_loss"] for p in one["points"]] == \
@@ -698,10 +705,10 @@ def test_a_structural_option_reaches_our_trainer(method, options, library_kw, mo
     from scalable_softmax.fit import make_order
     from scalable_softmax.methods import get_trainer_class
 
-    monkeypatch.setattr(P, "FIRST_PIECES", 1)
-    monkeypatch.setattr(P, "MIN_PIECE_SECONDS", 1e9)
+    monkeypatch.setattr(OURS, "FIRST_PIECES", 1)
+    monkeypatch.setattr(OURS, "MIN_PIECE_SECONDS", 1e9)
     X, y, K = _problem(N=300, K=8)
-    res = P.run_job(_job(method, 0.5, max_epochs=2, options=options),
+    res = J.run_job(_job(method, 0.5, max_epochs=2, options=options),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "completed", res["reason"]
     info = res["info"]
@@ -721,7 +728,7 @@ def test_a_structural_option_reaches_our_trainer(method, options, library_kw, mo
 
 
 def test_the_recorder_counts_the_process_cpu_seconds_while_training():
-    rec = P._Recorder({}, [], 10.0)
+    rec = J._Recorder({}, [], 10.0)
     rec.start()
     t = time.perf_counter()
     while time.perf_counter() - t < 0.05:
@@ -741,18 +748,18 @@ def test_our_runs_stop_inside_an_epoch_at_the_cap(method, options):
     of an epoch), so a run whose epoch outlasts the cap stops at the first piece end
     past it, with a point there (as a PyTorch run stops at the first minibatch)."""
     X, y, K = _problem(N=3000, K=8)
-    res = P.run_job(_job(method, 0.5, cap=1e-9, max_epochs=3, options=options),
+    res = J.run_job(_job(method, 0.5, cap=1e-9, max_epochs=3, options=options),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "time cap", res["reason"]
     batch = res["info"]["batch_size"]
-    first = batch * math.ceil(3000 / batch / P.FIRST_PIECES)
+    first = batch * math.ceil(3000 / batch / OURS.FIRST_PIECES)
     assert f"after {first} of 3000 points" in res["reason"]
     assert res["points"][-1]["epoch"] == pytest.approx(first / 3000)
 
 
 def test_pieces_follow_the_measured_speed_and_the_checkpoints():
-    rec = P._Recorder({}, [1.0], cap=6.4)
-    pieces = P.Pieces(N=10_000, batch=10, rec=rec)
+    rec = J._Recorder({}, [1.0], cap=6.4)
+    pieces = OURS.Pieces(N=10_000, batch=10, rec=rec)
     assert pieces.next_size(10_000) == 40                 # 1/256 of the epoch, in steps
     pieces.measured(40, 0.004)                            # 10,000 points per second
     assert pieces.next_size(10_000) == 160                # at most 4x the piece before
@@ -776,10 +783,10 @@ def test_a_run_in_pieces_is_the_trainer_on_those_pieces(method, options, monkeyp
     from scalable_softmax.methods import get_trainer_class
     from scalable_softmax.protocols import fit_kwargs
 
-    monkeypatch.setattr(P, "PIECE_FRACTION", 0.0)
-    monkeypatch.setattr(P, "MIN_PIECE_SECONDS", 0.0)
+    monkeypatch.setattr(OURS, "PIECE_FRACTION", 0.0)
+    monkeypatch.setattr(OURS, "MIN_PIECE_SECONDS", 0.0)
     X, y, K = _problem(N=300, K=8)
-    res = P.run_job(_job(method, 0.5, max_epochs=2, threads=1, options=options),
+    res = J.run_job(_job(method, 0.5, max_epochs=2, threads=1, options=options),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "completed", res["reason"]
     info = res["info"]
@@ -793,47 +800,47 @@ def test_a_run_in_pieces_is_the_trainer_on_those_pieces(method, options, monkeyp
     rng, N, B = np.random.default_rng(0), X.shape[0], info["batch_size"]
     for e in (1, 2):
         # the run's first piece is 1 / FIRST_PIECES of an epoch, every later one a step
-        first = B * math.ceil(N / B / P.FIRST_PIECES) if e == 1 else B
+        first = B * math.ceil(N / B / OURS.FIRST_PIECES) if e == 1 else B
         idx = make_order(rng, N, order)
         lr, seed = 0.5 * 0.9 ** (e - 1), int(rng.integers(0, 2 ** 63 - 1))
         tr.run_epoch(idx[:first], lr, seed)
         for a in range(first, N, B):
-            tr.run_epoch(idx[a:a + B], lr, P.piece_seed(seed, a))
+            tr.run_epoch(idx[a:a + B], lr, OURS.piece_seed(seed, a))
     assert res["points"][-1]["train_log_loss"] == pytest.approx(
         evaluate(X, y, tr.weights()).log_loss, rel=1e-12)
 
 
 def test_piece_seeds_differ_and_are_reproducible():
-    seeds = [P.piece_seed(12345, a) for a in (40, 200, 1000)]
+    seeds = [OURS.piece_seed(12345, a) for a in (40, 200, 1000)]
     assert len(set(seeds)) == 3 and all(0 <= s < 2 ** 63 for s in seeds)
-    assert seeds == [P.piece_seed(12345, a) for a in (40, 200, 1000)]
-    assert P.piece_seed(12346, 40) != seeds[0]
+    assert seeds == [OURS.piece_seed(12345, a) for a in (40, 200, 1000)]
+    assert OURS.piece_seed(12346, 40) != seeds[0]
 
 
 def test_the_pages_quote_the_piece_rule_from_the_code(monkeypatch):
     from scalable_softmax.repro.numbers import Tables
 
     assert Tables.piece_rule() == {"per_cap": 64, "min_ms": 10}
-    monkeypatch.setattr(P, "PIECE_FRACTION", 1 / 32)
-    monkeypatch.setattr(P, "MIN_PIECE_SECONDS", 0.025)
+    monkeypatch.setattr(OURS, "PIECE_FRACTION", 1 / 32)
+    monkeypatch.setattr(OURS, "MIN_PIECE_SECONDS", 0.025)
     assert Tables.piece_rule() == {"per_cap": 32, "min_ms": 25}
 
 
 def test_setup_ours_is_the_notebooks_trainer():
     # the set-up the notebooks' runs and benchmarks/bench_pieces.py share
     X, y, K = _problem(N=120, K=6)
-    tr, order, decay, info = P.setup_ours("implicit-batch", {"batch_size": 1,
-                                                             "n_sampled": 1}, X, y, K, 1)
+    tr, order, decay, info = OURS.setup_ours("implicit-batch", {"batch_size": 1,
+                                                                "n_sampled": 1}, X, y, K, 1)
     assert info["library"] == "implicit" and type(tr).__name__ == "ImplicitTrainer"
     assert (order, decay) == ("shuffle", 0.9)
-    tr, _, _, info = P.setup_ours("implicit-batch", {"batch_size": 5, "n_sampled": 20},
-                                  X, y, K, 2)
+    tr, _, _, info = OURS.setup_ours("implicit-batch", {"batch_size": 5, "n_sampled": 20},
+                                     X, y, K, 2)
     assert info["library"] == "implicit-batch" and (tr.batch_size, tr.n_sampled) == (5, 20)
     assert info["threads_used"] == 2
-    tr, _, _, info = P.setup_ours("softmax-sgd", {"batch_size": 7}, X, y, K, 1)
+    tr, _, _, info = OURS.setup_ours("softmax-sgd", {"batch_size": 7}, X, y, K, 1)
     assert tr.batch_size == 7 and tr.u is None and info["threads_used"] == 1
     assert np.array_equal(tr.weights(), np.zeros((K, X.shape[1])))
     # the same trainer as a notebook job's run starts from
-    res = P.run_job(_job("softmax-sgd", 0.5, max_epochs=1, options={"batch_size": 7}),
+    res = J.run_job(_job("softmax-sgd", 0.5, max_epochs=1, options={"batch_size": 7}),
                     problem=(X, y, K, _sets(X, y)))
     assert res["info"]["batch_size"] == 7 and res["info"]["library"] == "softmax-sgd"
