@@ -121,6 +121,17 @@ def test_a_race_run_stops_at_its_tightest_target_and_reads_test_only_there(probl
     assert len(evaluated) <= 2 * len(targets)       # once per level reached at most
     rows = run.target_rows(res, targets)
     assert list(rows.columns) == run.TARGET_COLUMNS and len(rows) == 2 * len(targets)
+    # the curves: every validation checkpoint of both runs, no test column or number,
+    # and reading them evaluates nothing more
+    n_eval = len(evaluated)
+    curves = run.curve_rows(res)
+    assert n_eval == len(evaluated)
+    assert list(curves.columns) == run.CURVE_COLUMNS
+    assert len(curves) == sum(len(r["points"]) for r in res)
+    assert curves.val_log_loss.tolist() == [p["val_log_loss"] for r in res
+                                            for p in r["points"]]
+    tests = [v for r in res for v in r["test_at_target"].values()]
+    assert not np.isin(curves.select_dtypes("number").to_numpy(float), tests).any()
     assert (rows.family == "full-softmax").all() and rows.seconds_to_target.notna().all()
     v = run.verdict_table(rows)
     assert (v.verdict == "full-softmax").all()      # the only family, every seed
@@ -172,6 +183,8 @@ def test_race_notebook_races_every_workload_to_its_own_targets(monkeypatch, tmp_
         return [{"workload": workload, "job": {"method": m, "seed": s, "lr": 0.1,
                                                "threads": 1},
                  "status": "target", "info": {"threads_used": 1},
+                 "points": [{"seconds": 0.1 * (s + 1), "epoch": 0.5,
+                             "val_log_loss": min(targets.values()), "val_error": 0.5}],
                  "arrivals": {str(lv): 0.1 * (s + 1) for lv in targets},
                  "test_at_target": {str(lv): 2.5 for lv in targets},
                  "chosen": {"config": "", "at_grid_edge": "lowest", "candidates": 2}}
@@ -183,16 +196,24 @@ def test_race_notebook_races_every_workload_to_its_own_targets(monkeypatch, tmp_
               "grids": {}, "val_fraction": 0.1, "split_seed": 0, "val_rows": 10,
               "max_epochs": 1, "threads": 1, "memory_cap_gb": 1.0,
               "first_checkpoint": 0.1, "seeds": [0, 1, 2]}
-    rows, verdicts, tuning = cli.race_notebook("12-peers", params, table, tmp_path,
-                                               say=lambda s: None)
+    rows, verdicts, tuning, curves = cli.race_notebook("12-peers", params, table, tmp_path,
+                                                       say=lambda s: None)
     assert seen["a"][0.05] == pytest.approx(2.1) and seen["b"][0.01] == pytest.approx(3.03)
     assert len(rows) == 2 * 2 * 4 * 3 and set(rows.family) == {"double-sum",
                                                                "full-softmax"}
     assert set(verdicts.verdict) == {"tie"}        # the same times in both families
+    # one checkpoint per seeded run, at the workload's own tightest target
+    assert len(curves) == 2 * 2 * 3 and list(curves.columns) == run.CURVE_COLUMNS
+    assert curves.groupby("workload").val_log_loss.first().to_dict() == \
+        pytest.approx({"a": 2.02, "b": 3.03})
     written = cli.write_tables("12-peers", rows, verdicts, tuning, tmp_path / "out")
     assert [p.name for p in written] == ["12-peers-targets.csv",
                                          "12-peers-targets-verdicts.csv",
                                          "12-peers-targets-tuning.csv"]
+    written = cli.write_tables("12-peers", rows, verdicts, tuning, tmp_path / "out",
+                               curves=curves)
+    assert written[-1].name == "12-peers-targets-curves.csv"
+    assert len(pd.read_csv(written[-1])) == len(curves)
     with pytest.raises(ValueError, match="split_seed"):
         cli._check_split(table.assign(split_seed=1), params, "targets.csv")
 

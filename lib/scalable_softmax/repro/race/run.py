@@ -18,6 +18,9 @@ the rows of the targets tables (notebooks 12 and 14).
    of ``tables/12-peers-targets.csv`` and ``tables/14-crossover-targets.csv``
    (:data:`TARGET_COLUMNS`); the verdicts (:func:`verdict_table`) follow
    :func:`~.scoring.verdicts`.
+4. **Curves** (:func:`curve_rows`): every seeded run's validation checkpoints (training
+   seconds, epoch, validation log-loss: :data:`CURVE_COLUMNS`), the learning curves
+   of ``<notebook>-targets-curves.csv``; never a test number.
 
 Runs go through :func:`.isolate.run_isolated` (a child process with
 a memory cap and the thread variables set), one child per method or per library.
@@ -37,7 +40,8 @@ from scalable_softmax.repro.race.methods import RATE_METHODS, library_of
 
 __all__ = ["TUNE_LEVEL", "TARGET_COLUMNS", "VERDICT_COLUMNS", "config_label", "candidates",
            "choose_rates", "check_search_spaces", "run_grouped",
-           "tune", "choose", "run_seeds", "target_rows", "verdict_table"]
+           "tune", "choose", "run_seeds", "target_rows", "verdict_table", "CURVE_COLUMNS",
+           "curve_rows"]
 
 #: the level whose time on validation chooses each method's configuration
 TUNE_LEVEL = 0.05
@@ -48,6 +52,9 @@ TARGET_COLUMNS = ["workload", "family", "method", "level", "target", "seed",
                   "start_rss_gb"]
 #: the columns of the verdicts tables
 VERDICT_COLUMNS = ["workload", "level", "verdict"]
+#: the columns of the curves tables (one row per seeded run x validation checkpoint)
+CURVE_COLUMNS = ["workload", "family", "method", "seed", "lr", "config", "status",
+                 "checkpoint", "seconds", "epoch", "val_log_loss"]
 
 
 def config_label(options) -> str:
@@ -301,3 +308,41 @@ def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
     """The verdicts (:data:`VERDICT_COLUMNS`) of the targets rows: per workload and level
     a family, ``tie`` or ``none`` (:func:`~.scoring.verdicts`)."""
     return scoring.verdicts(scoring.family_times(rows))[VERDICT_COLUMNS]
+
+
+def curve_rows(results) -> pd.DataFrame:
+    """The learning curves of seeded runs (:func:`run_seeds`' results): one row per run x
+    validation checkpoint (:data:`CURVE_COLUMNS`), in training order: ``checkpoint``
+    its index in the run, ``seconds`` the training seconds, ``epoch`` how far the run
+    had got (NaN for a method without epochs: L-BFGS, scikit-learn), ``val_log_loss``
+    the validation log-loss (inf: a diverged point). ``status`` is the run's. A run
+    without a checkpoint (it failed first) has no row; its status is in the targets
+    table.
+
+    Only the validation numbers of each point are read: a point that carries a test
+    (or training) number means the run evaluated other rows at its checkpoints, which a
+    race run never does (only :class:`~.scoring.SealedTest` reads test rows, at the
+    arrivals), and is refused with a ValueError naming the run."""
+    rows = []
+    for r in results:
+        job = r["job"]
+        ch = r.get("chosen") or {}
+        for i, p in enumerate(r.get("points") or []):
+            other = sorted(k for k in p if k.endswith(("_log_loss", "_error"))
+                           and not k.startswith("val_"))
+            if other or "val_log_loss" not in p:
+                raise ValueError(
+                    f"curve_rows: {r.get('workload')!r} {job['method']} seed "
+                    f"{job['seed']} checkpoint {i} has "
+                    + (f"{other}: a race run evaluates only its validation rows at "
+                       "checkpoints (the test rows only at an arrival)" if other else
+                       "no val_log_loss: not a race run (split='race')"))
+            rows.append({"workload": r["workload"],
+                         "family": families.family_of(job["method"]),
+                         "method": job["method"], "seed": job["seed"],
+                         "lr": job.get("lr"), "config": ch.get("config", ""),
+                         "status": r["status"], "checkpoint": i,
+                         "seconds": float(p["seconds"]),
+                         "epoch": float(p["epoch"]) if "epoch" in p else math.nan,
+                         "val_log_loss": float(p["val_log_loss"])})
+    return pd.DataFrame(rows, columns=CURVE_COLUMNS)
