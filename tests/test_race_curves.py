@@ -136,3 +136,29 @@ def test_race_tables_keep_their_first_three_values():
     rows, verdicts, tuning, curves = t
     assert (rows.x[0], verdicts.x[0], tuning.x[0], curves.x[0]) == (0, 1, 2, 3)
     assert t.curves is curves and t[:3] == (rows, verdicts, tuning)
+
+
+def test_check_curves_reads_the_times_to_each_level_again_from_the_curves():
+    from scalable_softmax.repro.race import report
+
+    targets = scoring.target_levels(2.0)                   # 2.02, 2.04, 2.1, 2.2
+    res = []
+    for s, vals in ((0, [3.0, 2.15, 2.03, 2.01]), (1, [3.0, 2.5, 2.3, 2.25])):
+        r = _result("a", "umax", s, [0.1, 0.2, 0.4, 0.8], vals)
+        w = scoring.TargetWatch(targets, 10.0)
+        for p in r["points"]:
+            w.observe(p["seconds"], p["val_log_loss"])
+        r["arrivals"] = {str(lv): a.seconds for lv, a in w.arrivals.items()}
+        res.append(r)
+    res.append(_result("a", "torch-sgd", 0, [], [], status="memory"))
+    rows, curves = run.target_rows(res, targets), run.curve_rows(res)
+    report.check_curves(rows, curves)
+    assert rows[rows.seed == 1].seconds_to_target.isna().all()
+    moved = rows.copy()
+    moved.loc[(moved.seed == 0) & (moved.level == 0.05), "seconds_to_target"] = 0.4
+    with pytest.raises(AssertionError, match="0.05"):
+        report.check_curves(moved, curves)
+    with pytest.raises(AssertionError, match="lack"):
+        report.check_curves(rows[rows.seed == 0], curves)
+    with pytest.raises(AssertionError):
+        report.check_curves(rows, curves.assign(test_log_loss=1.0))

@@ -21,10 +21,13 @@
   target on validation (the same number of candidates per method), the chosen
   configurations over seeds, the rows of the targets tables and their verdicts;
 * :mod:`.cli` -- a notebook's race end to end (``params/race.yaml``), writing
-  ``<notebook>-targets.csv``, ``-targets-verdicts.csv`` and ``-targets-tuning.csv``;
+  ``<notebook>-targets.csv``, ``-targets-verdicts.csv``, ``-targets-tuning.csv`` and
+  ``-targets-curves.csv`` (every seeded run's validation checkpoints);
 * :mod:`.report` -- what notebooks 12 and 14 and the pages say and draw from the race's
-  tables (verdict sentences, notebook 14's crossover K per level and its figure);
-* :mod:`.plots` -- the race's figures and series styles;
+  tables (verdict sentences, notebook 14's crossover K per level and its figure, the
+  notebooks' checks of the tables);
+* :mod:`.plots` -- the race's figures (performance profiles, learning curves on
+  validation scaled to the targets) and series styles;
 * :mod:`.targets` -- the reference runs that fix the targets before the race
   (``make targets``: ``tables/targets.csv``, ``params/targets.yaml``).
 """
