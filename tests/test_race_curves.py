@@ -82,6 +82,8 @@ def test_the_curves_figure_is_scaled_by_the_targets_and_marks_the_outlier_at_the
         tmp_path):
     import matplotlib
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     from scalable_softmax.repro.race import plots
 
     curves, rows, targets = _panel()
@@ -103,6 +105,7 @@ def test_the_curves_figure_is_scaled_by_the_targets_and_marks_the_outlier_at_the
     assert labels[:2] == ["U-max", "torch SGD (full softmax)"]     # families grouped
     assert {"reference", "target +1%", "target +5%"} <= set(labels)
     fig.savefig(tmp_path / "curves.png")
+    plt.close(fig)
     with pytest.raises(ValueError, match="no target for levels"):
         plots.curves_figure(curves, {"a": {0.01: 2.02}})
 

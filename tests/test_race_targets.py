@@ -91,7 +91,11 @@ def test_a_race_run_stops_at_its_tightest_target_and_reads_test_only_there(probl
     """A race job with targets: the validation checkpoints decide when each level was
     first reached and when the run stops; the sealed test rows are evaluated once per
     level reached, at that checkpoint, and the rows of the targets table follow."""
-    from scalable_softmax.repro.race import run, scoring
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from scalable_softmax.repro.race import plots, report, run, scoring
 
     path, X, y = problem
     evaluated = []
@@ -121,17 +125,19 @@ def test_a_race_run_stops_at_its_tightest_target_and_reads_test_only_there(probl
     assert len(evaluated) <= 2 * len(targets)       # once per level reached at most
     rows = run.target_rows(res, targets)
     assert list(rows.columns) == run.TARGET_COLUMNS and len(rows) == 2 * len(targets)
-    # the curves: every validation checkpoint of both runs, no test column or number,
-    # and reading them evaluates nothing more
-    n_eval = len(evaluated)
+    # the curves: every validation checkpoint of both runs, no test column or number
     curves = run.curve_rows(res)
-    assert n_eval == len(evaluated)
     assert list(curves.columns) == run.CURVE_COLUMNS
     assert len(curves) == sum(len(r["points"]) for r in res)
     assert curves.val_log_loss.tolist() == [p["val_log_loss"] for r in res
                                             for p in r["points"]]
     tests = [v for r in res for v in r["test_at_target"].values()]
     assert not np.isin(curves.select_dtypes("number").to_numpy(float), tests).any()
+    report.check_curves(rows, curves)             # the times read again from the curves
+    fig = plots.curves_figure(curves, plots.targets_of(rows))
+    lo, hi = fig.axes[0].get_ylim()
+    assert lo <= curves.val_log_loss.min() and lo < 0.85 < targets[0.05] < hi
+    plt.close(fig)
     assert (rows.family == "full-softmax").all() and rows.seconds_to_target.notna().all()
     v = run.verdict_table(rows)
     assert (v.verdict == "full-softmax").all()      # the only family, every seed
