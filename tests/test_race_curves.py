@@ -165,3 +165,27 @@ def test_check_curves_reads_the_times_to_each_level_again_from_the_curves():
         report.check_curves(rows[rows.seed == 0], curves)
     with pytest.raises(AssertionError):
         report.check_curves(rows, curves.assign(test_log_loss=1.0))
+
+
+def test_the_race_cli_writes_the_curves_table_and_figure(monkeypatch, tmp_path):
+    """``python -m scalable_softmax.repro.race.cli`` (the race run end to end; here
+    with the race replaced by synthetic tables) writes the curves beside the others."""
+    import matplotlib
+    matplotlib.use("Agg")
+
+    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.race import cli, targets
+
+    curves, rows, _ = _panel()
+    fake = cli.RaceTables(rows, run.verdict_table(rows), pd.DataFrame({"x": [1]}), curves)
+    (tmp_path / "targets.csv").write_text("")       # present: the smoke run makes none
+    params = {"targets": str(tmp_path / "targets.csv"), "split_seed": 0, "val_rows": 10}
+    monkeypatch.setattr(runner, "load_params", lambda name, profile: params)
+    monkeypatch.setattr(targets, "make_targets", None)     # never called
+    monkeypatch.setattr(targets, "load_targets",
+                        lambda path: pd.DataFrame({"split_seed": [0], "val_rows": [10]}))
+    monkeypatch.setattr(cli, "race_notebook", lambda *a, **kw: fake)
+    assert cli.main(["12-peers", "--profile", "smoke", "--out", str(tmp_path)]) == 0
+    got = pd.read_csv(tmp_path / "12-peers-targets-curves.csv")
+    assert list(got.columns) == run.CURVE_COLUMNS and len(got) == len(curves)
+    assert (tmp_path / "12-peers-targets-curves.png").stat().st_size > 0
