@@ -414,3 +414,23 @@ def test_staged_paths_print_as_their_destination(tmp_path, monkeypatch):
     staged = outputs.staged_path(dest)
     assert str(staged).startswith(str(tmp_path / "stage"))
     assert str(staged.relative_to(tmp_path / "repo")) == "tables/t.csv"
+
+
+def test_race_cells_may_run_twice_their_training_budget():
+    """Notebooks 12 and 14 run their whole race in one cell: its timeout must cover at
+    least twice the race's training budget under params/race.yaml (every tuning run to
+    ``tune_fraction`` of its cap, every seeded run to its cap), which the runner's
+    default of an hour did not for notebook 12."""
+    from scalable_softmax.repro import peers
+
+    race = yaml.safe_load((paths.ROOT / "params" / "race.yaml").read_text())["full"]
+    for name, key in (("12-peers", "peers"), ("14-crossover", "crossover")):
+        sec = race[key]
+        caps = sum(sec["caps"].values()) if isinstance(sec["caps"], dict) else sum(sec["caps"])
+        rated = [m for m in sec["methods"] if m in peers.RATE_METHODS]
+        candidates = sum(len(race["grids"][m]) * len(race["structures"].get(m, [{}]))
+                         for m in rated)
+        budget = (candidates * race["tune_fraction"] * caps
+                  + len(race["seeds"]) * len(sec["methods"]) * caps)
+        assert notebooks.cell_timeout(name) >= 2 * budget, (name, budget)
+    assert notebooks.cell_timeout("02-dataset-run") == notebooks.DEFAULT_TIMEOUT
