@@ -3,8 +3,8 @@ item 2): per epoch, its CPU and wall seconds, Newton iterations per step and the
 test log-loss, for a few configurations of ``implicit-batch`` on the data sets where
 a peer was first within 1% of the best test log-loss in the record.
 
-Each configuration runs as notebook 12's ``implicit-batch`` does (``_run_ours`` of
-``scalable_softmax.repro.peers``): the training split, the ``paper-text`` protocol's
+Each configuration runs as notebook 12's ``implicit-batch`` does (``run_ours`` of
+``scalable_softmax.repro.race.ours``): the training split, the ``paper-text`` protocol's
 settings of ``implicit`` (shuffled order, ``u = log K``, the schedule
 ``lr * 0.9**(epoch - 1)``), ``mu = 0``, the same seeds, at the learning rate that
 notebook 12's tuning chose for ``implicit-batch`` (read from ``tables/12-peers.csv``),
@@ -29,28 +29,23 @@ notebook's rules. ``--refresh-u`` (a diagnostic, not a method): after each epoch
 ``u_i`` is set to its optimum for the current weights. Writes
 ``peers_configs-<data>-oracle.{json,md}`` with ``--out peers_configs-<data>``.
 
-``--race``: instead, the same-run race of notebook 12's rules: the record's first
-method within 1% of the best on the data set (a peer everywhere in the record, at its
-recorded rate, options and layout) and the configurations of ``RACE`` run one after the
-other, ``--repeats`` rounds, each run in its own child process (``peers.run_isolated``:
-the notebook's isolation, ``--threads`` threads, the notebook's time cap and
-checkpoints), and the training seconds of each to within 1% of the record's best.
-Writes ``peers_configs-race-<threads>t.{json,md}``.
-
 Writes ``benchmarks/results/peers_configs.{json,md}`` (rewritten after each data set).
 Usage: ``python benchmarks/bench_peers_configs.py [--data bibtex,...] [--epochs E]
-[--race --threads T --repeats R] [--oracle --pairs 10x10,... --lrs 10,... --decays 0.9
---cpu-factor F --refresh-u --out NAME] [--rule --lrs 10,31.6,100]``.
+[--oracle --pairs 10x10,... --lrs 10,... --decays 0.9 --cpu-factor F --refresh-u
+--out NAME]``.
 
-``--rule``: notebook 12's rate rule itself (``peers.tune_rates``, its budget and held-out
-split) for ``implicit-batch`` over the rates ``--lrs``, to see which rate a finer grid
-would give it. Writes ``<out>-rule.{json,md}``.
+Two earlier modes are gone with the race to the best test log-loss they measured
+(notebook 12's record before the race to validation targets): ``--race`` (the
+same-run race of ours against the record's first method, results
+``peers_configs-race-2t.{json,md}``) and ``--rule`` (the earlier rate rule for
+``implicit-batch`` over another grid, ``peers_configs-rule.{json,md}``). Their
+committed results stay in ``benchmarks/results/`` as history; the script as of commit
+d1ac249 (which wrote them) regenerates them.
 """
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 from pathlib import Path
 
@@ -162,104 +157,6 @@ def summary(rows, info):
             record_first=f"{i['record_first_method']} {i['record_first_seconds']:.3g} s"
             if i["record_first_method"] else "none"))
     return pd.DataFrame(out)
-
-
-#: per data set, the configurations (n, m, lr) of ours raced (--race) against the
-#: record's first method within 1% of the best: the record's (lr None: the rate notebook
-#: 12's tuning chose for implicit-batch) and the fastest to within 1% of the --oracle
-#: searches (results/peers_configs-<data>-oracle.md), at the rate each search found
-RACE = {"bibtex": [(10, 10, None), (5, 20, 15.0), (10, 50, 30.0)],
-        "delicious": [(10, 10, None)],
-        "eurlex-surrogate": [(10, 10, None)],
-        "wikismall-surrogate": [(10, 10, None), (10, 10, 50.0), (10, 10, 30.0)],
-        "20news-words": [(10, 10, None), (10, 50, None)]}
-
-
-def _peer_job(data, row, params, cap, common):
-    """The record's run of a peer (``row`` of ``tables/12-peers.csv``) as a job: its
-    method, rate, options and layout."""
-    from scalable_softmax.repro import peers
-    opts = dict(params["torch_options"].get(row.method, {}))
-    if isinstance(row.layout, str) and row.layout:
-        opts["layout"] = row.layout
-    return peers.Job(data, row.method, float(row.lr), cap, options=opts, **common)
-
-
-def race(data, params, record, threads, repeat=0):
-    """One round: the record's first method within 1% on ``data`` (a peer in the record
-    on every data set), then each configuration of ``RACE[data]``, one after the other,
-    each in its own child process under the notebook's rules."""
-    from scalable_softmax.repro import peers
-
-    cap = float(params["caps"][data])
-    part = record[record.dataset == data]
-    best = float(part.group_best.iloc[0])
-    ours = part[part.method == "implicit-batch"].iloc[0]
-    peer = _record_first(part)
-    common = dict(split="final", max_epochs=params["max_epochs"],
-                  eval_rows=params["eval_rows"].get(data), seed=params.get("seed", 0),
-                  threads=threads, checkpoints=peers.checkpoint_times(cap, 2, cap / 256))
-    jobs = [(peer.method, _peer_job(data, peer, params, cap, common))]
-    for n, m, lr in RACE[data]:
-        jobs.append((f"implicit-batch n={n} m={m}", peers.Job(
-            data, "implicit-batch", float(ours.lr if lr is None else lr), cap,
-            options=dict(batch_size=n, n_sampled=m), **common)))
-    rows = []
-    for name, job in jobs:
-        load = [round(v, 2) for v in os.getloadavg()]
-        out = peers.run_isolated([job], memory_cap_gb=params["memory_cap_gb"],
-                                 threads=threads, wall_seconds=90 + 3 * cap)
-        r = out["results"][0]
-        pts = r.get("points", [])
-        hit = next((p for p in pts if p["test_log_loss"] <= 1.01 * best), None)
-        rows.append(dict(data=data, repeat=repeat, method=name, lr=job.lr, threads=threads,
-                         cap=cap,
-                         status=r.get("status"), reason=r.get("reason"),
-                         seconds_to_1pct=None if hit is None else hit["seconds"],
-                         best_ratio=min((p["test_log_loss"] for p in pts), default=math.inf)
-                         / best, load_before=load,
-                         record_seconds_to_1pct=None if not math.isfinite(
-                             part[part.method == job.method].seconds_to_1pct.iloc[0]) else
-                         float(part[part.method == job.method].seconds_to_1pct.iloc[0])))
-        print(rows[-1], flush=True)
-    t = rows[0]["seconds_to_1pct"]
-    for r in rows:
-        r["ratio_to_peer"] = (r["seconds_to_1pct"] / t if t and r["seconds_to_1pct"]
-                              else None)
-    return rows
-
-
-def main_race(a, params, record):
-    rows, m0 = [], machine_info()
-    name = f"{a.out}-race-{a.threads}t"
-    for d in a.data.split(","):
-        for k in range(a.repeats):
-            rows += race(d, params, record, a.threads, repeat=k)
-        m1 = machine_info()
-        df = pd.DataFrame(rows).drop(columns=["reason"])
-        med = df.groupby(["data", "method", "lr"], sort=False).agg(
-            runs=("repeat", "size"),
-            reached=("seconds_to_1pct", lambda v: int(v.notna().sum())),
-            median_seconds_to_1pct=("seconds_to_1pct", "median"),
-            median_ratio_to_peer=("ratio_to_peer", "median"),
-            median_best_ratio=("best_ratio", "median")).reset_index()
-        publish(name, dict(machine_start=m0, machine_end=m1, rows=rows), "\n".join([
-            "# Notebook 12's rules, one run: ours against the record's first method", "",
-            f"Written by `benchmarks/bench_peers_configs.py --race --threads {a.threads}`. "
-            f"{m0['cpu_model']}, load average {m0['load_average']} at the start, "
-            f"{m1['load_average']} at the end (`load_before`: before each run). Each run "
-            "in its own child process with the notebook's cap, checkpoints and "
-            f"{a.threads} thread(s); `seconds_to_1pct`: training seconds to the first "
-            "checkpoint within 1% of the data set's best test log-loss in the record "
-            "(tables/12-peers.csv); `record_seconds_to_1pct`: the record's own (its "
-            "implicit-batch is n = m = 10); `ratio_to_peer`: this run's seconds over "
-            "those of the record's first method within 1% (the first row of each data "
-            f"set) in the same repeat ({a.repeats} repeat(s), each running every "
-            "configuration once in turn).", "",
-            "## Medians over the repeats", "",
-            med.to_markdown(index=False, floatfmt=".4g"), "",
-            "## Every run", "",
-            df.to_markdown(index=False, floatfmt=".4g"), ""]))
 
 
 #: --oracle: the grid searched per data set, (n, m) pairs x rates x decays of the
@@ -408,47 +305,11 @@ def main_oracle(a, params, record):
             df.to_markdown(index=False, floatfmt=".4g"), ""]))
 
 
-def main_rule(a, params):
-    """--rule: notebook 12's rate rule (``peers.tune_rates``: 80% of the training split,
-    ``tune_fraction`` of the cap, the held-out log-loss) for ``implicit-batch`` over the
-    rates ``--lrs``: which rate the rule would choose from that grid."""
-    from scalable_softmax.repro import peers
-
-    m0, lrs = machine_info(), [float(v) for v in a.lrs.split(",")]
-    data = a.data.split(",")
-    tuning = peers.tune_rates(
-        data, ["implicit-batch"], {"implicit-batch": lrs},
-        {d: params["tune_fraction"] * params["caps"][d] for d in data},
-        max_epochs=params["max_epochs"], eval_rows=params["eval_rows"],
-        holdout=params["holdout"], seed=params.get("seed", 0),
-        memory_cap_gb=params["memory_cap_gb"], threads=a.threads, progress=False)
-    chosen = peers.chosen_rates(tuning)
-    m1 = machine_info()
-    publish(f"{a.out}-rule", dict(machine_start=m0, machine_end=m1, lrs=lrs,
-                                  tuning=tuning.to_dict("records")), "\n".join([
-        "# Notebook 12's rate rule for implicit-batch (n = m = 10) over another grid", "",
-        f"Written by `benchmarks/bench_peers_configs.py --rule --lrs {a.lrs}`. "
-        f"{m0['cpu_model']}, load average {m0['load_average']} at the start, "
-        f"{m1['load_average']} at the end. The notebook's rule (`peers.tune_rates`): each "
-        f"rate trains on {1 - params['holdout']:.0%} of the training split for "
-        f"{params['tune_fraction']:g} x the data set's cap, scored by the exact log-loss "
-        "on the held-out rows; the lowest wins.", "",
-        "## Chosen", "",
-        chosen.drop(columns=["layout"], errors="ignore").to_markdown(index=False,
-                                                                     floatfmt=".4g"), "",
-        "## Every run", "",
-        tuning.drop(columns=["layout"], errors="ignore").to_markdown(index=False,
-                                                                     floatfmt=".4g"), ""]))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=",".join(EPOCHS))
     ap.add_argument("--epochs", type=int, default=None, help="epochs (default: per data set)")
     ap.add_argument("--out", default="peers_configs")
-    ap.add_argument("--race", action="store_true", help="the same-run race (see above)")
-    ap.add_argument("--threads", type=int, default=2, help="threads of each run (--race)")
-    ap.add_argument("--repeats", type=int, default=1, help="rounds of the race (--race)")
     ap.add_argument("--oracle", action="store_true",
                     help="the whole grid without a time cap, chosen by the test curve")
     ap.add_argument("--evals", type=int, default=4, help="evaluations per epoch (--oracle)")
@@ -460,8 +321,6 @@ def main() -> None:
                     help="n x m pairs, e.g. 10x10,5x20 (--oracle)")
     ap.add_argument("--lrs", default=",".join(f"{v:g}" for v in ORACLE_LRS),
                     help="rates (--oracle)")
-    ap.add_argument("--rule", action="store_true",
-                    help="notebook 12's rate rule for implicit-batch over --lrs")
     ap.add_argument("--refresh-u", action="store_true",
                     help="diagnostic: u_i to their optimum after each epoch (--oracle)")
     ap.add_argument("--cpu-factor", type=float, default=None,
@@ -469,12 +328,8 @@ def main() -> None:
     a = ap.parse_args()
     params = yaml.safe_load((ROOT / "params" / "12-peers.yaml").read_text())["full"]
     record = pd.read_csv(ROOT / "tables" / "12-peers.csv")
-    if a.race:
-        return main_race(a, params, record)
     if a.oracle:
         return main_oracle(a, params, record)
-    if a.rule:
-        return main_rule(a, params)
     rows, info = [], {}
     m0 = machine_info()
     for d in a.data.split(","):

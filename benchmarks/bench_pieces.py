@@ -1,7 +1,7 @@
 """What cutting an epoch into pieces costs our methods (notebooks 12 and 14).
 
 A run of ours in notebooks 12 and 14 cuts every epoch into pieces of whole steps
-(:class:`scalable_softmax.repro.peers.Pieces`: about 1/64 of the run's cap at the
+(:class:`scalable_softmax.repro.race.ours.Pieces`: about 1/64 of the run's cap at the
 measured speed, at least ``MIN_PIECE_SECONDS``), one kernel call each, so that it stops
 and is evaluated near the cap and the checkpoints, as a PyTorch run stops at a minibatch.
 A kernel call has a fixed cost (argument checks, the threads' start), so small pieces
@@ -63,16 +63,16 @@ class _Budget:
 
 def _trainer(path, method, options, threads):
     """Our trainer of a notebook job on ``threads`` threads, set up by the notebooks' own
-    :func:`scalable_softmax.repro.peers.setup_ours`, on the problem file ``path`` (of
-    ``peers.save_problem``). Returns ``(trainer, N, order, threads used)``."""
+    :func:`scalable_softmax.repro.race.ours.setup_ours`, on the problem file ``path`` (of
+    ``race.problems.save_problem``). Returns ``(trainer, N, order, threads used)``."""
     import scipy.sparse as sp
 
-    from scalable_softmax.repro import peers as P
+    from scalable_softmax.repro.race import ours
 
     z = np.load(path)
     X = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
     y, K = z["y"].astype(np.int64), int(z["K"])
-    tr, order, _, info = P.setup_ours(method, options, X, y, K, threads)
+    tr, order, _, info = ours.setup_ours(method, options, X, y, K, threads)
     return tr, X.shape[0], order, info["threads_used"]
 
 
@@ -84,10 +84,10 @@ def _epochs(tr, N, order, lr, epochs, budget, seed):
     """Seconds of each epoch, whole (``budget`` None) or in pieces sized for ``budget``;
     and the kernel calls of the last."""
     from scalable_softmax.fit import make_order
-    from scalable_softmax.repro import peers as P
+    from scalable_softmax.repro.race import ours
 
     rng = np.random.default_rng(seed)
-    cut = P.Pieces(N, tr.batch_size, _Budget(budget)) if budget else None
+    cut = ours.Pieces(N, tr.batch_size, _Budget(budget)) if budget else None
     out, calls, diverged = [], 0, False
     for _ in range(epochs):
         idx = make_order(rng, N, order)
@@ -102,7 +102,7 @@ def _epochs(tr, N, order, lr, epochs, budget, seed):
             while a < N:
                 size = cut.next_size(N - a)
                 t0 = time.perf_counter()
-                rep = tr.run_epoch(idx[a:a + size], lr, s if a == 0 else P.piece_seed(s, a))
+                rep = tr.run_epoch(idx[a:a + size], lr, s if a == 0 else ours.piece_seed(s, a))
                 cut.measured(size, time.perf_counter() - t0)
                 diverged = diverged or _diverged(rep)
                 a += size
@@ -121,13 +121,12 @@ def main(argv=None) -> int:
     if a.epochs < 2:
         ap.error("--epochs must be at least 2 (the first epoch is left out)")
 
-    from scalable_softmax.repro import crossover
-    from scalable_softmax.repro import peers as P
+    from scalable_softmax.repro.race import ours, problems
 
     start = machine_info()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        paths, _ = crossover.build_problems(a.Ks, dict.fromkeys(a.Ks, 100_000), tmp)
+        paths, _ = problems.build_problems(a.Ks, dict.fromkeys(a.Ks, 100_000), tmp)
         for K in a.Ks:
             for label, (method, lr, options) in CONFIGS.items():
                 if method == "softmax-sgd" and K > 1000:
@@ -159,14 +158,14 @@ def main(argv=None) -> int:
                       flush=True)
     end = machine_info()
     res = dict(machine_start=start, machine_end=end, epochs=a.epochs, repeats=a.repeats,
-               budgets=BUDGETS, min_piece_seconds=P.MIN_PIECE_SECONDS,
-               piece_fraction=P.PIECE_FRACTION, rows=rows)
+               budgets=BUDGETS, min_piece_seconds=ours.MIN_PIECE_SECONDS,
+               piece_fraction=ours.PIECE_FRACTION, rows=rows)
     lines = ["# Epochs in pieces against whole epochs (notebooks 12 and 14)", "",
              machine_line(start, end), "",
              f"Seconds per epoch (median over {a.repeats} repeats of the median over epochs "
              f"2..{a.epochs}), 20news-words, {a.threads} threads: whole (one kernel call), "
              f"in pieces sized for notebook 14's tuning budget and for its cap at that K "
-             f"(1/64 of it, at least {P.MIN_PIECE_SECONDS} s).", "",
+             f"(1/64 of it, at least {ours.MIN_PIECE_SECONDS} s).", "",
              "| K | method | threads used | whole (s) | tuning pieces (s) | ratio | calls | "
              "timed pieces (s) | ratio | calls | diverged |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

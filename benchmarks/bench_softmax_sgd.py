@@ -199,10 +199,11 @@ def _per_epoch_class_major(X, y, K, lr, rows):
 
 def _torch_epoch(X, y, K, batches=200, threads=2):
     """Seconds of one PyTorch full-softmax SGD epoch of minibatches of ``BATCH``
-    (notebook 12's models: ``scalable_softmax.repro.peers.torch_layouts`` times each
+    (notebook 12's models: ``scalable_softmax.repro.race.torch_runner.torch_layouts`` times each
     layout over the first ``batches`` minibatches; times the number of minibatches of
     an epoch), or None and the reason when torch is not importable."""
-    from scalable_softmax.repro.peers import available, torch_layouts
+    from scalable_softmax.repro.race.methods import available
+    from scalable_softmax.repro.race.torch_runner import torch_layouts
     ok, why = available("torch")
     if not ok:
         return None, why

@@ -421,13 +421,13 @@ def test_race_cells_may_run_twice_their_training_budget():
     least twice the race's training budget under params/race.yaml (every tuning run to
     ``tune_fraction`` of its cap, every seeded run to its cap), which the runner's
     default of an hour did not for notebook 12."""
-    from scalable_softmax.repro import peers
+    from scalable_softmax.repro.race import methods as race_methods
 
     race = yaml.safe_load((paths.ROOT / "params" / "race.yaml").read_text())["full"]
     for name, key in (("12-peers", "peers"), ("14-crossover", "crossover")):
         sec = race[key]
         caps = sum(sec["caps"].values()) if isinstance(sec["caps"], dict) else sum(sec["caps"])
-        rated = [m for m in sec["methods"] if m in peers.RATE_METHODS]
+        rated = [m for m in sec["methods"] if m in race_methods.RATE_METHODS]
         candidates = sum(len(race["grids"][m]) * len(race["structures"].get(m, [{}]))
                          for m in rated)
         budget = (candidates * race["tune_fraction"] * caps

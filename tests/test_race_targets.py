@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalable_softmax.repro import peers
-from scalable_softmax.repro.race import split, targets
+from scalable_softmax.repro.race import jobs, problems, split, targets
 
 
 @pytest.fixture(scope="module")
@@ -23,21 +22,21 @@ def problem(tmp_path_factory):
     Xt = rng.standard_normal((50, D))
     yt = np.argmax(Xt @ W.T, axis=1)
     path = tmp_path_factory.mktemp("race") / "toy.npz"
-    peers.save_problem(path, X, y, Xt, yt, K)
+    problems.save_problem(path, X, y, Xt, yt, K)
     return str(path), X, y
 
 
 def test_a_race_job_trains_on_the_split_and_evaluates_only_validation_rows(problem):
     path, X, y = problem
-    job = peers.Job(path, "softmax-sgd", 1.0, 5.0, split="race", holdout=0.2,
+    job = jobs.Job(path, "softmax-sgd", 1.0, 5.0, split="race", holdout=0.2,
                     split_seed=3, eval_rows=None, max_epochs=2, threads=1,
                     checkpoints=[1e-9], options={"batch_size": 10})
-    Xf, yf, K, sets = peers._make_problem(job)
+    Xf, yf, K, sets = problems._make_problem(job)
     fit, val = split.validation_split(300, 0.2, 3)
     assert set(sets) == {"val"} and K == 4
     assert np.array_equal(sets["val"][1], y[val]) and np.array_equal(yf, y[fit])
     assert np.allclose(sets["val"][0].toarray(), X[val])
-    r = peers.run_job(job, problem=(Xf, yf, K, sets))
+    r = jobs.run_job(job, problem=(Xf, yf, K, sets))
     assert r["status"] == "completed", r["reason"]
     assert all(set(p) >= {"seconds", "val_log_loss"} and "test_log_loss" not in p
                for p in r["points"])
@@ -92,25 +91,29 @@ def test_a_race_run_stops_at_its_tightest_target_and_reads_test_only_there(probl
     """A race job with targets: the validation checkpoints decide when each level was
     first reached and when the run stops; the sealed test rows are evaluated once per
     level reached, at that checkpoint, and the rows of the targets table follow."""
-    from scalable_softmax.repro.race import run, scoring
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from scalable_softmax.repro.race import plots, report, run, scoring
 
     path, X, y = problem
     evaluated = []
-    real = peers._sealed_test
+    real = problems.sealed_test
 
     def spy(job):
         s = real(job)
         inner = s._evaluate
         s._evaluate = lambda X, y, m: evaluated.append(1) or inner(X, y, m)
         return s
-    monkeypatch.setattr(peers, "_sealed_test", spy)
+    monkeypatch.setattr(problems, "sealed_test", spy)
     base = dict(split="race", holdout=0.2, split_seed=0, eval_rows=None, max_epochs=30,
                 threads=1, options={"batch_size": 10},
-                checkpoints=peers.checkpoint_times(2.0, 2, 2.0 / 4096))
+                checkpoints=jobs.checkpoint_times(2.0, 2, 2.0 / 4096))
     # a reachable reference: this softmax model trains to a validation log-loss of
     # 0.77 to 0.81 (log K = 1.39 at the start), so 0.85 and its levels are reached
     targets = scoring.target_levels(0.85)
-    res = [dict(peers.run_job(peers.Job(path, "softmax-sgd", 1.0, 2.0, seed=s,
+    res = [dict(jobs.run_job(jobs.Job(path, "softmax-sgd", 1.0, 2.0, seed=s,
                                         targets=targets, report_test=True, **base)),
                 workload="toy") for s in (0, 1)]
     for r in res:
@@ -122,6 +125,19 @@ def test_a_race_run_stops_at_its_tightest_target_and_reads_test_only_there(probl
     assert len(evaluated) <= 2 * len(targets)       # once per level reached at most
     rows = run.target_rows(res, targets)
     assert list(rows.columns) == run.TARGET_COLUMNS and len(rows) == 2 * len(targets)
+    # the curves: every validation checkpoint of both runs, no test column or number
+    curves = run.curve_rows(res)
+    assert list(curves.columns) == run.CURVE_COLUMNS
+    assert len(curves) == sum(len(r["points"]) for r in res)
+    assert curves.val_log_loss.tolist() == [p["val_log_loss"] for r in res
+                                            for p in r["points"]]
+    tests = [v for r in res for v in r["test_at_target"].values()]
+    assert not np.isin(curves.select_dtypes("number").to_numpy(float), tests).any()
+    report.check_curves(rows, curves)             # the times read again from the curves
+    fig = plots.curves_figure(curves, plots.targets_of(rows))
+    lo, hi = fig.axes[0].get_ylim()
+    assert lo <= curves.val_log_loss.min() and lo < 0.85 < targets[0.05] < hi
+    plt.close(fig)
     assert (rows.family == "full-softmax").all() and rows.seconds_to_target.notna().all()
     v = run.verdict_table(rows)
     assert (v.verdict == "full-softmax").all()      # the only family, every seed
@@ -173,6 +189,8 @@ def test_race_notebook_races_every_workload_to_its_own_targets(monkeypatch, tmp_
         return [{"workload": workload, "job": {"method": m, "seed": s, "lr": 0.1,
                                                "threads": 1},
                  "status": "target", "info": {"threads_used": 1},
+                 "points": [{"seconds": 0.1 * (s + 1), "epoch": 0.5,
+                             "val_log_loss": min(targets.values()), "val_error": 0.5}],
                  "arrivals": {str(lv): 0.1 * (s + 1) for lv in targets},
                  "test_at_target": {str(lv): 2.5 for lv in targets},
                  "chosen": {"config": "", "at_grid_edge": "lowest", "candidates": 2}}
@@ -184,16 +202,24 @@ def test_race_notebook_races_every_workload_to_its_own_targets(monkeypatch, tmp_
               "grids": {}, "val_fraction": 0.1, "split_seed": 0, "val_rows": 10,
               "max_epochs": 1, "threads": 1, "memory_cap_gb": 1.0,
               "first_checkpoint": 0.1, "seeds": [0, 1, 2]}
-    rows, verdicts, tuning = cli.race_notebook("12-peers", params, table, tmp_path,
-                                               say=lambda s: None)
+    rows, verdicts, tuning, curves = cli.race_notebook("12-peers", params, table, tmp_path,
+                                                       say=lambda s: None)
     assert seen["a"][0.05] == pytest.approx(2.1) and seen["b"][0.01] == pytest.approx(3.03)
     assert len(rows) == 2 * 2 * 4 * 3 and set(rows.family) == {"double-sum",
                                                                "full-softmax"}
     assert set(verdicts.verdict) == {"tie"}        # the same times in both families
+    # one checkpoint per seeded run, at the workload's own tightest target
+    assert len(curves) == 2 * 2 * 3 and list(curves.columns) == run.CURVE_COLUMNS
+    assert curves.groupby("workload").val_log_loss.first().to_dict() == \
+        pytest.approx({"a": 2.02, "b": 3.03})
     written = cli.write_tables("12-peers", rows, verdicts, tuning, tmp_path / "out")
     assert [p.name for p in written] == ["12-peers-targets.csv",
                                          "12-peers-targets-verdicts.csv",
                                          "12-peers-targets-tuning.csv"]
+    written = cli.write_tables("12-peers", rows, verdicts, tuning, tmp_path / "out",
+                               curves=curves)
+    assert written[-1].name == "12-peers-targets-curves.csv"
+    assert len(pd.read_csv(written[-1])) == len(curves)
     with pytest.raises(ValueError, match="split_seed"):
         cli._check_split(table.assign(split_seed=1), params, "targets.csv")
 
@@ -207,17 +233,17 @@ def test_tuning_runs_never_touch_the_test_rows(problem, monkeypatch):
 
     def refuse(job):
         raise AssertionError("the test rows were loaded")
-    monkeypatch.setattr(peers, "_sealed_test", refuse)
+    monkeypatch.setattr(problems, "sealed_test", refuse)
     base = dict(split="race", holdout=0.2, split_seed=0, eval_rows=None, max_epochs=3,
                 threads=1, options={"batch_size": 10}, checkpoints=[1e-9])
-    tune = peers.run_job(peers.Job(path, "softmax-sgd", 1.0, 2.0,
+    tune = jobs.run_job(jobs.Job(path, "softmax-sgd", 1.0, 2.0,
                                    targets={0.05: scoring.target_levels(0.85)[0.05]},
                                    **base))
-    ref = peers.run_job(peers.Job(path, "softmax-sgd", 1.0, 2.0, **base))
+    ref = jobs.run_job(jobs.Job(path, "softmax-sgd", 1.0, 2.0, **base))
     for r in (tune, ref):
         assert r["status"] in ("completed", "target"), r["reason"]
         assert "test_at_target" not in r
     with pytest.raises(ValueError, match="report_test needs targets"):
-        peers.Job(path, "softmax-sgd", 1.0, 2.0, report_test=True, **base)
+        jobs.Job(path, "softmax-sgd", 1.0, 2.0, report_test=True, **base)
     with pytest.raises(ValueError, match="needs split='race'"):
-        peers.Job(path, "softmax-sgd", 1.0, 2.0, targets={0.05: 1.0})
+        jobs.Job(path, "softmax-sgd", 1.0, 2.0, targets={0.05: 1.0})

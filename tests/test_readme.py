@@ -330,61 +330,16 @@ def test_notebooks_point_to_readme_sections_that_exist():
             assert section in headings, f"{nb.name} cites the README section {section!r}"
 
 
-def test_race_families_and_crossover_verdict_come_from_the_tables(tmp_path):
-    """The README states notebook 12's race per family (a family's time is its fastest
-    method's; the runner-up's seconds as a multiple), ours against PyTorch apart, the
-    runs that did not use their threads, and notebook 14's verdict or that the record
-    has none."""
-    tables = tmp_path / "tables"
-    tables.mkdir()
-    rows = [("a", "implicit-batch", 1.0, 2.0, 2, "yes", "completed"),
-            ("a", "torch-sgd", 3.0, 1.0, 2, "yes", "completed"),
-            ("a", "softmax-sgd", 4.0, 1.5, 2, "yes", "completed"),
-            ("b", "softmax-sgd", 1.0, 0.5, 2, "yes", "completed"),
-            ("b", "torch-adam", 2.0, 0.7, 2, "yes", "completed"),
-            ("b", "umax", 8.0, 0.6, 1, "no", "completed"),
-            ("c", "umax", None, 5.0, 2, "yes", "completed"),
-            ("c", "torch-sgd", None, 4.0, 2, "yes", "completed"),
-            ("c", "sklearn-saga", None, None, 2, "no", "time cap"),
-            ("c", "exact", None, None, 2, "", "memory")]
-    pd.DataFrame(rows, columns=["dataset", "method", "seconds_to_1pct", "seconds_to_5pct",
-                                "threads", "used_threads", "status"]
-                 ).to_csv(tables / "12-peers.csv", index=False)
-    t = numbers.Tables(tables)
-    assert t.race_families("12-peers", "1") == (
-        "a: double-sum (implicit-batch, 1.00 s; next full-softmax at 3.00 x); "
-        "b: full-softmax (softmax-sgd, 1.00 s; next double-sum at 8.00 x); c: no family")
-    assert t.race_families("12-peers", "5", "c") == \
-        "full-softmax (torch-sgd, 4.00 s; next double-sum at 1.25 x)"
-    assert t.race_pair("12-peers", "5") == ("a 1.50 s against 1.00 s; "
-                                             "b 0.50 s against not reached; "
-                                             "c not reached against 4.00 s")
-    assert t.race_threads("12-peers") == ("umax: 1 thread on 1 of 2; "
-                                          "sklearn-saga: about one of 2 on 1 of 1")
-    assert t.race_families("12-peers", "1", "a", True) == "double-sum (next at 3.00 x)"
-    assert t.race_families("12-peers", "1", "c", True) == "no family"
-    with pytest.raises(LookupError, match="no workload 'z'"):
-        t.race_families("12-peers", "1", "z")
-    with pytest.raises(ValueError, match="no column 'seconds_to_2pct'"):
-        t.race_families("12-peers", "2")
+def test_the_race_functions_say_not_run_without_the_race(tmp_path):
+    """A record without the race to validation targets of notebooks 12 and 14: the
+    race's page functions say so instead of failing."""
+    t = numbers.Tables(tmp_path)
     assert t.crossover_verdict("1").startswith("not yet run")
-    pd.DataFrame({"K": [1000, 1000, 30000, 30000],
-                  "family": ["full-softmax", "double-sum", "full-softmax", "double-sum"],
-                  "method": ["softmax-sgd", "umax", "softmax-sgd", "implicit"],
-                  "label": ["softmax SGD", "U-max", "softmax SGD", "Implicit SGD"],
-                  "seconds_to_1pct": [1.0, 2.0, 9.0, 4.0]}
-                 ).to_csv(tables / "14-crossover.csv", index=False)
-    t = numbers.Tables(tables)
-    text = t.crossover_verdict("1")
-    assert text.startswith("A double-sum method is first within 1% of the best test "
-                           "log-loss from K = 30,000 on"), text
-    assert "K = 1,000:" not in text and text.endswith(".")
-    assert t.crossover_first(0) == "K = 1,000: softmax SGD (full-softmax, 1 s)"
-    assert t.crossover_first(1) == "K = 30,000: Implicit SGD (double-sum, 4 s)"
-    assert t.crossover_first(2) == ""
-    assert t.race_families("14-crossover", "1") == (
-        "K = 1,000: full-softmax (softmax-sgd, 1.00 s; next double-sum at 2.00 x); "
-        "K = 30,000: double-sum (implicit, 4.00 s; next full-softmax at 2.25 x)")
+    assert t.crossover_first(0) == ""
+    assert t.crossover_at(1000) == "K = 1,000: not raced in this record"
+    for expr in ("race_families('12-peers', '1')", "race_best('bibtex')",
+                 "race_pair('12-peers', '5')", "race_threads('14-crossover')"):
+        assert numbers.render_text(f"<!--= {expr} -->", t) == numbers.NOT_RUN, expr
 
 
 def test_verdicts_of_a_one_protocol_claims_table_and_has_table(tmp_path):

@@ -219,18 +219,19 @@ def test_figure_12_series_are_told_apart():
     the peers' wine and purple (25.5 apart) were hard to tell apart."""
     import itertools
 
-    from scalable_softmax.repro import peers
+    from scalable_softmax.repro.race import plots
+    from scalable_softmax.repro.race.methods import METHODS
 
-    colours = {m: peers.series_color(m) for m in peers.METHODS}
-    assert all(colours[m] == style.SERIES_COLORS[peers.PEER_STYLES[m][0]]
-               for m, family in peers.METHODS.items() if family != "ours")
-    assert set(colours) == set(peers.METHODS)
+    colours = {m: plots.series_color(m) for m in METHODS}
+    assert all(colours[m] == style.SERIES_COLORS[plots.PEER_STYLES[m][0]]
+               for m, v in METHODS.items() if v.library != "ours")
+    assert set(colours) == set(METHODS)
     close = [(a, b, round(style.color_distance(colours[a], colours[b]), 1))
              for a, b in itertools.combinations(colours, 2)
              if style.color_distance(colours[a], colours[b]) < 30]
     assert not close, close
     # the peers' styles are distinct triples, their colours too
-    assert len({c for c, _, _ in peers.PEER_STYLES.values()}) == len(peers.PEER_STYLES)
+    assert len({c for c, _, _ in plots.PEER_STYLES.values()}) == len(plots.PEER_STYLES)
 
 
 def test_coinciding_crosses_are_stacked_not_hidden():

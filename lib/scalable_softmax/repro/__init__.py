@@ -10,8 +10,8 @@ imports the library. By concern:
 * what each notebook computes -- :mod:`.derivations` (00), :mod:`.instability` (01),
   :mod:`.main_study` (02), :mod:`.tuning` (03, 04), :mod:`.formulations` (05),
   :mod:`.paper_tables` (06, 11), :mod:`.timing` (07), :mod:`.nonparametric` (08),
-  :mod:`.toy2d` (09), :mod:`.ove_classification` (10), :mod:`.peers` (12), the race
-  of 12 and 14 read per family (:mod:`.race`), with
+  :mod:`.toy2d` (09), :mod:`.ove_classification` (10), the race of 12 and 14
+  (:mod:`.race`: its runners, targets, tuning, seeds and verdicts), with
   :mod:`.reporting` for summaries of many runs;
 * outputs: staged tables and figures -- :mod:`.outputs`; one figure style -- :mod:`.style`;
 * the notebook runner and publishing the record -- :mod:`.runner`; the HTML site --

@@ -246,83 +246,61 @@ class Tables:
         return {"commit": commit.group(1)[:7], "seconds": seconds, "commits": commits,
                 "runs": runs, "blas": blas.group(1).strip() if blas else "an unrecorded kernel"}
 
-    def _race(self, stem: str):
-        if not self.has_table(stem):
-            raise _NotRun(stem)
-        from scalable_softmax.repro.race import families
-        workload = "K" if stem.startswith("14-") else "dataset"
-        return families, self.table(stem), workload, families.WORKLOAD_NAMES
-
     def race_new(self, stem: str):
         """The race to validation targets of notebook 12 or 14 (``stem``) when the record
         has it: ``(rows, verdicts)`` of ``<stem>-targets.csv`` and
-        ``<stem>-targets-verdicts.csv``; None when the record still holds the earlier
-        race to the best test log-loss (``<stem>.csv``), which the pages then render."""
+        ``<stem>-targets-verdicts.csv``; None when the record has no such race (the
+        pages then say :data:`NOT_RUN`)."""
         try:
             return self.table(f"{stem}-targets"), self.table(f"{stem}-targets-verdicts")
         except LookupError:
             return None
 
-    def race_record(self, stem: str, part: int | None = None) -> str:
-        """Which race the record holds for notebook 12 or 14, and what it can decide;
-        ``part`` 0, 1, 2: one of its three lines (a page line stays short)."""
+    def _race_new(self, stem: str):
+        """:meth:`race_new`, or :class:`_NotRun` (the page says :data:`NOT_RUN`)."""
         new = self.race_new(stem)
-        if new is not None:
-            seeds = sorted(set(pd.to_numeric(new[0].seed, errors="coerce").dropna()
-                               .astype(int)))
-            lines = [f"This record is the race to validation targets (`tables/{stem}-"
-                     f"targets.csv`):",
-                     f"targets fixed beforehand (`tables/targets.csv`), equal tuning, seeds "
-                     f"{', '.join(map(str, seeds))};",
-                     "a family is first only when its slowest seed beats every other's "
-                     "fastest, else tie."]
-        else:
-            lines = [f"This record is the earlier race (`tables/{stem}.csv`): target the "
-                     "best test log-loss,",
-                     "one run of one seed: one run's ordering, not evidence. The race to "
-                     "validation targets",
-                     f"over seeds (`tables/{stem}-targets.csv`) replaces it at the next "
-                     "`make reproduce-extra`."]
+        if new is None:
+            raise _NotRun(f"{stem}-targets")
+        return new
+
+    def race_record(self, stem: str, part: int | None = None) -> str:
+        """The race the record holds for notebook 12 or 14, and what it can decide;
+        ``part`` 0, 1, 2: one of its three lines (a page line stays short)."""
+        new = self._race_new(stem)
+        seeds = sorted(set(pd.to_numeric(new[0].seed, errors="coerce").dropna()
+                           .astype(int)))
+        lines = [f"This record is the race to validation targets (`tables/{stem}-"
+                 f"targets.csv`):",
+                 f"targets fixed beforehand (`tables/targets.csv`), equal tuning, seeds "
+                 f"{', '.join(map(str, seeds))};",
+                 "a family is first only when its slowest seed beats every other's "
+                 "fastest, else tie."]
         return " ".join(lines) if part is None else lines[part]
 
     def race_families(self, stem: str, tolerance_pct: str = "1", only=None,
                       short: bool = False) -> str:
-        """Per workload of notebook 12's or 14's table (``stem``), the first family to
-        within ``tolerance_pct`` percent of the best test log-loss and the runner-up
-        (repro.race.families.family_line); ``only`` one workload, ``short`` without the
-        method and its seconds."""
-        new = self.race_new(stem)
-        if new is not None:
-            from scalable_softmax.repro.race import families, report
-            ws = [only] if only is not None else list(dict.fromkeys(new[1].workload))
-            level = float(tolerance_pct) / 100
-            return "; ".join(
-                (report.page_verdict(*new, w, level, short) if only is not None else
-                 f"{families.workload_label(w)}: "
-                 f"{report.page_verdict(*new, w, level, short)}") for w in ws)
-        f, table, w, names = self._race(stem)
-        if only is not None and str(only) not in set(table[w].astype(str)):
-            from scalable_softmax.repro import runner
-            p = runner.load_params(stem, "full")
-            if str(only) in {str(x) for x in p.get("Ks", p.get("datasets", []))}:
-                return "(not raced in this record)"     # a workload the notebook adds
-        return f.family_line(table, w, tolerance_pct, names, only, short)
+        """Per workload of notebook 12's or 14's race (``stem``), the family verdict at
+        the target ``tolerance_pct`` percent above the reference
+        (repro.race.report.page_verdict); ``only`` one workload, ``short`` the verdict
+        alone."""
+        from scalable_softmax.repro.race import families, report
+        new = self._race_new(stem)
+        ws = [only] if only is not None else list(dict.fromkeys(new[1].workload))
+        level = float(tolerance_pct) / 100
+        return "; ".join(
+            (report.page_verdict(*new, w, level, short) if only is not None else
+             f"{families.workload_label(w)}: "
+             f"{report.page_verdict(*new, w, level, short)}") for w in ws)
 
     def race_best(self, dataset: str) -> str:
-        """Notebook 12's column of the results page: with the race to validation
-        targets, the reference validation log-loss that set the targets (and its
-        method); with the earlier race, the best test log-loss any method reached (and
-        who)."""
-        if self.race_new("12-peers") is not None:
-            t = self.table("targets")
-            t = t[(t.notebook == "12-peers") & (t.workload.astype(str) == dataset)
-                  & t.sets_target.astype(str).str.lower().eq("true")]
-            return (f"{float(t.reference_val_log_loss.iloc[0]):.3f} "
-                    f"({t.reference_method.iloc[0]}, validation reference)")
-        if not self.has_table("12-peers"):
-            raise _NotRun("12-peers")
-        g = self.rows("12-peers", dataset=dataset).sort_values("best_test_log_loss")
-        return f"{g.best_test_log_loss.iloc[0]:.3f}, {g.label.iloc[0]}"
+        """Notebook 12's column of the results page: the reference validation log-loss
+        that set the targets of the race (and its method)."""
+        self._race_new("12-peers")
+        t = self.table("targets")
+        t = t[(t.notebook == "12-peers") & (t.workload.astype(str) == dataset)
+              & t.sets_target.astype(str).str.lower().eq("true")]
+        return (f"{float(t.reference_val_log_loss.iloc[0]):.3f} "
+                f"({t.reference_method.iloc[0]}, validation reference)")
 
     def race_rules(self, stem: str = "12-peers") -> str:
         """The race's rules as the record was made with them, from the full profiles of
@@ -378,70 +356,30 @@ class Tables:
         return "; ".join(report.level_summary(verdicts) + [report.tuning_line(rows)])
 
     def race_threads(self, stem: str) -> str:
-        """The runs of ``stem`` that did not use 2 threads (repro.race.families.threads_note)."""
-        new = self.race_new(stem)
-        if new is not None:
-            from scalable_softmax.repro.race import report
-            return report.page_threads(new[0])
-        f, table, w, _ = self._race(stem)
-        return f.threads_note(table, w)
+        """The runs of ``stem`` that did not use 2 threads (repro.race.report.page_threads)."""
+        from scalable_softmax.repro.race import report
+        return report.page_threads(self._race_new(stem)[0])
 
     def race_pair(self, stem: str, tolerance_pct: str = "5", only=None,
                   ours: str = "softmax-sgd", theirs: str = "torch-sgd") -> str:
         """Our and PyTorch's full-softmax SGD side by side: seconds to within
-        ``tolerance_pct`` percent per workload (repro.race.families.pair_line); ``only``
+        ``tolerance_pct`` percent per workload (repro.race.report.page_pair); ``only``
         one workload."""
-        new = self.race_new(stem)
-        if new is not None:
-            from scalable_softmax.repro.race import report
-            ws = [only] if only is not None else list(dict.fromkeys(new[1].workload))
-            return "; ".join(report.page_pair(new[0], w, float(tolerance_pct) / 100,
-                                              ours, theirs) for w in ws)
-        f, table, w, names = self._race(stem)
-        return f.pair_line(table, w, ours, theirs, tolerance_pct, names, only)
+        from scalable_softmax.repro.race import report
+        new = self._race_new(stem)
+        ws = [only] if only is not None else list(dict.fromkeys(new[1].workload))
+        return "; ".join(report.page_pair(new[0], w, float(tolerance_pct) / 100,
+                                          ours, theirs) for w in ws)
 
     def crossover_verdict(self, tolerance_pct: str = "1") -> str:
-        """Notebook 14's verdict (repro.crossover.verdict) without its per-K list (see
-        :meth:`crossover_first`), or that the record has no run of it yet."""
-        from scalable_softmax.repro import crossover
+        """Notebook 14's crossover K per level (repro.race.report.page_crossover), or
+        that the record has no run of it yet (``tolerance_pct``: kept for the pages'
+        calls; every level is stated)."""
+        from scalable_softmax.repro.race import report
         new = self.race_new("14-crossover")
-        if new is not None:
-            from scalable_softmax.repro.race import report
-            return report.page_crossover(new[1])
-        try:
-            table = self.table("14-crossover")
-        except LookupError:
+        if new is None:
             return "not yet run for this record (notebook 14-crossover)."
-        first = crossover.verdict(table, tolerance_pct)[0]
-        return crossover.headline(first, tolerance_pct) + "." if len(first) else \
-            "No K was raced."
-
-    def crossover_close(self, i=None, tolerance_pct: str = "1") -> str:
-        """Notebook 14's close calls (repro.crossover.close_calls): with ``i`` the
-        ``i``-th K of the race (repro.crossover.close_at), without it the rule in words;
-        empty when the record has no run of notebook 14 or fewer K values."""
-        from scalable_softmax.repro import crossover
-        new = self.race_new("14-crossover")
-        if new is not None:       # the seeds decide: a close call is a tie there
-            return "with seeds, a close call is a tie" if i is None else ""
-        if i is None:
-            return crossover.close_rule(tolerance_pct)
-        try:
-            table = self.table("14-crossover")
-        except LookupError:
-            return ""
-        Ks = sorted(table.K.unique())
-        return crossover.close_at(table, Ks[i], tolerance_pct) if 0 <= i < len(Ks) else ""
-
-    def tuning_overshoot(self, method: str, K: int) -> float:
-        """Notebook 14's median overrun of the tuning budget by ``method``'s candidates
-        at ``K`` (repro.crossover.tuning_overshoot, with the caps and tuning fraction of
-        the full profile of params/14-crossover.yaml)."""
-        from scalable_softmax.repro import crossover
-        p = self.record_params("14-crossover")
-        over = crossover.tuning_overshoot(self.table("14-crossover-rates"),
-                                          dict(zip(p["Ks"], p["caps"])), p["tune_fraction"])
-        return float(over.loc[K, method])
+        return report.page_crossover(new[1])
 
     def record_params(self, name: str) -> dict:
         """The full profile of ``params/NAME.yaml`` as the record was made with it: at
@@ -468,62 +406,40 @@ class Tables:
 
     @staticmethod
     def piece_rule() -> dict:
-        """How notebooks 12 and 14 cut our runs' epochs (repro.peers.Pieces): a piece
+        """How notebooks 12 and 14 cut our runs' epochs (repro.race.ours.Pieces): a piece
         lasts about ``1 / per_cap`` of the run's cap, at least ``min_ms`` milliseconds."""
-        from scalable_softmax.repro import peers
-        return {"per_cap": int(round(1 / peers.PIECE_FRACTION)),
-                "min_ms": int(round(peers.MIN_PIECE_SECONDS * 1000))}
+        from scalable_softmax.repro.race import ours
+        return {"per_cap": int(round(1 / ours.PIECE_FRACTION)),
+                "min_ms": int(round(ours.MIN_PIECE_SECONDS * 1000))}
 
     def crossover_first(self, i: int, tolerance_pct: str = "1") -> str:
         """The ``i``-th K of notebook 14's race (increasing) and the method first within
         ``tolerance_pct`` percent there, as the verdict lists them; empty when the record
         has no run of notebook 14 or fewer K values."""
-        from scalable_softmax.repro import crossover
+        from scalable_softmax.repro.race import report
         new = self.race_new("14-crossover")
-        if new is not None:
-            from scalable_softmax.repro.race import report
-            Ks = sorted(set(pd.to_numeric(new[1].workload).astype(int)))
-            if not 0 <= i < len(Ks):
-                return ""
-            return f"K = {Ks[i]:,}: " + report.page_verdict(*new, Ks[i],
-                                                             float(tolerance_pct) / 100)
-        try:
-            table = self.table("14-crossover")
-        except LookupError:
+        if new is None:
             return ""
-        first = crossover.verdict(table, tolerance_pct)[0]
-        if not 0 <= i < len(first):
+        Ks = sorted(set(pd.to_numeric(new[1].workload).astype(int)))
+        if not 0 <= i < len(Ks):
             return ""
-        return crossover.first_line(first.iloc[i])
+        return f"K = {Ks[i]:,}: " + report.page_verdict(*new, Ks[i],
+                                                         float(tolerance_pct) / 100)
 
     def _k_index(self, K: int):
-        """The index of ``K`` among the K values of the record's race of notebook 14
-        (the race to validation targets, else the earlier one); None when not raced."""
+        """The index of ``K`` among the K values of the record's race of notebook 14;
+        None when not raced."""
         new = self.race_new("14-crossover")
-        try:
-            Ks = sorted(set(pd.to_numeric(new[1].workload).astype(int))) if new is not None \
-                else sorted(set(self.table("14-crossover").K.astype(int)))
-        except LookupError:
+        if new is None:
             return None
+        Ks = sorted(set(pd.to_numeric(new[1].workload).astype(int)))
         return Ks.index(int(K)) if int(K) in Ks else None
 
     def crossover_at(self, K: int, tolerance_pct: str = "1") -> str:
-        """Notebook 14 at ``K``: the first method (the earlier race, with its seconds)
-        or the verdict (the race to validation targets), or that the record did not
-        race this K."""
+        """Notebook 14's verdict at ``K``, or that the record did not race this K."""
         i = self._k_index(K)
         return f"K = {int(K):,}: not raced in this record" if i is None else \
             self.crossover_first(i, tolerance_pct)
-
-    def crossover_close_at(self, K: int, tolerance_pct: str = "1") -> str:
-        """Notebook 14's close call at ``K`` (:meth:`crossover_close`); with the race to
-        validation targets the seeds decide (a close call is a tie in the verdicts)."""
-        i = self._k_index(K)
-        if i is None:
-            return f"K = {int(K):,}: not raced in this record"
-        if self.race_new("14-crossover") is not None:
-            return f"K = {int(K):,}: see the verdict (a close call is a tie)"
-        return self.crossover_close(i, tolerance_pct)
 
     def namespace(self) -> dict:
         return {"table": self.table, "rows": self.rows, "cell": self.cell,
@@ -537,9 +453,6 @@ class Tables:
                 "crossover_verdict": self.crossover_verdict,
                 "crossover_first": self.crossover_first,
                 "crossover_at": self.crossover_at,
-                "crossover_close_at": self.crossover_close_at,
-                "crossover_close": self.crossover_close,
-                "tuning_overshoot": self.tuning_overshoot,
                 "pieces": self.piece_rule(),
                 "bench": self.bench, "np": np,
                 "len": len, "min": min, "max": max, "sum": sum, "abs": abs, "round": round,

@@ -10,38 +10,54 @@ last validation log-loss; :func:`~.run.tune`, :func:`~.run.choose`), and
 every chosen configuration runs with every seed (:func:`~.run.run_seeds`). Writes
 ``<notebook>-targets.csv`` (one row per workload x method x level x seed),
 ``<notebook>-targets-verdicts.csv`` (per workload and level: a family, ``tie`` or
-``none``) and ``<notebook>-targets-tuning.csv`` (every candidate) to ``DIR`` (default:
-``tables/`` for full, ``build/race-smoke/`` for smoke), and the performance profiles per
-family and per method (``<notebook>-targets-profile-{family,method}.png``, in
-``figures/`` for full). Parameters: ``params/race.yaml``.
+``none``), ``<notebook>-targets-tuning.csv`` (every candidate) and
+``<notebook>-targets-curves.csv`` (every seeded run's validation checkpoints) to ``DIR``
+(default: ``tables/`` for full, ``build/race-smoke/`` for smoke), the performance
+profiles per family and per method (``<notebook>-targets-profile-{family,method}.png``)
+and the learning curves (``<notebook>-targets-curves.png``), in ``figures/`` for full.
+Parameters: ``params/race.yaml``.
 """
 from __future__ import annotations
 
 import argparse
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
 from scalable_softmax.repro.race import run, scoring, targets
 
-__all__ = ["NOTEBOOKS", "race_workloads", "race_notebook", "write_tables", "main"]
+__all__ = ["NOTEBOOKS", "RaceTables", "race_workloads", "race_notebook", "write_tables",
+           "main"]
 
 #: notebook -> its section of params/race.yaml
 NOTEBOOKS = {"12-peers": "peers", "14-crossover": "crossover"}
 
 
+class RaceTables(NamedTuple):
+    """What :func:`race_notebook` returns: the targets rows
+    (:data:`~.run.TARGET_COLUMNS`), the verdicts (:data:`~.run.VERDICT_COLUMNS`), every
+    tuning candidate, and the seeded runs' learning curves on validation
+    (:data:`~.run.CURVE_COLUMNS`)."""
+
+    rows: pd.DataFrame
+    verdicts: pd.DataFrame
+    tuning: pd.DataFrame
+    curves: pd.DataFrame
+
+
 def race_workloads(notebook: str, params: dict, workdir) -> list[dict]:
     """The workloads of ``notebook`` under ``params``: ``workload``, ``data``, ``cap``,
     ``methods``."""
-    from scalable_softmax.repro import crossover
+    from scalable_softmax.repro.race import problems
 
     sec = params[NOTEBOOKS[notebook]]
     if notebook == "12-peers":
         return [{"workload": d, "data": d, "cap": float(sec["caps"][d]),
                  "methods": list(sec["methods"])} for d in sec["datasets"]]
     Ks = [int(k) for k in sec["Ks"]]
-    paths, _ = crossover.build_problems(Ks, dict(zip(Ks, sec["max_points"])),
+    paths, _ = problems.build_problems(Ks, dict(zip(Ks, sec["max_points"])),
                                         Path(workdir) / "crossover")
     return [{"workload": K, "data": paths[K], "cap": float(c), "methods": list(sec["methods"])}
             for K, c in zip(Ks, sec["caps"])]
@@ -58,7 +74,8 @@ def _check_split(table, params, path):
 
 def race_notebook(notebook: str, params: dict, targets_table: pd.DataFrame, workdir,
                   say=print):
-    """Race every workload of ``notebook``: returns ``(rows, verdicts, tuning)``."""
+    """Race every workload of ``notebook``: returns :class:`RaceTables` ``(rows,
+    verdicts, tuning, curves)``."""
     if notebook not in NOTEBOOKS:
         raise ValueError(f"notebook must be one of {list(NOTEBOOKS)}; got {notebook!r}")
     common = dict(holdout=float(params["val_fraction"]), split_seed=int(params["split_seed"]),
@@ -67,7 +84,7 @@ def race_notebook(notebook: str, params: dict, targets_table: pd.DataFrame, work
                   memory_cap_gb=float(params["memory_cap_gb"]),
                   first_checkpoint=float(params["first_checkpoint"]),
                   isolate=params.get("isolate", "method"))
-    all_rows, all_tuning = [], []
+    all_rows, all_tuning, all_curves = [], [], []
     for w in race_workloads(notebook, params, workdir):
         t0 = time.perf_counter()
         ref = targets.reference_of(targets_table, notebook, w["workload"])
@@ -82,22 +99,27 @@ def race_notebook(notebook: str, params: dict, targets_table: pd.DataFrame, work
                                 options=params.get("options", {}), targets=levels,
                                 cap=w["cap"], **common)
         all_rows.append(run.target_rows(results, levels))
+        all_curves.append(run.curve_rows(results))
         all_tuning.append(tuning)
         say(f"race {notebook} {w['workload']}: {len(tuning)} tuning runs, "
             f"{len(results)} seeded runs, {time.perf_counter() - t0:.1f} s")
     rows = pd.concat(all_rows, ignore_index=True)
-    return rows, run.verdict_table(rows), pd.concat(all_tuning, ignore_index=True)
+    return RaceTables(rows, run.verdict_table(rows), pd.concat(all_tuning, ignore_index=True),
+                      pd.concat(all_curves, ignore_index=True))
 
 
-def write_tables(notebook, rows, verdicts, tuning, out_dir) -> list[Path]:
-    """Write the three tables atomically under ``out_dir``."""
+def write_tables(notebook, rows, verdicts, tuning, out_dir, curves=None) -> list[Path]:
+    """Write the three tables (and ``curves``, when given) atomically under
+    ``out_dir``."""
     from scalable_softmax._atomic import atomic_open
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, t in ((f"{notebook}-targets", rows), (f"{notebook}-targets-verdicts", verdicts),
-                    (f"{notebook}-targets-tuning", tuning)):
+                    (f"{notebook}-targets-tuning", tuning),
+                    *([(f"{notebook}-targets-curves", curves)] if curves is not None
+                      else [])):
         path = out_dir / f"{name}.csv"
         with atomic_open(path, "w") as fh:
             t.to_csv(fh, index=False)
@@ -125,9 +147,9 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else (paths.TABLES if args.profile == "full"
                                            else paths.ROOT / "build" / "race-smoke")
     t0 = time.perf_counter()
-    rows, verdicts, tuning = race_notebook(args.notebook, params, table,
-                                           paths.ROOT / "build" / "race")
-    for p in write_tables(args.notebook, rows, verdicts, tuning, out):
+    rows, verdicts, tuning, curves = race_notebook(args.notebook, params, table,
+                                                   paths.ROOT / "build" / "race")
+    for p in write_tables(args.notebook, rows, verdicts, tuning, out, curves=curves):
         print(f"wrote {p}")
     import matplotlib
     matplotlib.use("Agg")
@@ -139,6 +161,10 @@ def main(argv=None) -> int:
         path = figs / f"{args.notebook}-targets-profile-{by}.png"
         plots.profile_figure(rows, by=by).savefig(path, dpi=150, bbox_inches="tight")
         print(f"wrote {path}")
+    path = figs / f"{args.notebook}-targets-curves.png"
+    plots.curves_figure(curves, plots.targets_of(rows)).savefig(path, dpi=150,
+                                                                bbox_inches="tight")
+    print(f"wrote {path}")
     print(f"{args.notebook}: {time.perf_counter() - t0:.1f} s")
     return 0
 

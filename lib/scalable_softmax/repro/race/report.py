@@ -1,7 +1,8 @@
 """What notebooks 12 and 14 say and draw from the race's tables (``<notebook>-targets``
 and ``<notebook>-targets-verdicts``): the verdicts as sentences (:func:`verdict_lines`,
 :func:`level_summary`), notebook 14's crossover ``K`` per level (:func:`crossover_k`)
-and its figure with the seeds' range as error bars (:func:`crossover_figure`).
+and its figure with the seeds' range as error bars (:func:`crossover_figure`), and the
+notebooks' checks of the tables (:func:`check_levels`, :func:`check_curves`).
 Everything here is computed from the tables, so that the printed text cannot fall
 behind a rerun.
 """
@@ -14,7 +15,8 @@ import pandas as pd
 
 from scalable_softmax.repro.race import scoring
 
-__all__ = ["verdict_lines", "level_summary", "crossover_k", "crossover_figure"]
+__all__ = ["verdict_lines", "level_summary", "crossover_k", "crossover_figure",
+           "check_levels", "check_curves"]
 
 
 def _pct(level) -> str:
@@ -233,6 +235,35 @@ def check_levels(rows: pd.DataFrame) -> None:
         if np.isfinite(s).any():
             first = int(np.argmax(np.isfinite(s)))
             assert np.isfinite(s[first:]).all(), (key, list(s))
+
+
+def check_curves(rows: pd.DataFrame, curves: pd.DataFrame) -> None:
+    """AssertionError unless ``curves`` (:func:`~.run.curve_rows`) are the validation
+    checkpoints of the runs of ``rows`` (:data:`~.run.TARGET_COLUMNS`): the columns of
+    :data:`~.run.CURVE_COLUMNS` (no test column), no run that ``rows`` lacks, and the
+    seconds to every level read again from each run's curve
+    (:func:`~.scoring.seconds_to_targets`) the ``seconds_to_target`` of ``rows`` (a run
+    without a checkpoint reached nothing)."""
+    from scalable_softmax.repro.race.run import CURVE_COLUMNS
+
+    assert list(curves.columns) == CURVE_COLUMNS, list(curves.columns)
+    key = ["workload", "method", "seed"]
+    runs = {k: g.sort_values("checkpoint") for k, g in curves.groupby(key, sort=False)}
+    r = rows.assign(s=pd.to_numeric(rows.seconds_to_target, errors="coerce"),
+                    t=pd.to_numeric(rows.target, errors="coerce"))
+    known = set()
+    for k, g in r.groupby(key, sort=False):
+        known.add(k)
+        c = runs.get(k)
+        got = scoring.seconds_to_targets(
+            [] if c is None else c.seconds.to_numpy(float),
+            [] if c is None else c.val_log_loss.to_numpy(float),
+            dict(zip(g.level.astype(float), g.t.astype(float))))
+        for lv, want in zip(g.level.astype(float), g.s):
+            assert (math.isnan(want) and math.isnan(got[lv])) or \
+                math.isclose(want, got[lv], rel_tol=1e-9), (k, lv, want, got[lv])
+    extra = set(runs) - known
+    assert not extra, f"curves of runs the targets rows lack: {sorted(map(str, extra))}"
 
 
 # --- the pages (README, results page), rendered by repro.numbers from the record ---

@@ -18,8 +18,11 @@ the rows of the targets tables (notebooks 12 and 14).
    of ``tables/12-peers-targets.csv`` and ``tables/14-crossover-targets.csv``
    (:data:`TARGET_COLUMNS`); the verdicts (:func:`verdict_table`) follow
    :func:`~.scoring.verdicts`.
+4. **Curves** (:func:`curve_rows`): every seeded run's validation checkpoints (training
+   seconds, epoch, validation log-loss: :data:`CURVE_COLUMNS`), the learning curves
+   of ``<notebook>-targets-curves.csv``; never a test number.
 
-Runs go through :func:`scalable_softmax.repro.peers.run_isolated` (a child process with
+Runs go through :func:`.isolate.run_isolated` (a child process with
 a memory cap and the thread variables set), one child per method or per library.
 """
 from __future__ import annotations
@@ -31,10 +34,14 @@ import numpy as np
 import pandas as pd
 
 from scalable_softmax.repro.race import families, scoring
+from scalable_softmax.repro.race import isolate as _isolate
+from scalable_softmax.repro.race import jobs as _jobs
+from scalable_softmax.repro.race.methods import RATE_METHODS, library_of
 
-__all__ = ["TUNE_LEVEL", "TARGET_COLUMNS", "VERDICT_COLUMNS", "check_search_spaces",
-           "run_grouped",
-           "tune", "choose", "run_seeds", "target_rows", "verdict_table"]
+__all__ = ["TUNE_LEVEL", "TARGET_COLUMNS", "VERDICT_COLUMNS", "config_label", "candidates",
+           "choose_rates", "check_search_spaces", "run_grouped",
+           "tune", "choose", "run_seeds", "target_rows", "verdict_table", "CURVE_COLUMNS",
+           "curve_rows"]
 
 #: the level whose time on validation chooses each method's configuration
 TUNE_LEVEL = 0.05
@@ -45,15 +52,73 @@ TARGET_COLUMNS = ["workload", "family", "method", "level", "target", "seed",
                   "start_rss_gb"]
 #: the columns of the verdicts tables
 VERDICT_COLUMNS = ["workload", "level", "verdict"]
+#: the columns of the curves tables (one row per seeded run x validation checkpoint)
+CURVE_COLUMNS = ["workload", "family", "method", "seed", "lr", "config", "status",
+                 "checkpoint", "seconds", "epoch", "val_log_loss"]
+
+
+def config_label(options) -> str:
+    """A candidate configuration's structural options as text (``""`` for none):
+    ``n=5 m=20`` for minibatch Implicit SGD's ``batch_size`` and ``n_sampled``, else
+    ``name=value`` pairs (``batch_size=100``, ``negatives=100``, ``n_sampled=5``)."""
+    options = dict(options or {})
+    if set(options) == {"batch_size", "n_sampled"}:
+        return f"n={options['batch_size']} m={options['n_sampled']}"
+    return " ".join(f"{k}={v}" for k, v in sorted(options.items()))
+
+
+def candidates(method, grids, structures=None):
+    """The candidate configurations of ``method`` in the race: every rate
+    of ``grids[method]`` times every structural option of ``structures[method]`` (a list
+    of option dicts; none: one, ``{}``), as ``[(lr, options), ...]`` in structure-major
+    order."""
+    structs = (structures or {}).get(method) or [{}]
+    return [(float(lr), dict(s)) for s in structs for lr in grids[method]]
+
+
+def choose_rates(tuning: pd.DataFrame) -> pd.DataFrame:
+    """The rule: per data set and method, the candidate configuration (rate, and
+    structural option when ``tuning`` has a ``config`` column) with the lowest held-out
+    log-loss at the end of the tuning budget (ties: the first structural option in the
+    order tried, then the smaller rate; a diverged or failed run scores inf).
+
+    Columns ``dataset``, ``method``, ``lr``, ``val_log_loss``, ``grid`` (the rates of
+    the chosen structural option), ``at_grid_edge`` (the chosen rate at the
+    ``"lowest"`` or ``"highest"`` end of that grid, or ``""``), ``layout``,
+    ``all_failed`` (every candidate scored inf: the first structural option's smallest
+    rate is used), ``config``, ``options`` (JSON of the chosen structural options,
+    ``"{}"`` for none), ``candidates`` (how many were tried) and ``configs`` (the
+    structural options tried, ``" | "``-separated)."""
+    out = []
+    tuning = tuning.copy()
+    if "config" not in tuning:
+        tuning["config"], tuning["options"] = "", "{}"
+    for (d, m), g in tuning.groupby(["dataset", "method"], sort=False):
+        configs = list(dict.fromkeys(g.config))
+        g = g.assign(_c=g.config.map({c: i for i, c in enumerate(configs)}))
+        g = g.sort_values(["_c", "lr"], kind="stable")
+        v = g.val_log_loss.to_numpy(dtype=float)
+        i = int(np.argmin(np.where(np.isfinite(v), v, np.inf))) if np.isfinite(v).any() else 0
+        best = g.iloc[i]
+        same = g[g.config == best.config]
+        lrs = same.lr.to_list()
+        j = lrs.index(best.lr)
+        edge = "" if len(lrs) < 2 else ("lowest" if j == 0 else
+                                        "highest" if j == len(lrs) - 1 else "")
+        out.append(dict(dataset=d, method=m, lr=float(best.lr), val_log_loss=float(v[i]),
+                        grid=" ".join(f"{x:g}" for x in lrs), at_grid_edge=edge,
+                        layout=best.layout if "layout" in g else "",
+                        all_failed=not np.isfinite(v).any(), config=best.config,
+                        options=best.options, candidates=len(g),
+                        configs=" | ".join(configs)))
+    return pd.DataFrame(out)
 
 
 def check_search_spaces(methods, grids, structures) -> int:
     """The number of candidates every method with a rate tries; ValueError naming the
     methods when they differ (every method gets the same tuning budget)."""
-    from scalable_softmax.repro import peers
-
-    counts = {m: len(peers.candidates(m, grids, structures)) for m in methods
-              if m in peers.RATE_METHODS}
+    counts = {m: len(candidates(m, grids, structures)) for m in methods
+              if m in RATE_METHODS}
     if len(set(counts.values())) > 1:
         raise ValueError(f"every method must try the same number of candidates; got "
                          f"{counts} (params: grids x structures)")
@@ -61,11 +126,9 @@ def check_search_spaces(methods, grids, structures) -> int:
 
 
 def _job(data, method, lr, cap, opts, targets, *, seed, report_test, common):
-    from scalable_softmax.repro import peers
-
-    return peers.Job(data, method, lr, cap, split="race", seed=seed, options=opts,
+    return _jobs.Job(data, method, lr, cap, split="race", seed=seed, options=opts,
                      targets=targets, report_test=report_test,
-                     checkpoints=peers.checkpoint_times(cap, 2, common["first"] * cap),
+                     checkpoints=_jobs.checkpoint_times(cap, 2, common["first"] * cap),
                      **{k: v for k, v in common.items() if k != "first"})
 
 
@@ -75,22 +138,20 @@ def run_grouped(jobs, *, isolate, memory_cap_gb, threads, wall_extra):
     (``"none"``: no memory cap and no child start-up, for the smoke profile); the
     results in the order of ``jobs`` (a job its child did not finish has status
     ``killed`` or ``crashed``)."""
-    from scalable_softmax.repro import peers
-
     if isolate not in ("method", "library", "none"):
         raise ValueError(f"isolate must be 'method', 'library' or 'none'; got "
                          f"{isolate!r}")
     if isolate == "none":       # in this process: no memory cap, the process's threads
-        return peers.run_jobs(jobs)     # each job's own peak after a reset
+        return _jobs.run_jobs(jobs)     # each job's own peak after a reset
     key = (lambda j: j.method) if isolate == "method" else \
-        (lambda j: peers.METHODS[j.method])
+        (lambda j: library_of(j.method))
     groups: dict = {}
     for i, j in enumerate(jobs):
         groups.setdefault(key(j), []).append(i)
     out = [None] * len(jobs)
     for idx in groups.values():
         group = [jobs[i] for i in idx]
-        res = peers.run_isolated(group, memory_cap_gb=memory_cap_gb, threads=threads,
+        res = _isolate.run_isolated(group, memory_cap_gb=memory_cap_gb, threads=threads,
                                  wall_seconds=wall_extra + 3 * sum(j.cap_seconds
                                                                    for j in group))
         for i, r in zip(idx, res["results"]):
@@ -116,16 +177,14 @@ def tune(workload, data, methods, *, grids, structures, options, targets, cap,
     ``method``, ``lr``, ``config``, ``options`` (JSON), ``seconds_to_level`` (NaN if not
     reached), ``val_log_loss`` (the last checkpoint's; inf for a failed run),
     ``status``, ``layout``."""
-    from scalable_softmax.repro import peers
-
     if TUNE_LEVEL not in targets:
         raise ValueError(f"targets must hold the tuning level {TUNE_LEVEL}; got "
                          f"{sorted(targets)}")
     check_search_spaces(methods, grids, structures)
     common = _common(holdout, split_seed, eval_rows, max_epochs, threads, first_checkpoint)
     jobs, structs = [], []
-    for m in [m for m in methods if m in peers.RATE_METHODS]:
-        for lr, st in peers.candidates(m, grids, structures):
+    for m in [m for m in methods if m in RATE_METHODS]:
+        for lr, st in candidates(m, grids, structures):
             jobs.append(_job(data, m, lr, cap, dict(options.get(m, {}), **st),
                              {TUNE_LEVEL: targets[TUNE_LEVEL]}, seed=0, report_test=False,
                              common=common))
@@ -137,7 +196,7 @@ def tune(workload, data, methods, *, grids, structures, options, targets, cap,
         ok = r["status"] in ("completed", "time cap", "target")
         pts = r["points"]
         rows.append({"workload": workload, "method": j.method, "lr": j.lr,
-                     "config": peers.config_label(st),
+                     "config": config_label(st),
                      "options": json.dumps(st, sort_keys=True),
                      "seconds_to_level": float(r.get("arrivals", {}).get(
                          str(TUNE_LEVEL), math.nan)),
@@ -181,9 +240,7 @@ def run_seeds(workload, data, methods, chosen: pd.DataFrame, *, seeds, options, 
     """Every method of ``methods`` with its chosen configuration (``chosen`` from
     :func:`choose`; a method without a rate runs as it is) for every seed of ``seeds``
     (children per ``isolate``, :func:`run_grouped`). Returns the runs' results
-    (:func:`peers.run_job`'s dicts) with ``workload`` and the chosen row."""
-    from scalable_softmax.repro import peers
-
+    (:func:`.jobs.run_job`'s dicts) with ``workload`` and the chosen row."""
     if len(seeds) < 1 or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and at least one; got {seeds!r}")
     common = _common(holdout, split_seed, eval_rows, max_epochs, threads, first_checkpoint)
@@ -191,7 +248,7 @@ def run_seeds(workload, data, methods, chosen: pd.DataFrame, *, seeds, options, 
     jobs, rows = [], []
     for m in methods:
         opts, lr, row = dict(options.get(m, {})), None, None
-        if m in peers.RATE_METHODS:
+        if m in RATE_METHODS:
             row = pick[m]
             lr = row.lr
             opts.update(json.loads(row.options))
@@ -251,3 +308,41 @@ def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
     """The verdicts (:data:`VERDICT_COLUMNS`) of the targets rows: per workload and level
     a family, ``tie`` or ``none`` (:func:`~.scoring.verdicts`)."""
     return scoring.verdicts(scoring.family_times(rows))[VERDICT_COLUMNS]
+
+
+def curve_rows(results) -> pd.DataFrame:
+    """The learning curves of seeded runs (:func:`run_seeds`' results): one row per run x
+    validation checkpoint (:data:`CURVE_COLUMNS`), in training order: ``checkpoint``
+    its index in the run, ``seconds`` the training seconds, ``epoch`` how far the run
+    had got (NaN for a method without epochs: L-BFGS, scikit-learn), ``val_log_loss``
+    the validation log-loss (inf: a diverged point). ``status`` is the run's. A run
+    without a checkpoint (it failed first) has no row; its status is in the targets
+    table.
+
+    Only the validation numbers of each point are read: a point that carries a test
+    (or training) number means the run evaluated other rows at its checkpoints, which a
+    race run never does (only :class:`~.scoring.SealedTest` reads test rows, at the
+    arrivals), and is refused with a ValueError naming the run."""
+    rows = []
+    for r in results:
+        job = r["job"]
+        ch = r.get("chosen") or {}
+        for i, p in enumerate(r.get("points") or []):
+            other = sorted(k for k in p if k.endswith(("_log_loss", "_error"))
+                           and not k.startswith("val_"))
+            if other or "val_log_loss" not in p:
+                raise ValueError(
+                    f"curve_rows: {r.get('workload')!r} {job['method']} seed "
+                    f"{job['seed']} checkpoint {i} has "
+                    + (f"{other}: a race run evaluates only its validation rows at "
+                       "checkpoints (the test rows only at an arrival)" if other else
+                       "no val_log_loss: not a race run (split='race')"))
+            rows.append({"workload": r["workload"],
+                         "family": families.family_of(job["method"]),
+                         "method": job["method"], "seed": job["seed"],
+                         "lr": job.get("lr"), "config": ch.get("config", ""),
+                         "status": r["status"], "checkpoint": i,
+                         "seconds": float(p["seconds"]),
+                         "epoch": float(p["epoch"]) if "epoch" in p else math.nan,
+                         "val_log_loss": float(p["val_log_loss"])})
+    return pd.DataFrame(rows, columns=CURVE_COLUMNS)

@@ -27,7 +27,7 @@ or a number of classes K):
   fastest family's (method's) time.
 
 Everything here is a pure function of the numbers it is given, with no clock and no
-data set: the runners (:mod:`scalable_softmax.repro.peers`) call it.
+data set: a run's recorder (:mod:`.jobs`) calls it.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ L-BFGS where it fits in memory) is
 1. tuned: every rate of its grid (times its structural options, if any) trains for the
    race's cap on the training rows the validation split leaves
    (:func:`~.split.validation_split`), and the lowest validation log-loss at the end
-   chooses (:func:`scalable_softmax.repro.peers.choose_rates`; L-BFGS has no rate);
+   chooses (:func:`.run.choose_rates`; L-BFGS has no rate);
 2. run: the chosen configuration trains for ``factor`` (at least 5) times the cap,
    evaluated on the validation rows at checkpoints ``sqrt(2)`` apart; its reference is
    the lowest validation log-loss of those checkpoints.
@@ -50,7 +50,7 @@ def workloads(params: dict, workdir) -> list[dict]:
     """The workloads of ``params`` (a profile of ``params/targets.yaml``): one dict per
     workload, ``notebook``, ``workload`` (a data set name, or K as an int), ``data``
     (a loader name or the ``.npz`` of a built problem) and ``cap`` (the race's cap)."""
-    from scalable_softmax.repro import crossover
+    from scalable_softmax.repro.race import problems
 
     out = []
     nb12 = params.get("peers") or {}
@@ -61,7 +61,7 @@ def workloads(params: dict, workdir) -> list[dict]:
     if nb14.get("Ks"):
         Ks = [int(k) for k in nb14["Ks"]]
         caps = dict(zip(Ks, nb14["caps"]))
-        paths, _ = crossover.build_problems(Ks, dict(zip(Ks, nb14["max_points"])),
+        paths, _ = problems.build_problems(Ks, dict(zip(Ks, nb14["max_points"])),
                                             Path(workdir) / "crossover")
         for K in Ks:
             out.append({"notebook": "14-crossover", "workload": K, "data": paths[K],
@@ -75,8 +75,9 @@ def reference_runs(w: dict, *, methods, grids, structures, options, factor, hold
     """Tune and run every reference method of ``methods`` on the workload ``w``
     (:func:`workloads`); one row per method (see :data:`COLUMNS`). ``isolate``: one
     child process per method, or ``"none"`` (in this process, :func:`.run.run_grouped`)."""
-    from scalable_softmax.repro import peers
-    from scalable_softmax.repro.race.run import run_grouped
+    from scalable_softmax.repro.race import jobs as _jobs
+    from scalable_softmax.repro.race.methods import RATE_METHODS, available, library_of
+    from scalable_softmax.repro.race.run import candidates, choose_rates, config_label, run_grouped
 
     iso = "none" if isolate == "none" else "method"
 
@@ -87,7 +88,7 @@ def reference_runs(w: dict, *, methods, grids, structures, options, factor, hold
     common = dict(split="race", holdout=holdout, split_seed=split_seed,
                   eval_rows=eval_rows, max_epochs=max_epochs, threads=threads, seed=0)
     for m in methods:
-        ok, why = peers.available(peers.METHODS[m])
+        ok, why = available(library_of(m))
         base = {"notebook": w["notebook"], "workload": w["workload"],
                 "reference_method": m, "cap_seconds": w["cap"], "val_rows": eval_rows,
                 "split_seed": split_seed}
@@ -97,10 +98,10 @@ def reference_runs(w: dict, *, methods, grids, structures, options, factor, hold
                          "reference_val_log_loss": math.nan})
             continue
         lr, opts, config = None, dict(options.get(m, {})), ""
-        if m in peers.RATE_METHODS:
+        if m in RATE_METHODS:
             jobs, structs = [], []
-            for rate, st in peers.candidates(m, grids, structures):
-                jobs.append(peers.Job(w["data"], m, rate, w["cap"],
+            for rate, st in candidates(m, grids, structures):
+                jobs.append(_jobs.Job(w["data"], m, rate, w["cap"],
                                       options=dict(opts, **st), **common))
                 structs.append(st)
             results = run_grouped(jobs, isolate=iso, memory_cap_gb=memory_cap_gb,
@@ -111,18 +112,18 @@ def reference_runs(w: dict, *, methods, grids, structures, options, factor, hold
                 val = pts[-1].get("val_log_loss", math.inf) if pts and r["status"] in (
                     "completed", "time cap") else math.inf
                 tuning.append({"dataset": str(w["workload"]), "method": m,
-                               "lr": r["job"]["lr"], "config": peers.config_label(st),
+                               "lr": r["job"]["lr"], "config": config_label(st),
                                "options": json.dumps(st, sort_keys=True),
                                "val_log_loss": float(val),
                                "layout": r.get("info", {}).get("layout", "")})
-            chosen = peers.choose_rates(pd.DataFrame(tuning)).iloc[0]
+            chosen = choose_rates(pd.DataFrame(tuning)).iloc[0]
             lr, config = float(chosen.lr), chosen.config
             opts.update(json.loads(chosen.options))
             if chosen.layout:
                 opts["layout"] = chosen.layout
         seconds = factor * w["cap"]
-        job = peers.Job(w["data"], m, lr, seconds, options=opts,
-                        checkpoints=peers.checkpoint_times(seconds), **common)
+        job = _jobs.Job(w["data"], m, lr, seconds, options=opts,
+                        checkpoints=_jobs.checkpoint_times(seconds), **common)
         res = run_grouped([job], isolate=iso, memory_cap_gb=memory_cap_gb,
                           threads=threads, wall_extra=wall_extra)[0]
         vals = [p.get("val_log_loss", math.inf) for p in res["points"]]

@@ -1,4 +1,4 @@
-"""scalable_softmax.repro.peers: checkpoints, the rate rule, time to quality, the runners (ours,
+"""The race's runs (scalable_softmax.repro.race): checkpoints, the rate rule, the runners (ours,
 scikit-learn, PyTorch) against the library's evaluator, and the child process's
 memory and wall-clock limits. The sklearn and torch tests need the optional `peers`
 extra and are skipped without it."""
@@ -14,8 +14,15 @@ import pytest
 import scipy.sparse as sp
 
 from scalable_softmax.evaluate import evaluate
-from scalable_softmax.repro import peers as P
 from scalable_softmax.repro import timing
+from scalable_softmax.repro.race import isolate as ISO
+from scalable_softmax.repro.race import jobs as J
+from scalable_softmax.repro.race import methods as RM
+from scalable_softmax.repro.race import ours as OURS
+from scalable_softmax.repro.race import problems as PR
+from scalable_softmax.repro.race import run as RUN
+from scalable_softmax.repro.race import sklearn_runner as SK
+from scalable_softmax.repro.race import torch_runner as T
 
 
 def _problem(N=300, D=12, K=4, seed=0, separable=False):
@@ -42,24 +49,15 @@ def _sets(X, y):
 # ---------------------------------------------------------------------------
 
 def test_checkpoint_times_are_geometric_and_end_at_the_cap():
-    t = P.checkpoint_times(8.0, per_doubling=2, first=8.0 / 64)
+    t = J.checkpoint_times(8.0, per_doubling=2, first=8.0 / 64)
     assert t[-1] == 8.0 and len(t) == 13
     np.testing.assert_allclose(np.diff(np.log2(t)), 0.5)
     assert t[0] == pytest.approx(8.0 / 64)
-    assert P.checkpoint_times(1.0, 1, 1.0) == [1.0]
+    assert J.checkpoint_times(1.0, 1, 1.0) == [1.0]
     for bad in [dict(cap_seconds=0), dict(cap_seconds=1, per_doubling=0),
                 dict(cap_seconds=1, first=2.0)]:
         with pytest.raises(ValueError):
-            P.checkpoint_times(**bad)
-
-
-def test_split_for_tuning_is_a_seeded_disjoint_cover():
-    a, b = P.split_for_tuning(101, 0.2, seed=3)
-    assert len(b) == 20 and len(a) == 81
-    assert np.array_equal(np.sort(np.concatenate([a, b])), np.arange(101))
-    a2, b2 = P.split_for_tuning(101, 0.2, seed=3)
-    assert np.array_equal(a, a2) and np.array_equal(b, b2)
-    assert not np.array_equal(b, P.split_for_tuning(101, 0.2, seed=4)[1])
+            J.checkpoint_times(**bad)
 
 
 @pytest.mark.parametrize("kw,msg", [
@@ -74,18 +72,18 @@ def test_split_for_tuning_is_a_seeded_disjoint_cover():
 def test_job_rejects_bad_fields(kw, msg):
     base = dict(data="bibtex", method="exact", lr=None, cap_seconds=1.0)
     with pytest.raises(ValueError, match=msg):
-        P.Job(**{**base, **kw})
+        J.Job(**{**base, **kw})
 
 
 def test_classify_failure():
-    assert P.classify_failure(MemoryError("Unable to allocate 12.3 GiB")) == "memory"
-    assert P.classify_failure(RuntimeError("DefaultCPUAllocator: can't allocate memory: "
+    assert J.classify_failure(MemoryError("Unable to allocate 12.3 GiB")) == "memory"
+    assert J.classify_failure(RuntimeError("DefaultCPUAllocator: can't allocate memory: "
                                            "you tried to allocate 1 bytes")) == "memory"
-    assert P.classify_failure(ValueError("bad shape")) == "error"
+    assert J.classify_failure(ValueError("bad shape")) == "error"
 
 
 # ---------------------------------------------------------------------------
-# the rate rule and time to quality
+# the rate rule
 # ---------------------------------------------------------------------------
 
 def test_choose_rates_takes_the_lowest_finite_score_with_ties_to_the_smaller_rate():
@@ -99,7 +97,7 @@ def test_choose_rates_takes_the_lowest_finite_score_with_ties_to_the_smaller_rat
         dict(dataset="b", method="umax", lr=0.1, val_log_loss=math.inf, layout=""),
         dict(dataset="b", method="torch-sgd", lr=1.0, val_log_loss=0.5, layout="sparse-mm"),
     ])
-    r = P.choose_rates(t).set_index(["dataset", "method"])
+    r = RUN.choose_rates(t).set_index(["dataset", "method"])
     assert r.lr[("a", "umax")] == 1.0 and r.at_grid_edge[("a", "umax")] == ""
     assert r.grid[("a", "umax")] == "0.1 1 10"
     assert r.lr[("a", "is")] == 10.0 and r.at_grid_edge[("a", "is")] == "highest"
@@ -108,52 +106,18 @@ def test_choose_rates_takes_the_lowest_finite_score_with_ties_to_the_smaller_rat
     assert r.at_grid_edge[("b", "torch-sgd")] == ""            # a one-rate grid has no edge
 
 
-def _curves():
-    rows = []
-    for s, v in [(0.1, 5.0), (0.2, 2.2), (0.4, 2.05), (0.8, 2.0)]:
-        rows.append(dict(dataset="d", method="fast", seconds=s, test_log_loss=v))
-    for s, v in [(0.1, 4.0), (1.0, 2.09), (2.0, math.inf)]:
-        rows.append(dict(dataset="d", method="slow", seconds=s, test_log_loss=v))
-    for s, v in [(1.0, math.inf)]:
-        rows.append(dict(dataset="d", method="dead", seconds=s, test_log_loss=v))
-    for s, v in [(3.0, 1.0), (1.0, 1.5)]:                      # unsorted on purpose
-        rows.append(dict(dataset="e", method="fast", seconds=s, test_log_loss=v))
-    return pd.DataFrame(rows)
-
-
-def test_time_to_quality_on_synthetic_curves():
-    q = P.time_to_quality(_curves(), tolerances=(0.05, 0.01)).set_index(["dataset", "method"])
-    assert q.group_best[("d", "fast")] == 2.0 and q.group_best[("e", "fast")] == 1.0
-    # fast: 2.05 <= 2.1 at 0.4 s; <= 2.02 only at 0.8 s
-    assert q.seconds_to_5pct[("d", "fast")] == 0.4
-    assert q.seconds_to_1pct[("d", "fast")] == 0.8
-    # slow: 2.09 <= 2.1 at 1 s, never within 1%; its later inf does not count
-    assert q.seconds_to_5pct[("d", "slow")] == 1.0
-    assert math.isnan(q.seconds_to_1pct[("d", "slow")])
-    assert q.ratio_to_best[("d", "slow")] == pytest.approx(2.09 / 2.0)
-    assert math.isnan(q.best_test_log_loss[("d", "dead")])
-    assert math.isnan(q.seconds_to_5pct[("d", "dead")])
-    assert q.seconds_to_5pct[("e", "fast")] == 3.0             # sorted by seconds first
-    q2 = P.time_to_quality(_curves(), tolerances=(0.5,))
-    assert "seconds_to_50pct" in q2 and "seconds_to_5pct" not in q2
-    with pytest.raises(ValueError, match="test_log_loss"):
-        P.time_to_quality(_curves().drop(columns="test_log_loss"))
-    with pytest.raises(ValueError, match="tolerances"):
-        P.time_to_quality(_curves(), tolerances=(-0.1,))
-
-
 # ---------------------------------------------------------------------------
 # runners, in this process
 # ---------------------------------------------------------------------------
 
 def _job(method, lr=None, cap=60.0, **kw):
-    return P.Job("in-memory", method, lr, cap, **kw)
+    return J.Job("in-memory", method, lr, cap, **kw)
 
 
 def test_recorder_points_are_the_evaluator_on_the_weights():
     X, y, K = _problem()
     sets = _sets(X, y)
-    rec = P._Recorder(sets, [0.0], 10.0)
+    rec = J._Recorder(sets, [0.0], 10.0)
     W = np.random.default_rng(1).normal(size=(K, X.shape[1]))
     row = rec.record(W, epoch=3)
     for name, (Xe, ye) in sets.items():
@@ -174,7 +138,7 @@ def test_recorder_makes_the_weights_with_the_clock_stopped():
     # it takes (a copy, a transpose) is evaluation time, never training time
     X, y, K = _problem()
     W = np.random.default_rng(2).normal(size=(K, X.shape[1]))
-    rec = P._Recorder(_sets(X, y), [], 10.0)
+    rec = J._Recorder(_sets(X, y), [], 10.0)
     rec.start()
 
     def slow():
@@ -190,7 +154,7 @@ def test_recorder_makes_the_weights_with_the_clock_stopped():
                                        ("implicit-batch", 1.0), ("implicit-batch-5", 1.0)])
 def test_our_methods_run_and_start_at_log_k(method, lr):
     X, y, K = _problem(N=400, K=8)          # IS samples 5 classes besides the label
-    res = P.run_job(_job(method, lr, max_epochs=4, checkpoints=[1e-9]),
+    res = J.run_job(_job(method, lr, max_epochs=4, checkpoints=[1e-9]),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "completed", res["reason"]
     pts = pd.DataFrame(res["points"])
@@ -212,10 +176,10 @@ def test_minibatch_implicit_is_the_library_trainer_with_its_n_and_m(method):
     X, y, K = _problem(N=300, K=8)
     # one thread: the serial kernel, which a replay reproduces exactly (with 2 threads
     # the job runs the Hogwild kernel, whose races a replay cannot repeat)
-    res = P.run_job(_job(method, 2.0, max_epochs=2, threads=1),
+    res = J.run_job(_job(method, 2.0, max_epochs=2, threads=1),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "completed", res["reason"]
-    n, m = P.BATCH_IMPLICIT[method]
+    n, m = OURS.BATCH_IMPLICIT[method]
     tr = get_trainer_class("implicit-batch")(X, y, K, mu=0.0, batch_size=n, n_sampled=m)
     assert (tr.batch_size, tr.n_sampled) == (n, m)
     tr.init_params("logK")
@@ -229,35 +193,9 @@ def test_minibatch_implicit_is_the_library_trainer_with_its_n_and_m(method):
                                                    rel=1e-9)
 
 
-def test_minibatch_findings_compare_with_one_datapoint_one_class():
-    table = pd.DataFrame([
-        dict(dataset="a", method="implicit", best_test_log_loss=2.2, ratio_to_best=1.1,
-             seconds_to_5pct=np.nan, seconds_to_1pct=np.nan, train_seconds=1.0),
-        dict(dataset="a", method="implicit-batch", best_test_log_loss=2.0, ratio_to_best=1.0,
-             seconds_to_5pct=3.0, seconds_to_1pct=4.0, train_seconds=8.0),
-        dict(dataset="b", method="implicit-batch", best_test_log_loss=2.0, ratio_to_best=1.0,
-             seconds_to_5pct=3.0, seconds_to_1pct=4.0, train_seconds=8.0)])
-    runs = pd.DataFrame(dict(dataset=["a", "a", "b"],
-                             method=["implicit", "implicit-batch", "implicit-batch"],
-                             info=['{"epochs": 10}', '{"epochs": 4}', '{"epochs": 4}']))
-    frame, lines = P.minibatch_findings(table, runs, datasets=["a", "b"],
-                                        shown={"a": "A", "b": "B"}, tolerances=[0.05, 0.01])
-    assert len(frame) == 1 and len(lines) == 1          # b has no n = m = 1 run
-    r = frame.iloc[0]
-    assert (r.method, r.n, r.m, r.best, r.best_single) == ("implicit-batch", 10, 10, 2.0, 2.2)
-    assert r.s_per_epoch == 2.0 and r.s_per_epoch_single == 0.1
-    assert r.seconds_to_5pct == 3.0 and math.isnan(r.seconds_to_5pct_single)
-    assert lines[0] == (
-        "**A**, Implicit SGD (n, m chosen) against n = m = 1: best test log-loss 2 against 2.2 "
-        "(ratios to the best of any method 1 and 1.1); seconds to within 5% of the best: 3 s "
-        "against never; seconds to within 1% of the best: 4 s against never; 4 against 10 "
-        "epochs at 2 against 0.1 training "
-        "seconds per epoch (20x).")
-
-
 def test_our_method_stops_at_the_time_cap():
     X, y, K = _problem(N=400)
-    res = P.run_job(_job("umax", 0.5, cap=1e-6, max_epochs=50),
+    res = J.run_job(_job("umax", 0.5, cap=1e-6, max_epochs=50),
                     problem=(X, y, K, _sets(X, y)))
     # inside the first epoch: after its first piece (2 of 400 points)
     assert res["status"] == "time cap" and res["info"]["epochs"] == pytest.approx(2 / 400)
@@ -268,7 +206,7 @@ def test_exact_lbfgs_reaches_the_library_optimum():
     from scalable_softmax.methods.full import exact_solution
 
     X, y, K = _problem()
-    res = P.run_job(_job("exact", cap=60.0), problem=(X, y, K, _sets(X, y)))
+    res = J.run_job(_job("exact", cap=60.0), problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "completed", res["reason"]
     W, info = exact_solution(X, y, K, mu=0.0)
     assert info["converged"]
@@ -278,7 +216,7 @@ def test_exact_lbfgs_reaches_the_library_optimum():
 
 def test_exact_lbfgs_stops_inside_the_objective_at_the_cap():
     X, y, K = _problem()
-    res = P.run_job(_job("exact", cap=1e-9), problem=(X, y, K, _sets(X, y)))
+    res = J.run_job(_job("exact", cap=1e-9), problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "time cap"
     assert res["reason"] == "the cap passed before the first objective evaluation had finished"
     assert res["info"]["nfev"] == 0
@@ -286,7 +224,7 @@ def test_exact_lbfgs_stops_inside_the_objective_at_the_cap():
 
 def test_a_failure_is_reported_not_raised():
     X, y, K = _problem()
-    res = P.run_job(_job("umax", 0.5, options={"no_such_option": 1}),
+    res = J.run_job(_job("umax", 0.5, options={"no_such_option": 1}),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "error" and "no_such_option" in res["reason"]
 
@@ -302,14 +240,14 @@ def test_sklearn_weights_give_sklearn_log_loss_under_our_evaluator():
     for solver in ("lbfgs", "saga"):
         clf = LogisticRegression(C=np.inf, solver=solver, fit_intercept=False, max_iter=7,
                                  random_state=0).fit(X, y)
-        W = P._sklearn_W(clf, K, X.shape[1])
+        W = SK._sklearn_W(clf, K, X.shape[1])
         assert W.shape == (K, X.shape[1])
         ours = evaluate(X, y, W, precision="float64").log_loss
         assert ours == pytest.approx(log_loss(y, clf.predict_proba(X)), rel=1e-9)
     # a class absent from the training rows gets a zero row; the others keep theirs
     keep = y != 2
     clf = LogisticRegression(C=np.inf, fit_intercept=False, max_iter=5).fit(X[keep], y[keep])
-    W = P._sklearn_W(clf, K, X.shape[1])
+    W = SK._sklearn_W(clf, K, X.shape[1])
     assert np.all(W[2] == 0) and np.array_equal(W[[0, 1, 3]], clf.coef_)
 
 
@@ -317,12 +255,12 @@ def test_sklearn_lbfgs_runner_agrees_with_our_lbfgs():
     pytest.importorskip("sklearn")
     X, y, K = _problem()
     sets = _sets(X, y)
-    res = P.run_job(_job("sklearn-lbfgs", cap=60.0, options={"tol": 1e-10}),
+    res = J.run_job(_job("sklearn-lbfgs", cap=60.0, options={"tol": 1e-10}),
                     problem=(X, y, K, sets))
     assert res["status"] == "completed", res["reason"]
     pts = pd.DataFrame(res["points"])
     assert list(pts.max_iter) == [0] + [2 ** k for k in range(len(pts) - 1)]
-    ours = P.run_job(_job("exact", cap=60.0), problem=(X, y, K, sets))
+    ours = J.run_job(_job("exact", cap=60.0), problem=(X, y, K, sets))
     assert pts.train_log_loss.iloc[-1] == pytest.approx(ours["points"][-1]["train_log_loss"],
                                                         rel=1e-5)
 
@@ -330,7 +268,7 @@ def test_sklearn_lbfgs_runner_agrees_with_our_lbfgs():
 def test_sklearn_saga_runner_stops_before_the_cap():
     pytest.importorskip("sklearn")
     X, y, K = _problem()
-    res = P.run_job(_job("sklearn-saga", cap=1e-6), problem=(X, y, K, _sets(X, y)))
+    res = J.run_job(_job("sklearn-saga", cap=1e-6), problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "time cap" and len(res["points"]) == 2
     assert "max_iter=1" in res["reason"]
 
@@ -353,9 +291,9 @@ def _torch_full_loss(X, y, W):
 def test_torch_weights_give_torch_loss_under_our_evaluator(method, layout):
     pytest.importorskip("torch")
     X, y, K = _problem()
-    data = P._TorchData(X, y)
+    data = T._TorchData(X, y)
     data.epoch(np.arange(X.shape[0]))
-    loss, opt, weights = P._torch_model(method, layout, X.shape[1], K, 0.05)
+    loss, opt, weights = T._torch_model(method, layout, X.shape[1], K, 0.05)
     for a in range(0, X.shape[0], 50):
         opt.zero_grad()
         loss(data, a, a + 50).backward()
@@ -377,10 +315,10 @@ def test_torch_layouts_take_the_same_sgd_steps():
     pytest.importorskip("torch")
     X, y, K = _problem()
     out = []
-    for layout in P.TORCH_LAYOUTS:
-        data = P._TorchData(X, y)
+    for layout in T.TORCH_LAYOUTS:
+        data = T._TorchData(X, y)
         data.epoch(np.arange(X.shape[0]))
-        loss, opt, weights = P._torch_model("torch-sgd", layout, X.shape[1], K, 0.5)
+        loss, opt, weights = T._torch_model("torch-sgd", layout, X.shape[1], K, 0.5)
         for a in range(0, X.shape[0], 30):
             opt.zero_grad()
             loss(data, a, a + 30).backward()
@@ -394,10 +332,10 @@ _OOM = ("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate
 
 
 def _patch_torch_model(monkeypatch, *, fail=(), steps=None, built=None):
-    """Wrap ``P._torch_model``: layouts in ``fail`` raise PyTorch's out-of-memory error;
+    """Wrap ``T._torch_model``: layouts in ``fail`` raise PyTorch's out-of-memory error;
     ``steps`` collects the layout of every loss evaluated; ``built(layout, opt)`` is
     called with every model built."""
-    model = P._torch_model
+    model = T._torch_model
 
     def build(method, layout, D, K, lr):
         if layout in fail:
@@ -413,7 +351,7 @@ def _patch_torch_model(monkeypatch, *, fail=(), steps=None, built=None):
             return loss(data, a, b)
         return counted, opt, weights
 
-    monkeypatch.setattr(P, "_torch_model", build)
+    monkeypatch.setattr(T, "_torch_model", build)
 
 
 @pytest.mark.parametrize("give_up, second_steps", [(0.0, 1), (math.inf, 1 + 5)])
@@ -425,10 +363,10 @@ def test_the_layout_pilot_gives_up_on_a_slow_first_step(give_up, second_steps, m
     X, y, K = _problem(N=400)
     calls = []
     _patch_torch_model(monkeypatch, steps=calls)
-    monkeypatch.setattr(P, "PILOT_GIVE_UP", give_up)
-    out, notes = P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=5,
+    monkeypatch.setattr(T, "PILOT_GIVE_UP", give_up)
+    out, notes = T.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=5,
                                  max_seconds=60, threads=1, dense_bound=False)
-    first, second = P.TORCH_LAYOUTS
+    first, second = T.TORCH_LAYOUTS
     assert calls.count(first) == 1 + 5 and calls.count(second) == second_steps
     assert all(v > 0 and math.isfinite(v) for v in out.values())
     assert (second in notes) == (second_steps == 1) and first not in notes
@@ -442,16 +380,16 @@ def test_the_layout_pilot_skips_the_dense_layout_below_its_bound(monkeypatch):
     X, y, K = _problem(N=200)
     built = []
     _patch_torch_model(monkeypatch, built=lambda layout, opt: built.append(layout))
-    monkeypatch.setattr(P, "PILOT_GIVE_UP", 0.0)
-    out, notes = P.torch_layouts(X, y, K, "torch-adam", batch_size=20, batches=3,
+    monkeypatch.setattr(T, "PILOT_GIVE_UP", 0.0)
+    out, notes = T.torch_layouts(X, y, K, "torch-adam", batch_size=20, batches=3,
                                  threads=1)
     assert built == ["embedding-bag"]
     assert 0 < out["sparse-mm"] < math.inf and notes["sparse-mm"].startswith("not built")
     built.clear()
-    monkeypatch.setattr(P, "PILOT_GIVE_UP", math.inf)
-    out, notes = P.torch_layouts(X, y, K, "torch-adam", batch_size=20, batches=3,
+    monkeypatch.setattr(T, "PILOT_GIVE_UP", math.inf)
+    out, notes = T.torch_layouts(X, y, K, "torch-adam", batch_size=20, batches=3,
                                  threads=1)
-    assert built == list(P.TORCH_LAYOUTS) and notes == {}
+    assert built == list(T.TORCH_LAYOUTS) and notes == {}
 
 
 def test_a_layout_out_of_memory_in_the_pilot_leaves_the_other(monkeypatch):
@@ -460,28 +398,28 @@ def test_a_layout_out_of_memory_in_the_pilot_leaves_the_other(monkeypatch):
     pytest.importorskip("torch")
     X, y, K = _problem(N=200)
     _patch_torch_model(monkeypatch, fail={"sparse-mm"})
-    monkeypatch.setattr(P, "PILOT_GIVE_UP", math.inf)
-    monkeypatch.setattr(P, "_LAYOUT_CACHE", {})
-    out, notes = P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=3, threads=1)
+    monkeypatch.setattr(T, "PILOT_GIVE_UP", math.inf)
+    monkeypatch.setattr(T, "_LAYOUT_CACHE", {})
+    out, notes = T.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=3, threads=1)
     assert out["sparse-mm"] == math.inf and math.isfinite(out["embedding-bag"])
     assert notes["sparse-mm"].startswith("out of memory: RuntimeError")
-    job = P.Job("toy", "torch-sgd", 0.5, 60.0, split="final", max_epochs=1, threads=1,
+    job = J.Job("toy", "torch-sgd", 0.5, 60.0, split="final", max_epochs=1, threads=1,
                 options={"batch_size": 20})
-    layout, t, notes = P._choose_layout(job, X, y, K, 20)
+    layout, t, notes = T._choose_layout(job, X, y, K, 20)
     assert layout == "embedding-bag" and "sparse-mm" in notes
-    assert P._choose_layout(job, X, y, K, 20)[2] is notes          # cached
+    assert T._choose_layout(job, X, y, K, 20)[2] is notes          # cached
 
 
 def test_every_layout_out_of_memory_is_a_memory_failure(monkeypatch):
     pytest.importorskip("torch")
     X, y, K = _problem(N=200)
-    _patch_torch_model(monkeypatch, fail=set(P.TORCH_LAYOUTS))
-    monkeypatch.setattr(P, "_LAYOUT_CACHE", {})
-    job = P.Job("toy", "torch-sgd", 0.5, 60.0, split="final", max_epochs=1, threads=1,
+    _patch_torch_model(monkeypatch, fail=set(T.TORCH_LAYOUTS))
+    monkeypatch.setattr(T, "_LAYOUT_CACHE", {})
+    job = J.Job("toy", "torch-sgd", 0.5, 60.0, split="final", max_epochs=1, threads=1,
                 options={"batch_size": 20})
     with pytest.raises(MemoryError, match="every torch layout ran out of memory"):
-        P._choose_layout(job, X, y, K, 20)
-    assert P.classify_failure(MemoryError("x")) == "memory"
+        T._choose_layout(job, X, y, K, 20)
+    assert J.classify_failure(MemoryError("x")) == "memory"
 
 
 def test_the_pilot_frees_each_layout_by_reference_counts(monkeypatch):
@@ -496,13 +434,13 @@ def test_the_pilot_frees_each_layout_by_reference_counts(monkeypatch):
     refs = []
     _patch_torch_model(monkeypatch, built=lambda layout, opt: refs.extend(
         weakref.ref(p) for g in opt.param_groups for p in g["params"]))
-    monkeypatch.setattr(P, "PILOT_GIVE_UP", math.inf)
-    P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=2, threads=1)  # warm-up
+    monkeypatch.setattr(T, "PILOT_GIVE_UP", math.inf)
+    T.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=2, threads=1)  # warm-up
     refs.clear()
     gc.collect()
     gc.disable()
     try:
-        P.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=2, threads=1)
+        T.torch_layouts(X, y, K, "torch-sgd", batch_size=20, batches=2, threads=1)
         assert len(refs) == 2 and all(r() is None for r in refs)
     finally:
         gc.enable()
@@ -513,10 +451,10 @@ def test_torch_sampled_softmax_step_and_weights():
     import torch
 
     X, y, K = _problem(K=6)
-    data = P._TorchData(X, y)
+    data = T._TorchData(X, y)
     data.epoch(np.arange(X.shape[0]))
     torch.manual_seed(0)
-    loss, opt, weights = P._torch_sampled(X.shape[1], K, 0.5, m=3)
+    loss, opt, weights = T._torch_sampled(X.shape[1], K, 0.5, m=3)
     W0 = weights().copy()
     opt.zero_grad()
     L = loss(data, 0, 40)
@@ -538,7 +476,7 @@ def test_torch_sampled_softmax_step_and_weights():
 def test_torch_runner(method, lr):
     pytest.importorskip("torch")
     X, y, K = _problem(N=400)
-    res = P.run_job(_job(method, lr, max_epochs=3, checkpoints=[1e-9],
+    res = J.run_job(_job(method, lr, max_epochs=3, checkpoints=[1e-9],
                          options={"batch_size": 50}),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "completed", res["reason"]
@@ -547,8 +485,8 @@ def test_torch_runner(method, lr):
     assert pts.epoch.iloc[-1] == 3 and res["info"]["steps"] == 3 * 8
     assert pts.train_log_loss.iloc[-1] < math.log(K)
     if method != "torch-sampled":
-        assert res["info"]["layout"] in P.TORCH_LAYOUTS
-        assert set(res["info"]["layout_pilot_seconds_per_step"]) == set(P.TORCH_LAYOUTS)
+        assert res["info"]["layout"] in T.TORCH_LAYOUTS
+        assert set(res["info"]["layout_pilot_seconds_per_step"]) == set(T.TORCH_LAYOUTS)
 
 
 # ---------------------------------------------------------------------------
@@ -558,10 +496,10 @@ def test_torch_runner(method, lr):
 def test_isolated_run_reports_points_and_peak_memory(tmp_path):
     X, y, K = _problem()
     path = tmp_path / "p.npz"
-    P.save_problem(path, X, y, X[:100], y[:100], K)
-    out = P.run_isolated([P.Job(str(path), "umax", 0.5, 30.0, max_epochs=3,
-                                checkpoints=[1e-9]),
-                          P.Job(str(path), "exact", None, 30.0)],
+    PR.save_problem(path, X, y, X[:100], y[:100], K)
+    out = ISO.run_isolated([J.Job(str(path), "umax", 0.5, 30.0, max_epochs=3,
+                                  checkpoints=[1e-9]),
+                          J.Job(str(path), "exact", None, 30.0)],
                          memory_cap_gb=4, wall_seconds=300, workdir=tmp_path)
     assert out["returncode"] == 0 and not out["killed"]
     assert [r["status"] for r in out["results"]] == ["completed", "completed"]
@@ -577,9 +515,9 @@ def test_isolated_run_reports_the_allocation_that_breaks_the_memory_cap(tmp_path
     X = sp.csr_matrix((np.ones(N), (np.arange(N), rng.integers(0, D, N))), shape=(N, D))
     y = np.arange(N) % K
     path = tmp_path / "big.npz"
-    P.save_problem(path, X, y, X, y, K)
-    out = P.run_isolated([P.Job(str(path), "exact", None, 30.0, eval_rows=50)],
-                         memory_cap_gb=2.5, wall_seconds=300, workdir=tmp_path)
+    PR.save_problem(path, X, y, X, y, K)
+    out = ISO.run_isolated([J.Job(str(path), "exact", None, 30.0, eval_rows=50)],
+                           memory_cap_gb=2.5, wall_seconds=300, workdir=tmp_path)
     r = out["results"][0]
     assert r["status"] == "memory", (r["reason"], out["log"])
     assert "allocate" in r["reason"]
@@ -599,8 +537,8 @@ def test_run_jobs_reports_each_jobs_own_peak_memory(monkeypatch):
             del a
         return {"job": {}, "status": "completed", "reason": "", "points": []}
 
-    monkeypatch.setattr(P, "run_job", fake)
-    out = P.run_jobs([P.Job("d", "exact", None, 1.0), P.Job("d", "umax", 0.1, 1.0)])
+    monkeypatch.setattr(J, "run_job", fake)
+    out = J.run_jobs([J.Job("d", "exact", None, 1.0), J.Job("d", "umax", 0.1, 1.0)])
     big, small = (r["peak_rss_bytes"] for r in out)
     assert all(r["peak_rss_reset"] for r in out)
     assert big > before + 300 * 2 ** 20 and small < big - 300 * 2 ** 20
@@ -616,18 +554,18 @@ def test_run_jobs_collects_cycles_after_the_first_job_and_memory_failures(monkey
         calls.append("job")
         return {"job": {}, "status": next(statuses), "reason": "", "points": []}
 
-    monkeypatch.setattr(P, "run_job", fake)
+    monkeypatch.setattr(J, "run_job", fake)
     monkeypatch.setattr(gc, "collect", lambda *a: calls.append("gc") or 0)
-    P.run_jobs([P.Job("d", "umax", 0.1, 1.0)] * 4)
+    J.run_jobs([J.Job("d", "umax", 0.1, 1.0)] * 4)
     assert calls == ["job", "gc", "job", "job", "gc", "job"]
 
 
 def test_isolated_run_is_killed_at_the_wall_clock_limit(tmp_path):
     X, y, K = _problem(N=2000, D=50)
     path = tmp_path / "p.npz"
-    P.save_problem(path, X, y, X, y, K)
-    out = P.run_isolated([P.Job(str(path), "umax", 0.01, 1e6, max_epochs=10 ** 6,
-                                checkpoints=list(np.linspace(0.01, 1000, 10 ** 5)))],
+    PR.save_problem(path, X, y, X, y, K)
+    out = ISO.run_isolated([J.Job(str(path), "umax", 0.01, 1e6, max_epochs=10 ** 6,
+                                  checkpoints=list(np.linspace(0.01, 1000, 10 ** 5)))],
                          memory_cap_gb=4, wall_seconds=6, workdir=tmp_path)
     assert out["killed"] and out["returncode"] != 0
     r = out["results"][0]
@@ -635,179 +573,21 @@ def test_isolated_run_is_killed_at_the_wall_clock_limit(tmp_path):
     assert out["wall_seconds"] < 30
 
 
-def test_a_tuning_job_scores_only_the_end_on_held_out_rows(tmp_path):
-    X, y, K = _problem(N=400, K=8)
-    path = tmp_path / "p.npz"
-    P.save_problem(path, X, y, X[:50], y[:50], K)
-    res = P.run_job(P.Job(str(path), "umax", 0.1, 30.0, split="tune", max_epochs=2,
-                          eval_rows=None))
-    assert res["status"] == "completed"
-    assert len(res["points"]) == 1 and set(res["points"][0]) >= {"val_log_loss", "seconds"}
-    _, held_out = P.split_for_tuning(400, 0.2, 0)
-    sets = P._problem(P.Job(str(path), "umax", 0.1, 30.0, split="tune", eval_rows=None))[3]
-    assert list(sets) == ["val"] and sets["val"][0].shape[0] == len(held_out)
-    np.testing.assert_array_equal(sets["val"][1], y[held_out])
-
-
-def test_the_study_functions_end_to_end(tmp_path):
-    X, y, K = _problem(N=400, K=8)
-    path = str(tmp_path / "p.npz")
-    P.save_problem(path, X, y, X[:100], y[:100], K)
-    methods = ["umax", "exact"]
-    tuning = P.tune_rates([path], methods, {"umax": [0.01, 0.1]}, {path: 0.5}, max_epochs=3,
-                          eval_rows=None, progress=False)
-    assert list(tuning.lr) == [0.01, 0.1] and tuning.method.eq("umax").all()
-    assert np.isfinite(tuning.val_log_loss).all()
-    rates = P.choose_rates(tuning)
-    curves, runs = P.run_final([path], methods, rates, {path: 2.0}, max_epochs=3,
-                               eval_rows=None, isolate="family", progress=False)
-    assert list(runs.method) == methods and runs.status.isin(["completed", "time cap"]).all()
-    scope = ("method, peak reset in a child of umax+exact" if timing.reset_peak_rss() else
-             "child of umax+exact")
-    assert runs.lr.iloc[0] == rates.lr.iloc[0] and (runs.rss_scope == scope).all()
-    assert (runs.peak_rss_gb > 0).all()
-    q = P.time_to_quality(curves)
-    assert len(q) == 2 and q.group_best.nunique() == 1
-    assert (curves.groupby("method").seconds.min() == 0).all()     # the start points
-
-
 # ---------------------------------------------------------------------------
-# notebook 12's plan, table, findings, checks and figures
+# notebook 12's plan
 # ---------------------------------------------------------------------------
 
 def test_plan_methods_skips_a_missing_library_and_refuses_bad_requests(monkeypatch):
-    monkeypatch.setattr(P, "available", lambda fam: (fam != "torch", "no torch here"
+    monkeypatch.setattr(RM, "available", lambda fam: (fam != "torch", "no torch here"
                                                       if fam == "torch" else f"{fam} 1.0"))
-    run, skipped, versions = P.plan_methods(["umax", "torch-sgd", "sklearn-lbfgs"], ["a"],
-                                            {"a": 1})
+    run, skipped, versions = RM.plan_methods(["umax", "torch-sgd", "sklearn-lbfgs"], ["a"],
+                                             {"a": 1})
     assert run == ["umax", "sklearn-lbfgs"] and skipped == {"torch-sgd": "no torch here"}
     assert set(versions) == {"ours", "sklearn"}
     with pytest.raises(ValueError, match=r"unknown method\(s\) \['nope'\]"):
-        P.plan_methods(["nope"], ["a"], {"a": 1})
+        RM.plan_methods(["nope"], ["a"], {"a": 1})
     with pytest.raises(ValueError, match=r"caps has no entry for \['b'\]"):
-        P.plan_methods(["umax"], ["a", "b"], {"a": 1})
-
-
-def test_chosen_rates_and_add_skipped():
-    empty = P.chosen_rates(pd.DataFrame())
-    assert len(empty) == 0 and {"dataset", "method", "lr", "grid", "at_grid_edge"} <= set(empty)
-    runs = pd.DataFrame([dict(dataset="a", method="umax", status="completed", reason="")])
-    P.add_skipped(runs, {"torch-sgd": "no torch"}, ["a", "b"])
-    assert list(runs.method) == ["umax", "torch-sgd", "torch-sgd"]
-    assert list(runs.dataset[1:]) == ["a", "b"] and (runs.status[1:] == "skipped").all()
-
-
-def _study():
-    """A finished two-method study on one data set, plus a skipped method."""
-    curves = pd.DataFrame(dict(
-        dataset="a", method=["umax"] * 3 + ["sklearn-lbfgs"] * 3,
-        seconds=[0.1, 0.2, 0.4, 0.15, 0.3, 0.6],
-        test_log_loss=[3.0, 2.2, 2.1, 4.0, 2.5, 2.0],
-        train_log_loss=[2.9, 2.0, 1.8, 3.9, 2.4, 1.7]))
-    runs = pd.DataFrame([
-        dict(dataset="a", method="umax", lr=0.1, status="completed", reason="", layout="",
-             peak_rss_gb=0.4, rss_scope="method", train_seconds=0.4, points=3),
-        dict(dataset="a", method="sklearn-lbfgs", lr=None, status="time cap", reason="",
-             layout="", peak_rss_gb=0.5, rss_scope="method", train_seconds=0.6, points=3)])
-    P.add_skipped(runs, {"torch-sgd": "no torch"}, ["a"])
-    rates = pd.DataFrame([dict(dataset="a", method="umax", lr=0.1, val_log_loss=2.0,
-                               grid="0.01 0.1 1", at_grid_edge="", layout="",
-                               all_failed=False)])
-    return curves, runs, rates
-
-
-def test_peer_table_findings_and_checks():
-    curves, runs, rates = _study()
-    methods = ["torch-sgd", "umax", "sklearn-lbfgs"]
-    table, ttq = P.peer_table(runs, rates, curves, datasets=["a"], methods=methods,
-                              shown={"a": "A"}, tolerances=[0.05, 0.01])
-    assert list(table.method) == methods                           # the requested order
-    t = table.set_index("method")
-    assert t.loc["umax", "lr"] == "0.1" and t.loc["sklearn-lbfgs", "lr"] == "no rate"
-    assert t.loc["torch-sgd", "lr"] == "-" and t.loc["torch-sgd", "grid"] == ""
-    assert t.loc["umax", "within_5pct"] == "0.4"                   # 2.1 <= 1.05 * 2.0
-    assert t.loc["umax", "within_1pct"] == "not reached (completed)"
-    assert t.loc["sklearn-lbfgs", "within_1pct"] == "0.6"
-    assert t.loc["torch-sgd", "within_5pct"] == "not reached (skipped)"
-    assert t.loc["umax", "best_train_log_loss"] == 1.8 and math.isnan(
-        t.loc["torch-sgd", "best_train_log_loss"])
-    cols = P.table_columns([0.05, 0.01])
-    assert set(cols) <= set(table) and "rss_scope" not in cols
-    assert "rss_scope" in P.table_columns([0.05], isolate="family")
-    P.check_results(table, curves, ttq, n_rows=3, tolerances=[0.05, 0.01])
-    with pytest.raises(AssertionError):
-        P.check_results(table, curves, ttq, n_rows=4, tolerances=[0.05, 0.01])
-    text = P.findings(table, ttq, datasets=["a"], methods=["umax", "sklearn-lbfgs"],
-                      shown={"a": "A"}, tolerances=[0.05, 0.01])
-    assert text[0].startswith("**A**: best test log-loss 2 (sklearn lbfgs).")
-    assert "Within 5%: first U-max at 0.4 s; our fastest U-max 0.4 s, the fastest peer " \
-           "sklearn lbfgs 0.6 s (ratio peer/ours 1.5)." in text[0]
-    assert "Within 1%: first sklearn lbfgs at 0.6 s; none of ours got there." in text[0]
-    assert "torch SGD (full softmax): skipped: no torch." in text[0]
-    assert P.worst_of_ours(table, methods) == {"a": "umax"}
-    pre = P.table_preamble(datasets=["a"], caps={"a": 2}, threads=2, memory_cap_gb=8,
-                           isolate="method", machine=dict(cpu_model="cpu", load_average=[1]),
-                           versions={})
-    assert "(a: 2 s)" in pre and "capped at 8 GiB" in pre
-
-
-def test_log_axis_ticks_label_a_short_log_axis():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    for lo, hi in [(2.4, 5.3), (3.7, 5.8), (2.5, 20.0), (1.02, 1.3)]:
-        fig, ax = plt.subplots()
-        ax.plot([1, 2], [lo, hi])
-        ax.set_yscale("log")
-        ax.set_ylim(lo, hi)
-        P.log_axis_ticks(ax, "y")
-        ticks = [v for v in ax.get_yticks() if lo <= v <= hi]
-        assert len(ticks) >= 3, (lo, hi, ticks)
-        assert all(ax.yaxis.get_major_formatter()(v) == f"{v:g}" for v in ticks)
-        plt.close(fig)
-    fig, ax = plt.subplots()                         # several decades: style.log_ticks
-    ax.plot([0.01, 10], [1, 2])
-    ax.set_xscale("log")
-    P.log_axis_ticks(ax, "x")
-    assert ax.xaxis.get_major_formatter()(0.1) == "0.1"
-    plt.close(fig)
-
-
-def test_curve_figure_marks_and_names_a_point_far_past_the_cap():
-    import matplotlib
-    matplotlib.use("Agg")
-    curves = pd.DataFrame(dict(dataset="a", method="sklearn-lbfgs", seconds=[0.0, 1.8],
-                               max_iter=[0, 1], test_log_loss=[3.0, 2.0]))
-    ttq = P.time_to_quality(curves, [0.05])
-    fig = P.curve_figure(curves, ttq, "test_log_loss", "t", datasets=["a"],
-                         methods=["sklearn-lbfgs"], shown={"a": "A"},
-                         shapes=pd.DataFrame(dict(K=[4], N=[10]), index=["a"]),
-                         caps={"a": 1}, tolerances=[0.05])
-    ax = fig.axes[0]
-    assert "sklearn lbfgs (hollow): one fit (max_iter=1) took 1.8 s" in ax.get_title()
-    hollow = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "white"]
-    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [1.8]
-
-
-def test_curve_figure_draws_one_panel_per_data_set():
-    import matplotlib
-    matplotlib.use("Agg")
-    curves, runs, rates = _study()
-    table, ttq = P.peer_table(runs, rates, curves, datasets=["a"],
-                              methods=["umax", "sklearn-lbfgs", "torch-sgd"],
-                              shown={"a": "A"}, tolerances=[0.05])
-    shapes = pd.DataFrame(dict(K=[4], N=[10]), index=["a"])
-    fig = P.curve_figure(curves, ttq, "test_log_loss", "t", datasets=["a"],
-                         methods=["umax", "sklearn-lbfgs", "torch-sgd"], shown={"a": "A"},
-                         shapes=shapes, caps={"a": 1}, tolerances=[0.05])
-    ax = fig.axes[0]
-    assert [line.get_label() for line in ax.get_lines()] == [
-        "U-max", "sklearn lbfgs", "the time cap (runs stop at\nthe first epoch/fit past it)"]
-    assert ax.get_lines()[1].get_linestyle() == "--"
-    assert list(ax.get_lines()[2].get_xdata()) == [1, 1]      # the cap, a vertical line
-    assert "\n" in ax.get_title() and "hollow" not in ax.get_title()
-    assert len([v for v in ax.get_yticks() if 2.0 <= v <= 4.0]) >= 3
+        RM.plan_methods(["umax"], ["a", "b"], {"a": 1})
 
 
 def test_minibatch_implicit_takes_n_and_m_from_the_job_options_when_given():
@@ -817,12 +597,12 @@ def test_minibatch_implicit_takes_n_and_m_from_the_job_options_when_given():
     problem = (X, y, K, {"test": (X, y)})
 
     def final(options):
-        res = P.run_job(P.Job("unused", "implicit-batch", 1.0, 60.0, max_epochs=2,
+        res = J.run_job(J.Job("unused", "implicit-batch", 1.0, 60.0, max_epochs=2,
                               options=options, threads=1), problem=problem)
         assert res["status"] == "completed", res["reason"]
         return res["points"][-1]["test_log_loss"]
 
-    n, m = P.BATCH_IMPLICIT["implicit-batch"]
+    n, m = OURS.BATCH_IMPLICIT["implicit-batch"]
     assert final({}) == final({"batch_size": n, "n_sampled": m})
     assert final({}) != final({"batch_size": 5, "n_sampled": 3})
 
@@ -834,14 +614,15 @@ def test_minibatch_implicit_takes_n_and_m_from_the_job_options_when_given():
 def test_candidates_are_every_rate_times_every_structural_option():
     grids = {"umax": [0.01, 0.1], "exact": None}
     structures = {"umax": [{"n_sampled": 1}, {"n_sampled": 5}]}
-    got = P.candidates("umax", grids, structures)
+    got = RUN.candidates("umax", grids, structures)
     assert got == [(0.01, {"n_sampled": 1}), (0.1, {"n_sampled": 1}),
                    (0.01, {"n_sampled": 5}), (0.1, {"n_sampled": 5})]
-    assert P.candidates("umax", grids) == [(0.01, {}), (0.1, {})]
-    assert P.candidate_counts(["umax", "exact"], grids, structures) == {"umax": 4}
-    assert P.config_label({"batch_size": 5, "n_sampled": 20}) == "n=5 m=20"
-    assert P.config_label({"negatives": 100}) == "negatives=100"
-    assert P.config_label({}) == ""
+    assert RUN.candidates("umax", grids) == [(0.01, {}), (0.1, {})]
+    from scalable_softmax.repro.race.run import check_search_spaces
+    assert check_search_spaces(["umax", "exact"], grids, structures) == 4
+    assert RUN.config_label({"batch_size": 5, "n_sampled": 20}) == "n=5 m=20"
+    assert RUN.config_label({"negatives": 100}) == "negatives=100"
+    assert RUN.config_label({}) == ""
 
 
 def test_choose_rates_chooses_the_rate_and_the_structure_together():
@@ -850,14 +631,14 @@ def test_choose_rates_chooses_the_rate_and_the_structure_together():
     tuning = pd.DataFrame([dict(dataset="a", method="implicit-batch", config=c, lr=lr,
                                 options=json.dumps({"c": c}), val_log_loss=v, layout="")
                            for c, lr, v in rows])
-    r = P.choose_rates(tuning).iloc[0]
+    r = RUN.choose_rates(tuning).iloc[0]
     # the lowest score wins; its tie with n=10 m=10 goes to the structure tried first
     assert (r.config, r.lr, r.val_log_loss) == ("n=5 m=20", 1.0, 2.4)
     assert json.loads(r.options) == {"c": "n=5 m=20"}
     assert r.candidates == 6 and r.configs == "n=1 m=1 | n=5 m=20 | n=10 m=10"
     assert r.grid == "1 10" and r.at_grid_edge == "lowest"
     # a table without structures is chosen as before (one candidate per rate)
-    plain = P.choose_rates(tuning[tuning.config == "n=1 m=1"].drop(columns=["config",
+    plain = RUN.choose_rates(tuning[tuning.config == "n=1 m=1"].drop(columns=["config",
                                                                           "options"]))
     assert plain.iloc[0].lr == 10.0 and plain.iloc[0].config == ""
 
@@ -885,28 +666,28 @@ def test_our_trainer_asks_for_threads_then_falls_back(monkeypatch):
                                 (set(), 1, {})]:
         asked.clear()
         monkeypatch.setattr(M, "get_trainer_class", lambda name, a=accepts: fake(a))
-        tr, got, got_opts, note = P._our_trainer("umax", "umax", X, y, K, 2,
-                                                 batch_size=None, n_sampled=1, kw={})
+        tr, got, got_opts, note = OURS._our_trainer("umax", "umax", X, y, K, 2,
+                                                    batch_size=None, n_sampled=1, kw={})
         assert (got, got_opts) == (used, opts), accepts
         assert asked[-1] == opts and (note == "") == (len(asked) == 1)
     asked.clear()
-    P._our_trainer("implicit", "implicit", X, y, K, 1, batch_size=None, n_sampled=None,
-                   kw={})
+    OURS._our_trainer("implicit", "implicit", X, y, K, 1, batch_size=None, n_sampled=None,
+                      kw={})
     assert asked == [{}]
     # a genuine error of the last request is raised, not hidden
     monkeypatch.setattr(M, "get_trainer_class", lambda name: fake(set()))
     with pytest.raises(ValueError, match="unknown option"):
-        P._our_trainer("is", "is", X, y, K, 2, batch_size=None, n_sampled=None,
-                       kw={"bogus": 1})
+        OURS._our_trainer("is", "is", X, y, K, 2, batch_size=None, n_sampled=None,
+                          kw={"bogus": 1})
 
 
 def test_implicit_batch_with_one_point_and_one_class_is_implicit_sgd():
     X, y, K = _problem(N=300, K=8)
     problem = (X, y, K, _sets(X, y))
     # one thread: the serial kernels, equal bit for bit (2 threads run Hogwild, racy)
-    one = P.run_job(_job("implicit-batch", 1.0, max_epochs=2, threads=1,
+    one = J.run_job(_job("implicit-batch", 1.0, max_epochs=2, threads=1,
                          options={"batch_size": 1, "n_sampled": 1}), problem=problem)
-    ref = P.run_job(_job("implicit", 1.0, max_epochs=2, threads=1), problem=problem)
+    ref = J.run_job(_job("implicit", 1.0, max_epochs=2, threads=1), problem=problem)
     assert one["status"] == ref["status"] == "completed", (one["reason"], ref["reason"])
     assert one["info"]["library"] == "implicit"
     assert [p["train_log_loss"] for p in one["points"]] == \
@@ -924,10 +705,10 @@ def test_a_structural_option_reaches_our_trainer(method, options, library_kw, mo
     from scalable_softmax.fit import make_order
     from scalable_softmax.methods import get_trainer_class
 
-    monkeypatch.setattr(P, "FIRST_PIECES", 1)
-    monkeypatch.setattr(P, "MIN_PIECE_SECONDS", 1e9)
+    monkeypatch.setattr(OURS, "FIRST_PIECES", 1)
+    monkeypatch.setattr(OURS, "MIN_PIECE_SECONDS", 1e9)
     X, y, K = _problem(N=300, K=8)
-    res = P.run_job(_job(method, 0.5, max_epochs=2, options=options),
+    res = J.run_job(_job(method, 0.5, max_epochs=2, options=options),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "completed", res["reason"]
     info = res["info"]
@@ -947,7 +728,7 @@ def test_a_structural_option_reaches_our_trainer(method, options, library_kw, mo
 
 
 def test_the_recorder_counts_the_process_cpu_seconds_while_training():
-    rec = P._Recorder({}, [], 10.0)
+    rec = J._Recorder({}, [], 10.0)
     rec.start()
     t = time.perf_counter()
     while time.perf_counter() - t < 0.05:
@@ -959,29 +740,6 @@ def test_the_recorder_counts_the_process_cpu_seconds_while_training():
     assert rec.busy_seconds == pytest.approx(rec.seconds + 1.0)
 
 
-def test_the_rule_over_structures_end_to_end(tmp_path):
-    X, y, K = _problem(N=400, K=8)
-    path = str(tmp_path / "p.npz")
-    P.save_problem(path, X, y, X[:100], y[:100], K)
-    structures = {"umax": [{"n_sampled": 1}, {"n_sampled": 3}]}
-    tuning = P.tune_rates([path], ["umax"], {"umax": [0.01, 0.1]}, {path: 0.5},
-                          max_epochs=2, eval_rows=None, structures=structures,
-                          progress=False)
-    assert list(tuning.config) == ["n_sampled=1"] * 2 + ["n_sampled=3"] * 2
-    rates = P.choose_rates(tuning)
-    best = tuning.loc[tuning.val_log_loss.idxmin()]
-    assert (rates.lr.iloc[0], rates.config.iloc[0]) == (best.lr, best.config)
-    curves, runs = P.run_final([path], ["umax"], rates, {path: 2.0}, max_epochs=2,
-                               eval_rows=None, progress=False)
-    info = json.loads(runs["info"].iloc[0])
-    assert info["n_sampled"] == json.loads(rates.options.iloc[0])["n_sampled"]
-    assert runs.threads.iloc[0] == info["threads_used"]
-    assert runs.used_threads.iloc[0] in ("yes", "no") and runs.cpu_per_second.iloc[0] > 0
-    table, _ = P.peer_table(runs, rates, curves, datasets=[path], methods=["umax"],
-                            shown={path: "p"}, tolerances=[0.05])
-    assert table.config.iloc[0] == rates.config.iloc[0] and table.candidates.iloc[0] == 4
-
-
 @pytest.mark.parametrize("method, options", [
     ("softmax-sgd", {"batch_size": 10}), ("implicit-batch", {"batch_size": 5, "n_sampled": 3}),
     ("umax", {}), ("is", {"n_sampled": 3})])
@@ -990,18 +748,18 @@ def test_our_runs_stop_inside_an_epoch_at_the_cap(method, options):
     of an epoch), so a run whose epoch outlasts the cap stops at the first piece end
     past it, with a point there (as a PyTorch run stops at the first minibatch)."""
     X, y, K = _problem(N=3000, K=8)
-    res = P.run_job(_job(method, 0.5, cap=1e-9, max_epochs=3, options=options),
+    res = J.run_job(_job(method, 0.5, cap=1e-9, max_epochs=3, options=options),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "time cap", res["reason"]
     batch = res["info"]["batch_size"]
-    first = batch * math.ceil(3000 / batch / P.FIRST_PIECES)
+    first = batch * math.ceil(3000 / batch / OURS.FIRST_PIECES)
     assert f"after {first} of 3000 points" in res["reason"]
     assert res["points"][-1]["epoch"] == pytest.approx(first / 3000)
 
 
 def test_pieces_follow_the_measured_speed_and_the_checkpoints():
-    rec = P._Recorder({}, [1.0], cap=6.4)
-    pieces = P.Pieces(N=10_000, batch=10, rec=rec)
+    rec = J._Recorder({}, [1.0], cap=6.4)
+    pieces = OURS.Pieces(N=10_000, batch=10, rec=rec)
     assert pieces.next_size(10_000) == 40                 # 1/256 of the epoch, in steps
     pieces.measured(40, 0.004)                            # 10,000 points per second
     assert pieces.next_size(10_000) == 160                # at most 4x the piece before
@@ -1025,10 +783,10 @@ def test_a_run_in_pieces_is_the_trainer_on_those_pieces(method, options, monkeyp
     from scalable_softmax.methods import get_trainer_class
     from scalable_softmax.protocols import fit_kwargs
 
-    monkeypatch.setattr(P, "PIECE_FRACTION", 0.0)
-    monkeypatch.setattr(P, "MIN_PIECE_SECONDS", 0.0)
+    monkeypatch.setattr(OURS, "PIECE_FRACTION", 0.0)
+    monkeypatch.setattr(OURS, "MIN_PIECE_SECONDS", 0.0)
     X, y, K = _problem(N=300, K=8)
-    res = P.run_job(_job(method, 0.5, max_epochs=2, threads=1, options=options),
+    res = J.run_job(_job(method, 0.5, max_epochs=2, threads=1, options=options),
                     problem=(X, y, K, _sets(X, y)))
     assert res["status"] == "completed", res["reason"]
     info = res["info"]
@@ -1042,47 +800,47 @@ def test_a_run_in_pieces_is_the_trainer_on_those_pieces(method, options, monkeyp
     rng, N, B = np.random.default_rng(0), X.shape[0], info["batch_size"]
     for e in (1, 2):
         # the run's first piece is 1 / FIRST_PIECES of an epoch, every later one a step
-        first = B * math.ceil(N / B / P.FIRST_PIECES) if e == 1 else B
+        first = B * math.ceil(N / B / OURS.FIRST_PIECES) if e == 1 else B
         idx = make_order(rng, N, order)
         lr, seed = 0.5 * 0.9 ** (e - 1), int(rng.integers(0, 2 ** 63 - 1))
         tr.run_epoch(idx[:first], lr, seed)
         for a in range(first, N, B):
-            tr.run_epoch(idx[a:a + B], lr, P.piece_seed(seed, a))
+            tr.run_epoch(idx[a:a + B], lr, OURS.piece_seed(seed, a))
     assert res["points"][-1]["train_log_loss"] == pytest.approx(
         evaluate(X, y, tr.weights()).log_loss, rel=1e-12)
 
 
 def test_piece_seeds_differ_and_are_reproducible():
-    seeds = [P.piece_seed(12345, a) for a in (40, 200, 1000)]
+    seeds = [OURS.piece_seed(12345, a) for a in (40, 200, 1000)]
     assert len(set(seeds)) == 3 and all(0 <= s < 2 ** 63 for s in seeds)
-    assert seeds == [P.piece_seed(12345, a) for a in (40, 200, 1000)]
-    assert P.piece_seed(12346, 40) != seeds[0]
+    assert seeds == [OURS.piece_seed(12345, a) for a in (40, 200, 1000)]
+    assert OURS.piece_seed(12346, 40) != seeds[0]
 
 
 def test_the_pages_quote_the_piece_rule_from_the_code(monkeypatch):
     from scalable_softmax.repro.numbers import Tables
 
     assert Tables.piece_rule() == {"per_cap": 64, "min_ms": 10}
-    monkeypatch.setattr(P, "PIECE_FRACTION", 1 / 32)
-    monkeypatch.setattr(P, "MIN_PIECE_SECONDS", 0.025)
+    monkeypatch.setattr(OURS, "PIECE_FRACTION", 1 / 32)
+    monkeypatch.setattr(OURS, "MIN_PIECE_SECONDS", 0.025)
     assert Tables.piece_rule() == {"per_cap": 32, "min_ms": 25}
 
 
 def test_setup_ours_is_the_notebooks_trainer():
     # the set-up the notebooks' runs and benchmarks/bench_pieces.py share
     X, y, K = _problem(N=120, K=6)
-    tr, order, decay, info = P.setup_ours("implicit-batch", {"batch_size": 1,
-                                                             "n_sampled": 1}, X, y, K, 1)
+    tr, order, decay, info = OURS.setup_ours("implicit-batch", {"batch_size": 1,
+                                                                "n_sampled": 1}, X, y, K, 1)
     assert info["library"] == "implicit" and type(tr).__name__ == "ImplicitTrainer"
     assert (order, decay) == ("shuffle", 0.9)
-    tr, _, _, info = P.setup_ours("implicit-batch", {"batch_size": 5, "n_sampled": 20},
-                                  X, y, K, 2)
+    tr, _, _, info = OURS.setup_ours("implicit-batch", {"batch_size": 5, "n_sampled": 20},
+                                     X, y, K, 2)
     assert info["library"] == "implicit-batch" and (tr.batch_size, tr.n_sampled) == (5, 20)
     assert info["threads_used"] == 2
-    tr, _, _, info = P.setup_ours("softmax-sgd", {"batch_size": 7}, X, y, K, 1)
+    tr, _, _, info = OURS.setup_ours("softmax-sgd", {"batch_size": 7}, X, y, K, 1)
     assert tr.batch_size == 7 and tr.u is None and info["threads_used"] == 1
     assert np.array_equal(tr.weights(), np.zeros((K, X.shape[1])))
     # the same trainer as a notebook job's run starts from
-    res = P.run_job(_job("softmax-sgd", 0.5, max_epochs=1, options={"batch_size": 7}),
+    res = J.run_job(_job("softmax-sgd", 0.5, max_epochs=1, options={"batch_size": 7}),
                     problem=(X, y, K, _sets(X, y)))
     assert res["info"]["batch_size"] == 7 and res["info"]["library"] == "softmax-sgd"

@@ -1,0 +1,212 @@
+"""Our methods in the race: the library's trainers (:mod:`scalable_softmax.methods`)
+under the ``"paper-text"`` protocol (:mod:`scalable_softmax.protocols`), ``mu = 0``, all
+at ``lr * 0.9**(epoch - 1)`` for at most ``max_epochs`` epochs: ``implicit`` (Implicit
+SGD), ``umax`` (U-max), ``is`` (importance sampling, minibatches of 100),
+``implicit-batch`` and ``implicit-batch-5`` (the library's minibatch Implicit SGD,
+``fit(..., "implicit-batch", ...)``, with the paper-text settings of ``implicit``:
+shuffled data, ``u = log K``; n and m from the job's options, else
+:data:`BATCH_IMPLICIT`; n = m = 1 runs Implicit SGD's own single-point kernel, the same
+step at ``mu = 0``), ``softmax-sgd`` (the library's exact full-softmax minibatch SGD,
+minibatches of 100 unless the job says otherwise, shuffled data); a job's
+``batch_size`` / ``n_sampled`` options set the points and classes per step. Threads:
+:func:`_our_trainer` asks each trainer for ``threads`` (with the older switch of its
+threaded kernel, :data:`_LEGACY_THREAD_OPTIONS`) and falls back to one thread where
+the trainer refuses; the run's ``info`` says what it got.
+
+A run's epochs are cut into pieces (:class:`Pieces`), so that it stops, and is
+evaluated, at the first piece end past the cap or a checkpoint.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+__all__ = ["BATCH_IMPLICIT", "FIRST_PIECES", "PIECE_FRACTION", "MIN_PIECE_SECONDS",
+           "setup_ours", "run_ours", "piece_seed", "Pieces"]
+
+
+_OUR_PROTOCOL = "paper-text"
+#: the older switches of our trainers' threaded kernels, tried together with ``threads``
+#: (and alone when a trainer does not know ``threads``): U-max's Hogwild kernel and
+#: softmax SGD's class-parallel one; see :func:`_our_trainer`
+_LEGACY_THREAD_OPTIONS = {"umax": {"hogwild": True}, "softmax-sgd": {"parallel": True}}
+#: our runs' epochs are cut into pieces (:class:`Pieces`): the first is this fraction
+#: of an epoch, the others last about PIECE_FRACTION of the cap (at least
+#: MIN_PIECE_SECONDS: a kernel call costs tens of microseconds)
+FIRST_PIECES = 256
+PIECE_FRACTION = 1 / 64
+MIN_PIECE_SECONDS = 0.01
+#: minibatch Implicit SGD of notebook 12: method -> (batch_size n, n_sampled m); the
+#: library trainer is ``implicit-batch``, with the paper-text settings of ``implicit``
+BATCH_IMPLICIT = {"implicit-batch": (10, 10), "implicit-batch-5": (5, 5)}
+
+
+def _our_trainer(method, library, X, y, K, threads, *, batch_size, n_sampled, kw):
+    """Our ``library`` trainer for a job of ``method`` on ``threads`` threads.
+
+    With ``threads > 1`` the trainer is asked for them by its ``threads`` option,
+    together with the older switch of its threaded kernel (:data:`_LEGACY_THREAD_OPTIONS`);
+    a trainer that refuses that (it does not know ``threads``, or not with its other
+    options) is asked with ``threads`` alone, then with the older switch alone (which
+    runs on the process's numba threads, ``threads`` of them in a child of
+    :func:`.isolate.run_isolated`), and at last with neither: it then runs on one thread.
+
+    Returns ``(trainer, threads_used, thread_options, note)``: ``note`` says which
+    requests were refused and why ("" if the first was taken).
+    """
+    from scalable_softmax.methods import get_trainer_class
+
+    cls = get_trainer_class(library)
+    legacy = dict(_LEGACY_THREAD_OPTIONS.get(method, {}))
+    tries = [({}, 1)] if threads <= 1 else \
+        [(dict(legacy, threads=threads), threads), ({"threads": threads}, threads)] \
+        + ([(legacy, threads)] if legacy else []) + [({}, 1)]
+    refused = []
+    for i, (opts, used) in enumerate(tries):
+        try:
+            tr = cls(X, y, K, mu=0.0, batch_size=batch_size, n_sampled=n_sampled,
+                     **dict(kw, **opts))
+        except (ValueError, TypeError) as exc:
+            if i == len(tries) - 1:
+                raise
+            refused.append(f"{opts}: {str(exc)[:160]}")
+            continue
+        return tr, used, opts, "; ".join(refused)
+    raise AssertionError("unreachable")
+
+
+def setup_ours(method, options, X, y, K, threads):
+    """Our trainer for a job of ``method`` with ``options`` (a candidate configuration's
+    ``batch_size`` / ``n_sampled`` among them) on ``threads`` threads, set up as the
+    notebooks run it: minibatch Implicit SGD and softmax SGD with Implicit SGD's
+    paper-text settings (shuffled data, ``lr * 0.9**(epoch - 1)``; softmax SGD has no
+    ``u``), ``n = m = 1`` on Implicit SGD's own single-point kernel; parameters
+    initialised and kernels compiled.
+
+    Returns ``(trainer, order, lr_decay, run_info)``: the epoch order and rate decay of
+    the protocol, and what the run reports (library, batch size, classes per step,
+    threads used and asked for).
+    """
+    from scalable_softmax.protocols import fit_kwargs
+
+    options = dict(options)
+    batched = method in BATCH_IMPLICIT
+    if batched:
+        # a job's options may set n and m (notebook 12's candidate configurations,
+        # benchmarks/bench_peers_configs.py); without them, BATCH_IMPLICIT's
+        n = options.pop("batch_size", BATCH_IMPLICIT[method][0])
+        m = options.pop("n_sampled", BATCH_IMPLICIT[method][1])
+    # n = m = 1 is Implicit SGD's own step (mu = 0): its single-point kernel runs it
+    library = method if not batched else "implicit" if (n, m) == (1, 1) \
+        else "implicit-batch"
+    kw = fit_kwargs(_OUR_PROTOCOL, "implicit" if batched or method == "softmax-sgd"
+                    else method)
+    order, u_init, decay = kw.pop("order"), kw.pop("u_init"), kw.pop("lr_decay")
+    batch_size, n_sampled = kw.pop("batch_size", None), kw.pop("n_sampled", None)
+    if batched:
+        batch_size, n_sampled = (None, None) if library == "implicit" else (n, m)
+    else:
+        # the structural option of a candidate configuration (points or classes per step)
+        batch_size = options.pop("batch_size", batch_size)
+        n_sampled = options.pop("n_sampled", n_sampled)
+    if method == "softmax-sgd":
+        u_init = "zero"
+    kw.update(options)
+    tr, used, thread_opts, note = _our_trainer(method, library, X, y, K, threads,
+                                               batch_size=batch_size, n_sampled=n_sampled,
+                                               kw=kw)
+    run_info = {"library": library, "batch_size": int(tr.batch_size),
+                "n_sampled": int(tr.n_sampled), "threads_used": int(used),
+                "thread_options": thread_opts}
+    if note:
+        run_info["threads_refused"] = note
+    tr.init_params(u_init)
+    tr.warmup()
+    return tr, order, decay, run_info
+
+
+def run_ours(job, X, y, K, rec):
+    from scalable_softmax.fit import make_order
+
+    tr, order, decay, run_info = setup_ours(job.method, job.options, X, y, K, job.threads)
+    rng = np.random.default_rng(job.seed)
+    N = X.shape[0]
+    rec.record_start(tr.native_weights, epoch=0)
+    status, reason = "completed", f"{job.max_epochs} epochs"
+    pieces = Pieces(N, tr.batch_size, rec)
+    for e in range(1, job.max_epochs + 1):
+        rec.start()
+        idx = make_order(rng, N, order)
+        lr, seed = job.lr * decay ** (e - 1), int(rng.integers(0, 2 ** 63 - 1))
+        a = 0
+        while a < N:
+            size = pieces.next_size(N - a)
+            if a:
+                rec.start()
+            t0 = time.perf_counter()
+            rep = tr.run_epoch(idx[a:a + size], lr, seed if a == 0 else piece_seed(seed, a))
+            pieces.measured(size, time.perf_counter() - t0)
+            rec.stop()
+            a += size
+            if rep.diverged_at is not None and rep.diverged_at >= 0:
+                rec.record(None, epoch=e - 1 + a / N)
+                return "diverged", f"non-finite parameters in epoch {e}", dict(
+                    run_info, epochs=e - 1 + a / N)
+            if a < N and rec.over():
+                rec.record(tr.native_weights, epoch=e - 1 + a / N)
+                return "time cap", (f"stopped at the cap in epoch {e} after {a} of "
+                                    f"{N} points"), dict(run_info, epochs=e - 1 + a / N)
+            if a < N and rec.due():
+                rec.record(tr.native_weights, epoch=e - 1 + a / N)
+        if tr.u is not None and not np.all(np.isfinite(tr.u)):
+            rec.record(None, epoch=e)
+            return "diverged", f"non-finite parameters in epoch {e}", dict(run_info, epochs=e)
+        last = e == job.max_epochs
+        if rec.over() and not last:
+            rec.record(tr.native_weights, epoch=e)
+            return "time cap", f"stopped after epoch {e} at the cap", dict(run_info, epochs=e)
+        if rec.due() or last:
+            row = rec.record(tr.native_weights, epoch=e)
+            if not math.isfinite(next(v for k, v in row.items() if k.endswith("_log_loss"))):
+                return "diverged", f"non-finite weights after epoch {e}", dict(run_info,
+                                                                               epochs=e)
+    return status, reason, dict(run_info, epochs=job.max_epochs)
+
+
+def piece_seed(seed: int, start: int) -> int:
+    """The seed of the piece of an epoch that starts at position ``start > 0`` of its
+    order (the piece at 0 keeps the epoch's ``seed``, so an epoch run whole draws what
+    ``fit`` draws): a SeedSequence of the two, as a 63-bit integer."""
+    s0, s1 = np.random.SeedSequence([int(seed), int(start)]).generate_state(2, np.uint32)
+    return int((int(s0) << 31) ^ int(s1)) & (2 ** 63 - 1)
+
+
+class Pieces:
+    """How many points of an epoch's order the next kernel call of one of our runs
+    takes: whole steps (``batch``), meant to last about :data:`PIECE_FRACTION` of the
+    run's cap and at most until its next checkpoint (but at least
+    :data:`MIN_PIECE_SECONDS`), at the speed measured on the pieces so far; the first
+    piece is ``1 / FIRST_PIECES`` of an epoch and a piece at most 4 times the one
+    before. So a run stops, and is evaluated, at the first piece end past the cap or a
+    checkpoint, as PyTorch's runs stop at the first minibatch past it, whatever an
+    epoch costs. The cut depends on the measured speed, not on the data: a run's points
+    are a function of its seed only where it runs its epochs whole."""
+
+    def __init__(self, N, batch, rec):
+        self.batch, self.rec = max(1, int(batch)), rec
+        self.size = self.batch * max(1, math.ceil(N / self.batch / FIRST_PIECES))
+        self.rate = None                      # points per training second
+
+    def next_size(self, left):
+        if self.rate is not None:
+            target = max(MIN_PIECE_SECONDS, min(self.rec.cap * PIECE_FRACTION,
+                                                self.rec.until_next()))
+            want = self.batch * max(1, int(self.rate * target / self.batch))
+            self.size = min(want, 4 * self.size)
+        return min(self.size, left)
+
+    def measured(self, points, seconds):
+        if seconds > 0:
+            self.rate = points / seconds
