@@ -25,11 +25,18 @@ Why ``epoch_m1`` and ``epoch_multi`` keep a step body each: ``epoch_m1`` is the
 two-row step specialised for speed (both rows' dot products and updates fused into one
 pass over ``x``, the next step's rows prefetched inside that pass, a dense-row BLAS
 path, ``O(1)`` norm updates for U-max's projection), ``epoch_multi`` loops over
-``m + 1`` rows with the label row's dot product first. A shared body would be
+``m + 1`` rows with the label row's dot product first. One body would be
 ``epoch_multi``'s loop (slower for ``m = 1``, the setting of every notebook) or carry
-``epoch_m1``'s special cases as branches; and its dense path sums its dot products in
-BLAS order, so merging the two would move ``m = 1`` results on dense data. They are
-tested against the same ``reference_step``.
+``epoch_m1``'s special cases as branches, and running ``m = 1`` through
+``epoch_multi`` moves results: it gives ``epoch_m1``'s bits only on sparse rows for
+vanilla SGD and Raman's vanilla variant, and differs in the last bits wherever the
+arithmetic differs: U-max's reset threshold (``softplus(z_k - z_y)`` in ``epoch_m1``,
+a shifted log-sum-exp in ``epoch_multi``; Raman's U-max variant: ``logaddexp``), the
+projection's row norm (updated from the dot product in ``epoch_m1``, summed entry by
+entry in ``epoch_multi``) and dense rows (BLAS's summation order). So the pair stays;
+``tests/test_sgd.py::test_the_two_step_bodies_agree_on_one_class_per_step`` pins
+where they agree bit for bit and where to rounding, and both are tested against the
+same ``reference_step``.
 """
 from __future__ import annotations
 
