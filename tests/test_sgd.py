@@ -51,8 +51,10 @@ def _set_params(t, W, u):
     t.set_params(W, u)
 
 
-def _reference_run(t, kind, order, seed, X, y, W0, u0, lr):
-    """Apply the NumPy reference step along the classes the kernel draws."""
+def _reference_run(t, order, seed, W0, u0, lr):
+    """Apply the NumPy reference step along the classes the kernel draws (the trainer
+    ``t``'s kind, ``X`` and ``y``)."""
+    kind, X, y = t._kind(), t.X, t.y
     if t.n_sampled == 1:
         ks = ksgd.draw_classes_m1(seed, order, t._y, t.K)[:, None]
     else:
@@ -92,7 +94,7 @@ def test_epoch_matches_reference_steps(kind, m, mu, dense):
     order = rng.integers(0, X.shape[0], 60)
     lr = 0.05
     rep = t.run_epoch(order, lr, 77)
-    Wr, ur, bad = _reference_run(t, kind, order, 77, X, y, W0, u0, lr)
+    Wr, ur, bad = _reference_run(t, order, 77, W0, u0, lr)
     assert bad == -1 and rep.diverged_at == -1 and rep.steps == order.size
     assert _close(t.weights(), Wr)
     assert _close(t.u, ur)
@@ -142,7 +144,7 @@ def test_single_step_matches_reference(kind):
     _set_params(t, W0, u0)
     order = np.array([4])
     t.run_epoch(order, 0.2, 5)
-    Wr, ur, bad = _reference_run(t, kind, order, 5, X, y, W0, u0, 0.2)
+    Wr, ur, bad = _reference_run(t, order, 5, W0, u0, 0.2)
     assert bad == -1
     assert _close(t.weights(), Wr, 1e-13) and _close(t.u, ur, 1e-13)
     changed = np.flatnonzero(np.any(t.weights() != W0, axis=1))
@@ -206,7 +208,7 @@ def test_projection_active_and_matches_reference():
     W0, u0 = t.W.copy(), t.u.copy()
     rep = t.run_epoch(order, 1.0, 3)
     assert rep.extra["w_projections"] > 0
-    Wr, ur, bad = _reference_run(t, KIND_UMAX, order, 3, X, y, W0, u0, 1.0)
+    Wr, ur, bad = _reference_run(t, order, 3, W0, u0, 1.0)
     assert bad == -1
     W = t.weights()
     assert _close(W, Wr) and _close(t.u, ur)
@@ -245,7 +247,7 @@ def test_lazy_scale_renormalisation_matches_reference(kind, dense):
     if kind == KIND_UMAX:
         # the running norms (the projection's) stay exact through the in-kernel folds
         np.testing.assert_allclose(t.sqnorm, np.einsum("kd,kd->k", t.W, t.W), rtol=1e-8)
-    Wr, ur, bad = _reference_run(t, kind, order, 1, X, y, W0, np.ones(20) * 3, lr)
+    Wr, ur, bad = _reference_run(t, order, 1, W0, np.ones(20) * 3, lr)
     assert bad == -1
     np.testing.assert_allclose(t.weights(), Wr, rtol=1e-8, atol=1e-300)
     np.testing.assert_allclose(t.u, ur, rtol=1e-10)
@@ -272,10 +274,14 @@ def test_weights_fold_is_exact_and_idempotent(dense):
 # against the reference gradients of objectives.py
 # ---------------------------------------------------------------------------
 
-def _one_step(kind, X, y, K, W0, u0, i, lr, mu, m=1, seed=11, delta0=1.0):
+def _one_step(kind, problem, start, i, lr, mu, m=1, delta0=1.0):
+    """One step on datapoint ``i`` of ``problem = (X, y, K)`` from ``start = (W0, u0)``
+    (class draws seeded by 11): the trainer and the classes it drew."""
+    X, y, K = problem
+    seed = 11
     t = _trainer(kind, X, y, K, mu=mu, m=m,
                  **({} if kind == KIND_VANILLA else {"delta0": delta0}))
-    _set_params(t, W0, u0)
+    _set_params(t, *start)
     order = np.array([i])
     if m == 1:
         ks = ksgd.draw_classes_m1(seed, order, t._y, K)[0:1]
@@ -292,7 +298,7 @@ def test_vanilla_step_is_minus_lr_times_f_ik_grad_scaled(mu):
     W0, u0 = rng.standard_normal((K, 6)) * 0.2, 1.0 + rng.random(25)
     lr = 0.01
     for i in (0, 7, 13):
-        t, ks = _one_step(KIND_VANILLA, X, y, K, W0, u0, i, lr, mu)
+        t, ks = _one_step(KIND_VANILLA, (X, y, K), (W0, u0), i, lr, mu)
         dW, du = ob.f_ik_grad_scaled(i, int(ks[0]), u0, X, y, W0, mu=mu)
         np.testing.assert_allclose(t.weights(), W0 - lr * dW, rtol=1e-12, atol=1e-15)
         assert np.isclose(t.u[i], u0[i] - lr * du, rtol=1e-12)   # u stays > 0 here
@@ -305,7 +311,7 @@ def test_umax_multi_step_is_minus_lr_times_f_iS_grad_scaled():
     lr = 0.01
     for i in (1, 8):
         # delta0 huge: no reset, so the step is a plain gradient step
-        t, ks = _one_step(KIND_UMAX, X, y, K, W0, u0, i, lr, 0.3, m=3, delta0=1e6)
+        t, ks = _one_step(KIND_UMAX, (X, y, K), (W0, u0), i, lr, 0.3, m=3, delta0=1e6)
         assert len(set(ks)) == 3 and y[i] not in ks
         dW, du = ob.f_iS_grad_scaled(i, ks, u0, X, y, W0, mu=0.3,
                                      beta=ob.touch_weights(y, K, m=3))
@@ -320,7 +326,7 @@ def test_raman_step_is_minus_lr_times_correct_gradient(mu):
     W0, u0 = rng.standard_normal((K, 6)) * 0.2, rng.standard_normal(25)
     lr = 0.01
     for i in (2, 9):
-        t, ks = _one_step(KIND_RAMAN_VANILLA, X, y, K, W0, u0, i, lr, mu)
+        t, ks = _one_step(KIND_RAMAN_VANILLA, (X, y, K), (W0, u0), i, lr, mu)
         dW, du = ob.raman_f_ik_grad_scaled(i, int(ks[0]), u0, X, y, W0, mu=mu)
         np.testing.assert_allclose(t.weights(), W0 - lr * dW, rtol=1e-12, atol=1e-15)
         assert np.isclose(t.u[i], u0[i] - lr * du, rtol=1e-12)
@@ -338,7 +344,7 @@ def test_umax_reset_value_matches_objectives(kind, m):
     W0 = rng.standard_normal((K, 5)) * 3
     u0 = np.full(20, -50.0 if kind == KIND_RAMAN_UMAX else 0.0)
     i = 3
-    t, ks = _one_step(kind, X, y, K, W0, u0, i, 1e-12, 0.0, m=m)
+    t, ks = _one_step(kind, (X, y, K), (W0, u0), i, 1e-12, 0.0, m=m)
     if kind == KIND_UMAX:
         target = ob.umax_reset_value(i, ks, X, y, W0)
     else:
@@ -375,7 +381,7 @@ def test_divergence_step_matches_reference(kind, m):
     order = np.random.default_rng(2).permutation(40)
     W0, u0 = t.W.copy(), t.u.copy()
     rep = t.run_epoch(order, 10.0, 4)
-    Wr, ur, bad = _reference_run(t, kind, order, 4, X, y, W0, u0, 10.0)
+    Wr, ur, bad = _reference_run(t, order, 4, W0, u0, 10.0)
     assert bad >= 0 and rep.diverged_at == bad
     assert _close(t.weights(), Wr) and _close(t.u, ur)
 
