@@ -82,6 +82,14 @@ def test_a_bad_option_is_refused_before_the_data_is_read(checks):
         fit("not a matrix", None, "ove", lr=0.1, remove_accidental_hits=True)
 
 
+@pytest.mark.parametrize("call", ["fit", "partial_fit"])
+def test_the_estimator_refuses_a_bad_option_before_reading_the_data(checks, call):
+    clf = SoftmaxSGDClassifier(method="umax", method_options={"bogus": 1})
+    with pytest.raises(ValueError, match="unknown option.*'bogus'"):
+        getattr(clf, call)("not a matrix", None)
+    assert checks == ["method 'umax'"]
+
+
 def test_the_trainer_gets_the_checked_options_read_only(monkeypatch):
     built = []
     cls = get_trainer_class("ove")

@@ -301,11 +301,13 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             For invalid data or parameters (the message names them), fewer than two
             classes, or a run that diverged (non-finite weights).
         """
+        config = self._config()         # the parameters first, before the data
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64,
                              reset=True)
         check_classification_targets(y)
         classes, yi = np.unique(y, return_inverse=True)
-        res = self._fit_call(X, yi.astype(np.int64), len(classes), self.lr, self.epochs)
+        res = self._fit_call(X, yi.astype(np.int64), len(classes), self.lr, self.epochs,
+                             config=config)
         self._store(res, classes)
         self.t_ = int(self.epochs)
         return self
@@ -317,6 +319,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         optimum for the current weights (``u_init="exact"``), so a batch never starts
         from an inconsistent ``u``."""
         first = not hasattr(self, "classes_")
+        config = self._config()         # the parameters first, before the data
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64,
                              reset=first)
         check_classification_targets(y)
@@ -337,7 +340,6 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             init = (self.coef_, self.intercept_)
             t = self.t_
         yi = _labels_to_index(y, classes, "partial_fit")
-        config = self._config()
         lr = None if config.lr is None else config.lr * config.lr_decay ** t
         res = self._fit_call(X, yi, len(classes), lr, 1, init=init, partial=True,
                              config=config)
