@@ -128,6 +128,10 @@ class Trainer:
     **options : method-specific options, checked against the schema :attr:`options`
         (unknown names and bad values raise ``ValueError`` naming them); the resolved
         options (defaults filled in) are :attr:`opts`.
+    resolved : instead of ``**options``, the options :meth:`resolve_options` returned
+        for this class and ``n_sampled`` (``fit`` passes those its
+        :class:`~scalable_softmax.protocols.FitConfig` checked, so that a fit checks
+        its options once); anything else raises ``TypeError``.
 
     Arguments are validated by ``fit`` before a trainer is built: ``K >= 2``,
     ``batch_size`` against :attr:`minibatch` and ``n_sampled`` against
