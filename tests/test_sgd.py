@@ -51,8 +51,10 @@ def _set_params(t, W, u):
     t.set_params(W, u)
 
 
-def _reference_run(t, kind, order, seed, X, y, W0, u0, lr):
-    """Apply the NumPy reference step along the classes the kernel draws."""
+def _reference_run(t, order, seed, W0, u0, lr):
+    """Apply the NumPy reference step along the classes the kernel draws (the trainer
+    ``t``'s kind, ``X`` and ``y``)."""
+    kind, X, y = t._kind(), t.X, t.y
     if t.n_sampled == 1:
         ks = ksgd.draw_classes_m1(seed, order, t._y, t.K)[:, None]
     else:
@@ -92,10 +94,44 @@ def test_epoch_matches_reference_steps(kind, m, mu, dense):
     order = rng.integers(0, X.shape[0], 60)
     lr = 0.05
     rep = t.run_epoch(order, lr, 77)
-    Wr, ur, bad = _reference_run(t, kind, order, 77, X, y, W0, u0, lr)
+    Wr, ur, bad = _reference_run(t, order, 77, W0, u0, lr)
     assert bad == -1 and rep.diverged_at == -1 and rep.steps == order.size
     assert _close(t.weights(), Wr)
     assert _close(t.u, ur)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("mu", [0.0, 0.7])
+@pytest.mark.parametrize("dense", [False, True])
+def test_the_two_step_bodies_agree_on_one_class_per_step(kind, mu, dense):
+    """epoch_m1 and epoch_multi keep a step body each (kernels/sgd.py says why): run
+    with m = 1 and the same stream of classes they give the same bits where their
+    arithmetic is the same (sparse rows; vanilla SGD and Raman's vanilla variant), and
+    agree to rounding where it is not (the U-max resets: softplus / logaddexp against
+    a shifted log-sum-exp; the projection's O(1) norm update; dense rows: BLAS dots)."""
+    X, y, K = _problem(N=60, dense=dense, seed=5 + kind, scale=0.5)
+    rng = np.random.default_rng(2)
+    W0 = rng.standard_normal((K, X.shape[1])) * 0.3
+    u0 = rng.random(X.shape[0]) * (2.0 if kind < 2 else 1.0) + (0.0 if kind < 2 else -0.5)
+    order = rng.integers(0, X.shape[0], 120)
+    one, multi = _trainer(kind, X, y, K, mu=mu), _trainer(kind, X, y, K, mu=mu)
+    for t in (one, multi):
+        _set_params(t, W0, u0)
+    assert one.run_epoch(order, 0.05, 9).steps == order.size       # epoch_m1
+    u_lo, u_hi = multi._u_bounds()
+    project = multi._project()
+    out = np.zeros(5, dtype=np.int64)
+    ksgd.epoch_multi(kind, multi._indptr, multi._indices, multi._data, multi._y, order,
+                     multi.W, multi._rs, multi.u, np.int64(1), False, 0.05, mu / multi.N,
+                     multi.delta0, u_lo, u_hi, multi.B_W ** 2 if project else np.inf,
+                     project, np.int64(9), multi._pf_mode, out, multi._xmax, multi._guard)
+    assert out[0] == order.size and out[1] == -1
+    if not dense and kind in (KIND_VANILLA, KIND_RAMAN_VANILLA):
+        assert np.array_equal(one.weights(), multi.weights())
+        assert np.array_equal(one.u, multi.u)
+    else:
+        assert _close(one.weights(), multi.weights())
+        assert _close(one.u, multi.u)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -108,7 +144,7 @@ def test_single_step_matches_reference(kind):
     _set_params(t, W0, u0)
     order = np.array([4])
     t.run_epoch(order, 0.2, 5)
-    Wr, ur, bad = _reference_run(t, kind, order, 5, X, y, W0, u0, 0.2)
+    Wr, ur, bad = _reference_run(t, order, 5, W0, u0, 0.2)
     assert bad == -1
     assert _close(t.weights(), Wr, 1e-13) and _close(t.u, ur, 1e-13)
     changed = np.flatnonzero(np.any(t.weights() != W0, axis=1))
@@ -172,7 +208,7 @@ def test_projection_active_and_matches_reference():
     W0, u0 = t.W.copy(), t.u.copy()
     rep = t.run_epoch(order, 1.0, 3)
     assert rep.extra["w_projections"] > 0
-    Wr, ur, bad = _reference_run(t, KIND_UMAX, order, 3, X, y, W0, u0, 1.0)
+    Wr, ur, bad = _reference_run(t, order, 3, W0, u0, 1.0)
     assert bad == -1
     W = t.weights()
     assert _close(W, Wr) and _close(t.u, ur)
@@ -211,7 +247,7 @@ def test_lazy_scale_renormalisation_matches_reference(kind, dense):
     if kind == KIND_UMAX:
         # the running norms (the projection's) stay exact through the in-kernel folds
         np.testing.assert_allclose(t.sqnorm, np.einsum("kd,kd->k", t.W, t.W), rtol=1e-8)
-    Wr, ur, bad = _reference_run(t, kind, order, 1, X, y, W0, np.ones(20) * 3, lr)
+    Wr, ur, bad = _reference_run(t, order, 1, W0, np.ones(20) * 3, lr)
     assert bad == -1
     np.testing.assert_allclose(t.weights(), Wr, rtol=1e-8, atol=1e-300)
     np.testing.assert_allclose(t.u, ur, rtol=1e-10)
@@ -238,10 +274,14 @@ def test_weights_fold_is_exact_and_idempotent(dense):
 # against the reference gradients of objectives.py
 # ---------------------------------------------------------------------------
 
-def _one_step(kind, X, y, K, W0, u0, i, lr, mu, m=1, seed=11, delta0=1.0):
+def _one_step(kind, problem, start, i, lr, mu, m=1, delta0=1.0):
+    """One step on datapoint ``i`` of ``problem = (X, y, K)`` from ``start = (W0, u0)``
+    (class draws seeded by 11): the trainer and the classes it drew."""
+    X, y, K = problem
+    seed = 11
     t = _trainer(kind, X, y, K, mu=mu, m=m,
                  **({} if kind == KIND_VANILLA else {"delta0": delta0}))
-    _set_params(t, W0, u0)
+    _set_params(t, *start)
     order = np.array([i])
     if m == 1:
         ks = ksgd.draw_classes_m1(seed, order, t._y, K)[0:1]
@@ -258,7 +298,7 @@ def test_vanilla_step_is_minus_lr_times_f_ik_grad_scaled(mu):
     W0, u0 = rng.standard_normal((K, 6)) * 0.2, 1.0 + rng.random(25)
     lr = 0.01
     for i in (0, 7, 13):
-        t, ks = _one_step(KIND_VANILLA, X, y, K, W0, u0, i, lr, mu)
+        t, ks = _one_step(KIND_VANILLA, (X, y, K), (W0, u0), i, lr, mu)
         dW, du = ob.f_ik_grad_scaled(i, int(ks[0]), u0, X, y, W0, mu=mu)
         np.testing.assert_allclose(t.weights(), W0 - lr * dW, rtol=1e-12, atol=1e-15)
         assert np.isclose(t.u[i], u0[i] - lr * du, rtol=1e-12)   # u stays > 0 here
@@ -271,7 +311,7 @@ def test_umax_multi_step_is_minus_lr_times_f_iS_grad_scaled():
     lr = 0.01
     for i in (1, 8):
         # delta0 huge: no reset, so the step is a plain gradient step
-        t, ks = _one_step(KIND_UMAX, X, y, K, W0, u0, i, lr, 0.3, m=3, delta0=1e6)
+        t, ks = _one_step(KIND_UMAX, (X, y, K), (W0, u0), i, lr, 0.3, m=3, delta0=1e6)
         assert len(set(ks)) == 3 and y[i] not in ks
         dW, du = ob.f_iS_grad_scaled(i, ks, u0, X, y, W0, mu=0.3,
                                      beta=ob.touch_weights(y, K, m=3))
@@ -286,7 +326,7 @@ def test_raman_step_is_minus_lr_times_correct_gradient(mu):
     W0, u0 = rng.standard_normal((K, 6)) * 0.2, rng.standard_normal(25)
     lr = 0.01
     for i in (2, 9):
-        t, ks = _one_step(KIND_RAMAN_VANILLA, X, y, K, W0, u0, i, lr, mu)
+        t, ks = _one_step(KIND_RAMAN_VANILLA, (X, y, K), (W0, u0), i, lr, mu)
         dW, du = ob.raman_f_ik_grad_scaled(i, int(ks[0]), u0, X, y, W0, mu=mu)
         np.testing.assert_allclose(t.weights(), W0 - lr * dW, rtol=1e-12, atol=1e-15)
         assert np.isclose(t.u[i], u0[i] - lr * du, rtol=1e-12)
@@ -304,7 +344,7 @@ def test_umax_reset_value_matches_objectives(kind, m):
     W0 = rng.standard_normal((K, 5)) * 3
     u0 = np.full(20, -50.0 if kind == KIND_RAMAN_UMAX else 0.0)
     i = 3
-    t, ks = _one_step(kind, X, y, K, W0, u0, i, 1e-12, 0.0, m=m)
+    t, ks = _one_step(kind, (X, y, K), (W0, u0), i, 1e-12, 0.0, m=m)
     if kind == KIND_UMAX:
         target = ob.umax_reset_value(i, ks, X, y, W0)
     else:
@@ -341,7 +381,7 @@ def test_divergence_step_matches_reference(kind, m):
     order = np.random.default_rng(2).permutation(40)
     W0, u0 = t.W.copy(), t.u.copy()
     rep = t.run_epoch(order, 10.0, 4)
-    Wr, ur, bad = _reference_run(t, kind, order, 4, X, y, W0, u0, 10.0)
+    Wr, ur, bad = _reference_run(t, order, 4, W0, u0, 10.0)
     assert bad >= 0 and rep.diverged_at == bad
     assert _close(t.weights(), Wr) and _close(t.u, ur)
 

@@ -260,8 +260,8 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
                            else np.zeros(res.W.shape[0]))
         self.result_ = res
 
-    def _fit_call(self, X, yi, K, lr, epochs, init=None, partial=False):
-        config = self._config()
+    def _fit_call(self, X, yi, K, lr, epochs, init=None, partial=False, config=None):
+        config = self._config() if config is None else config
         if K < 2:
             raise ValueError("SoftmaxSGDClassifier needs at least 2 classes in y; got 1 "
                              "class")
@@ -272,7 +272,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         if partial:
             # one pass at the call's rate; u of the new rows from the current weights
             change.update(lr_decay=1.0, u_init="exact")
-        pool = cls.max_n_sampled(K, cls.resolve_options(config.options))
+        pool = cls.max_n_sampled(K, config.resolved_options)
         if self.n_sampled is None and pool is not None:
             # a default number of sampled classes (the method's, e.g. 5 for OVE, NCE and
             # IS, or a protocol's) cannot exceed the classes there are to draw: use them
@@ -301,11 +301,13 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             For invalid data or parameters (the message names them), fewer than two
             classes, or a run that diverged (non-finite weights).
         """
+        config = self._config()         # the parameters first, before the data
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64,
                              reset=True)
         check_classification_targets(y)
         classes, yi = np.unique(y, return_inverse=True)
-        res = self._fit_call(X, yi.astype(np.int64), len(classes), self.lr, self.epochs)
+        res = self._fit_call(X, yi.astype(np.int64), len(classes), self.lr, self.epochs,
+                             config=config)
         self._store(res, classes)
         self.t_ = int(self.epochs)
         return self
@@ -317,6 +319,7 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
         optimum for the current weights (``u_init="exact"``), so a batch never starts
         from an inconsistent ``u``."""
         first = not hasattr(self, "classes_")
+        config = self._config()         # the parameters first, before the data
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64,
                              reset=first)
         check_classification_targets(y)
@@ -337,9 +340,9 @@ class SoftmaxSGDClassifier(ClassifierMixin, BaseEstimator):
             init = (self.coef_, self.intercept_)
             t = self.t_
         yi = _labels_to_index(y, classes, "partial_fit")
-        config = self._config()
         lr = None if config.lr is None else config.lr * config.lr_decay ** t
-        res = self._fit_call(X, yi, len(classes), lr, 1, init=init, partial=True)
+        res = self._fit_call(X, yi, len(classes), lr, 1, init=init, partial=True,
+                             config=config)
         self._store(res, classes)
         self.t_ = t + 1
         return self

@@ -588,7 +588,7 @@ def _check_model_size(config, K, D, N):
     keep ``2 * memory + 6`` arrays of its size: L-BFGS's pairs, the gradient, the
     iterates), a few per-class vectors (class counts, scales) and ``u`` (``N``)."""
     cls = config.trainer_class
-    copies = (2 * int(cls.resolve_options(config.options).get("memory") or 10) + 6
+    copies = (2 * int(config.resolved_options.get("memory") or 10) + 6
               if cls.full_batch else 1)
     need = 8 * (K * D * copies + 4 * K + N)
     what = (f"a {config.method!r} model of K = {K:,} classes x D = {D:,} features "
@@ -967,7 +967,7 @@ def _prepare(config, X, y, eval_sets, init_W, init_intercept):
                 for name, (Xe, ye) in sets.items()}
     cls = config.trainer_class
     trainer = cls(X, y, K, mu=float(config.mu), batch_size=config.batch_size,
-                  n_sampled=config.n_sampled, **config.options)
+                  n_sampled=config.n_sampled, resolved=config.resolved_options)
     params = dict(method=config.method, lr=config.lr, epochs=config.epochs,
                   lr_decay=float(config.lr_decay), mu=float(config.mu),
                   batch_size=config.batch_size, n_sampled=config.n_sampled,

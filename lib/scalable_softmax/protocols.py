@@ -276,12 +276,18 @@ class FitConfig:
     intercept_scaling: float = 1.0
     protocol: str | None = None
     options: dict = dataclasses.field(default_factory=dict)
+    #: set by :meth:`resolve`: the method's options checked against its schema and
+    #: rules, with defaults filled in (a read-only
+    #: :class:`~scalable_softmax.methods.base.FrozenOptions`); ``fit`` builds the
+    #: trainer from them, so the options are checked once per fit
+    resolved_options: dict | None = dataclasses.field(default=None, compare=False,
+                                                      repr=False)
 
     @classmethod
     def make(cls, method: str, lr, **kw) -> "FitConfig":
         """A configuration from ``fit``-style keyword arguments: the names of fields set
         them, every other name is a method option."""
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)} - {"resolved_options"}
         options = {**kw.pop("options", {}), **{k: kw.pop(k) for k in list(kw)
                                               if k not in names}}
         if kw.get("eval_epochs") is not None:
@@ -297,8 +303,10 @@ class FitConfig:
 
     def resolve(self) -> "FitConfig":
         """The configuration with the protocol applied (:func:`resolve`) and every value
-        checked, method options included (against the method's schema); no data is
-        needed, so it runs before any work.
+        checked, method options included (against the method's schema and joint rules,
+        kept in :attr:`resolved_options`); no data is needed, so it runs before any
+        work. Resolving a resolved configuration (or a copy with other epochs, seed,
+        rate, ...) does not check its method options again.
 
         Raises
         ------
@@ -334,10 +342,11 @@ class FitConfig:
         if self.K is not None:
             check("K", self.K, spec={"like": "K", "nullable": False})
         # unknown options, bad values and broken joint rules raise, before any data
-        cls.resolve_options(conv, n_sampled=fields["n_sampled"])
+        resolved = cls.resolve_options(conv, n_sampled=fields["n_sampled"],
+                                       prior=self.resolved_options)
         return dataclasses.replace(
             self, **fields, lr=None if lr is None else float(lr),
-            eval_epochs=self._eval_epochs(), options=conv)
+            eval_epochs=self._eval_epochs(), options=conv, resolved_options=resolved)
 
     def _eval_epochs(self) -> tuple:
         if self.eval_epochs is None:
@@ -357,10 +366,12 @@ class FitConfig:
     def for_classes(self, K: int) -> "FitConfig":
         """The configuration for ``K`` classes: ``K >= 2``, and the method's sizes
         (``batch_size``, ``n_sampled``) checked against it
-        (:meth:`~scalable_softmax.methods.base.Trainer.check_sizes`)."""
+        (:meth:`~scalable_softmax.methods.base.Trainer.check_sizes`) with the options
+        :meth:`resolve` checked (not checked again)."""
         check("K", K, spec={"like": "K", "nullable": False})
         cls = self.trainer_class
+        opts = cls.resolve_options(self.options, n_sampled=self.n_sampled,
+                                   prior=self.resolved_options)
         cls.check_sizes(int(K), self.batch_size or cls.default_batch_size,
-                        self.n_sampled or cls.default_n_sampled,
-                        cls.resolve_options(self.options, n_sampled=self.n_sampled))
-        return dataclasses.replace(self, K=int(K))
+                        self.n_sampled or cls.default_n_sampled, opts)
+        return dataclasses.replace(self, K=int(K), resolved_options=opts)

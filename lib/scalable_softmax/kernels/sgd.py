@@ -25,11 +25,21 @@ Why ``epoch_m1`` and ``epoch_multi`` keep a step body each: ``epoch_m1`` is the
 two-row step specialised for speed (both rows' dot products and updates fused into one
 pass over ``x``, the next step's rows prefetched inside that pass, a dense-row BLAS
 path, ``O(1)`` norm updates for U-max's projection), ``epoch_multi`` loops over
-``m + 1`` rows with the label row's dot product first. A shared body would be
+``m + 1`` rows with the label row's dot product first. One body would be
 ``epoch_multi``'s loop (slower for ``m = 1``, the setting of every notebook) or carry
-``epoch_m1``'s special cases as branches; and its dense path sums its dot products in
-BLAS order, so merging the two would move ``m = 1`` results on dense data. They are
-tested against the same ``reference_step``.
+``epoch_m1``'s special cases as branches, and running ``m = 1`` through
+``epoch_multi`` moves results: it gives ``epoch_m1``'s bits only on sparse rows for
+vanilla SGD and Raman's vanilla variant, and differs in the last bits wherever the
+arithmetic differs: U-max's reset threshold (``softplus(z_k - z_y)`` in ``epoch_m1``,
+a shifted log-sum-exp in ``epoch_multi``; Raman's U-max variant: ``logaddexp``), the
+projection's row norm (updated from the dot product in ``epoch_m1``, summed entry by
+entry in ``epoch_multi``) and dense rows (BLAS's summation order). So the pair stays;
+``tests/test_sgd.py::test_the_two_step_bodies_agree_on_one_class_per_step`` pins
+where they agree bit for bit and where to rounding, and both are tested against the
+same ``reference_step``. What the two bodies share bit for bit is written once:
+the lazy ridge with its fold (:func:`decay_scale`), the overflow guard
+(:func:`guard_step`) and the projection of a row's scale (:func:`project_scale`),
+inlined into both.
 """
 from __future__ import annotations
 
@@ -38,7 +48,7 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax.kernels.common import JIT, PJIT, prefetch_ahead
+from scalable_softmax.kernels.common import IJIT, JIT, PJIT, prefetch_ahead
 from scalable_softmax.kernels.common import logaddexp as _logaddexp
 from scalable_softmax.kernels.common import prefetch_w as _prefetch_w
 from scalable_softmax.kernels.common import rand_below as _rand_below
@@ -48,8 +58,9 @@ from scalable_softmax.kernels.common import softplus as _softplus
 __all__ = ["KIND_RAMAN_UMAX", "KIND_RAMAN_VANILLA", "KIND_UMAX", "KIND_VANILLA",
            "PREFETCH_DEFAULT", "axpy2", "axpy_checked", "draw_all_drop_label",
            "draw_classes_all", "draw_classes_m1", "draw_classes_multi", "draw_distinct",
-           "draw_m1", "draw_step", "epoch_m1", "epoch_m1_hogwild", "epoch_multi", "exp",
-           "floyd", "fold_all", "fold_row", "m1_scalars", "prefetch_row_rest"]
+           "decay_scale", "draw_m1", "draw_step", "epoch_m1", "epoch_m1_hogwild",
+           "epoch_multi", "exp", "floyd", "fold_all", "fold_row", "guard_step", "m1_scalars",
+           "prefetch_row_rest", "project_scale"]
 
 # kernel "kinds"
 KIND_VANILLA = 0
@@ -175,6 +186,43 @@ def fold_all(W, rs):
         if rs[j, 0] != 1.0:
             fold_row(W, j, rs[j, 0], rs)
             rs[j, 0] = 1.0
+
+
+@numba.njit(**IJIT)
+def decay_scale(W, rs, j, s, lr_mu, guard):
+    """The lazy ridge of one step on row ``j`` (both step bodies): its scale ``s``
+    times ``1 - lr_mu beta_j`` (``lr_mu = lr * mu / N``); a scale outside
+    ``[_SCALE_LO, _SCALE_HI]`` is folded into the row (:func:`fold_row`; ``guard``
+    unbounded when it grew). Returns ``(scale, folded)``: the new scale (1 when
+    folded) and the factor folded into ``W[j]`` (1: none)."""
+    s = s * (1.0 - lr_mu * rs[j, 2])
+    if not (_SCALE_LO <= abs(s) <= _SCALE_HI):
+        if abs(s) > 1.0:
+            guard[0] = np.inf
+        fold_row(W, j, s, rs)
+        return 1.0, s
+    return s, 1.0
+
+
+@numba.njit(**IJIT)
+def guard_step(guard, step):
+    """Add ``step`` (a bound on the change of any entry) to the running bound
+    ``guard[0]`` on ``max |V|``; returns whether the update must check every entry
+    (the bound before it does not keep ``guard + step`` below ``_GUARD``)."""
+    checked = not (guard[0] + step < _GUARD)
+    guard[0] += step
+    return checked
+
+
+@numba.njit(**IJIT)
+def project_scale(s, q, bw2):
+    """U-max's projection of a row (both step bodies): ``(s, 0)`` when the row's squared
+    norm ``s^2 q`` (scale ``s``, ``q = ||V_j||^2``) is at most ``bw2``, else the scale
+    that brings it onto the ball, and 1."""
+    n2 = s * s * q
+    if n2 > bw2:
+        return s * math.sqrt(bw2 / n2), 1
+    return s, 0
 
 
 @numba.njit(**JIT)
@@ -343,20 +391,10 @@ def epoch_m1(kind, indptr, indices, data, dense, y, order, W, rs, u,
         if reset:
             resets += 1
         if ridge:
-            sk = sk * (1.0 - lr * mu_n * rs[k, 2])
-            sy = sy * (1.0 - lr * mu_n * rs[yi, 2])
-            if not (_SCALE_LO <= abs(sk) <= _SCALE_HI):
-                if abs(sk) > 1.0:
-                    guard[0] = np.inf
-                fold_row(W, k, sk, rs)
-                dk *= sk                      # x . V of the folded row
-                sk = 1.0
-            if not (_SCALE_LO <= abs(sy) <= _SCALE_HI):
-                if abs(sy) > 1.0:
-                    guard[0] = np.inf
-                fold_row(W, yi, sy, rs)
-                dy *= sy
-                sy = 1.0
+            sk, fk = decay_scale(W, rs, k, sk, lr * mu_n, guard)
+            sy, fy = decay_scale(W, rs, yi, sy, lr * mu_n, guard)
+            dk *= fk                          # x . V of the (folded) rows
+            dy *= fy
         ak = -lr * gk / sk
         ay = -lr * gy / sy
         if not (math.isfinite(ak) and math.isfinite(ay)):
@@ -365,9 +403,7 @@ def epoch_m1(kind, indptr, indices, data, dense, y, order, W, rs, u,
         chk = 0.0
         # a running bound on max |V|: below _GUARD no entry can overflow, so the
         # per-entry check is needed only above it
-        step = max(abs(ak), abs(ay)) * xmax
-        checked = not (guard[0] + step < _GUARD)
-        guard[0] += step
+        checked = guard_step(guard, max(abs(ak), abs(ay)) * xmax)
         if dense:
             xr = data[a0:a0 + D]
             if checked:
@@ -402,14 +438,9 @@ def epoch_m1(kind, indptr, indices, data, dense, y, order, W, rs, u,
             qy = max(qy, 0.0)
             rs[k, 1] = qk
             rs[yi, 1] = qy
-            nk2 = sk * sk * qk
-            if nk2 > bw2:
-                sk *= math.sqrt(bw2 / nk2)
-                projections += 1
-            ny2 = sy * sy * qy
-            if ny2 > bw2:
-                sy *= math.sqrt(bw2 / ny2)
-                projections += 1
+            sk, pk = project_scale(sk, qk, bw2)
+            sy, py = project_scale(sy, qy, bw2)
+            projections += pk + py
         if ridge:
             rs[k, 0] = sk
             rs[yi, 0] = sy
@@ -616,20 +647,13 @@ def epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m, from_all,
                 coef = gy
             s = rs[j, 0]
             if ridge:
-                s = s * (1.0 - lr * mu_n * rs[j, 2])
-                if not (_SCALE_LO <= abs(s) <= _SCALE_HI):
-                    if abs(s) > 1.0:
-                        guard[0] = np.inf
-                    fold_row(W, j, s, rs)
-                    s = 1.0
+                s, _ = decay_scale(W, rs, j, s, lr * mu_n, guard)
             a = -lr * coef / s
             if not math.isfinite(a):
                 diverged = t
                 break
             # a running bound on max |V|: below _GUARD no entry can overflow
-            step = abs(a) * xmax
-            checked = not (guard[0] + step < _GUARD)
-            guard[0] += step
+            checked = guard_step(guard, abs(a) * xmax)
             if project:
                 qj = rs[j, 1]
                 for p in range(a0, a1):
@@ -641,10 +665,8 @@ def epoch_multi(kind, indptr, indices, data, y, order, W, rs, u, m, from_all,
                     qj += (new - old) * (new + old)
                 qj = max(qj, 0.0)
                 rs[j, 1] = qj
-                nj2 = s * s * qj
-                if nj2 > bw2:
-                    s *= math.sqrt(bw2 / nj2)
-                    projections += 1
+                s, pj = project_scale(s, qj, bw2)
+                projections += pj
             elif checked:
                 for p in range(a0, a1):
                     c = indices[p]

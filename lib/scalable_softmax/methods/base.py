@@ -15,7 +15,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from scalable_softmax.validation import check_options, check_trainer_data
+from scalable_softmax import validation
+from scalable_softmax.validation import check_trainer_data
 
 #: the rule of the ``threads`` option (numba threads, at most numba's pool)
 THREADS_RULE = {"type": "int", "min": 1, "max": int(numba.config.NUMBA_NUM_THREADS),
@@ -62,7 +63,16 @@ def _from_transposed(value, given, method):
 class FrozenOptions(dict):
     """A method's resolved options (:meth:`Trainer.resolve_options`): a dict that refuses
     to be changed, so that an option is never rewritten after its check (a value derived
-    from the options lives in an attribute of its own). Pickles as a plain copy."""
+    from the options lives in an attribute of its own). Pickles as a plain copy.
+
+    ``checked_for`` is ``(trainer class, options given, n_sampled)``, what the check
+    ran on (None: unknown, as after unpickling): :meth:`Trainer.resolve_options` with
+    ``prior=`` reuses a check of the same class and options instead of running it
+    again, and a trainer built with ``resolved=`` accepts only its own class's."""
+
+    def __init__(self, opts=(), checked_for=None):
+        super().__init__(opts)
+        self.checked_for = checked_for
 
     def _refuse(self, *args, **kwargs):
         raise TypeError("a method's resolved options are read-only (checked once); keep a "
@@ -73,6 +83,12 @@ class FrozenOptions(dict):
 
     def __reduce__(self):
         return (FrozenOptions, (dict(self),))
+
+
+def _same_options(a: dict, b: dict) -> bool:
+    """The same names holding the same objects (identity, not ``==``: ``True == 1``,
+    yet a rule may accept one and not the other); anything else is checked again."""
+    return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
 
 
 #: the older option names, each mapped here (the one place) onto ``threads`` or
@@ -112,6 +128,10 @@ class Trainer:
     **options : method-specific options, checked against the schema :attr:`options`
         (unknown names and bad values raise ``ValueError`` naming them); the resolved
         options (defaults filled in) are :attr:`opts`.
+    resolved : instead of ``**options``, the options :meth:`resolve_options` returned
+        for this class and ``n_sampled`` (``fit`` passes those its
+        :class:`~scalable_softmax.protocols.FitConfig` checked, so that a fit checks
+        its options once); anything else raises ``TypeError``.
 
     Arguments are validated by ``fit`` before a trainer is built: ``K >= 2``,
     ``batch_size`` against :attr:`minibatch` and ``n_sampled`` against
@@ -189,13 +209,21 @@ class Trainer:
         return getattr(sys.modules[cls.__module__], cls.reference)
 
     @classmethod
-    def resolve_options(cls, given: dict, n_sampled: int | None = None) -> FrozenOptions:
+    def resolve_options(cls, given: dict, n_sampled: int | None = None,
+                        prior: FrozenOptions | None = None) -> FrozenOptions:
         """``given`` merged over the defaults of :attr:`options`, every value checked
         against its rule (:func:`scalable_softmax.validation.check_options`: the one
         check of method options; no data needed, so ``fit`` calls it before any work),
         then the joint rules :attr:`option_rules` (with ``n_sampled`` classes per
         datapoint; None: :attr:`default_n_sampled`). Returns the options read-only
         (:class:`FrozenOptions`).
+
+        ``prior``: options this method resolved before (a resolved
+        :class:`~scalable_softmax.protocols.FitConfig` keeps them). When they were
+        checked for this class and the same ``given``, the schema is not checked again:
+        ``prior`` itself is returned (the joint rules run again only for another
+        ``n_sampled``). So one ``fit`` checks its options once, however many steps pass
+        them on.
 
         An older name the method still accepts (``deprecated_options``: ``hogwild``,
         ``parallel``, ``transposed``) is first mapped onto ``threads`` or ``layout``
@@ -209,13 +237,19 @@ class Trainer:
             that breaks its rule.
         """
         given = cls.map_deprecated(given)
-        opts = check_options(cls.options, given, f"method {cls.name!r}")
         m = cls.default_n_sampled if n_sampled is None else int(n_sampled)
+        seen = getattr(prior, "checked_for", None)
+        if seen is not None and seen[0] is cls and _same_options(seen[1], given):
+            if seen[2] == m:
+                return prior
+            opts = dict(prior)              # the schema held; the joint rules again
+        else:
+            opts = validation.check_options(cls.options, given, f"method {cls.name!r}")
         for rule in cls.option_rules:
             message = rule(cls, opts, m)
             if message:
                 raise ValueError(message)
-        return FrozenOptions(opts)
+        return FrozenOptions(opts, checked_for=(cls, given, m))
 
     @classmethod
     def map_deprecated(cls, given: dict) -> dict:
@@ -271,7 +305,8 @@ class Trainer:
                              + (f" and {how}" if how else "") + f"; got {n_sampled}")
 
     def __init__(self, X: sp.csr_matrix, y: np.ndarray, K: int, *, mu: float = 0.0,
-                 batch_size: int | None = None, n_sampled: int | None = None, **options):
+                 batch_size: int | None = None, n_sampled: int | None = None,
+                 resolved: FrozenOptions | None = None, **options):
         check_trainer_data(X, y, K)      # no kernel indexes outside W or x
         self.X = X
         self.y = y
@@ -281,10 +316,24 @@ class Trainer:
         self.batch_size = int(batch_size or self.default_batch_size)
         self.n_sampled = int(n_sampled or self.default_n_sampled)
         #: the resolved options (the schema's defaults, overridden by those given;
-        #: read-only)
-        self.opts = self.resolve_options(options, n_sampled=self.n_sampled)
+        #: read-only): checked here, unless ``fit`` passes those its configuration
+        #: checked (``resolved``)
+        self.opts = (self.resolve_options(options, n_sampled=self.n_sampled)
+                     if resolved is None else self._checked(resolved, options))
         self.W: np.ndarray | None = None
         self.u: np.ndarray | None = None
+
+    def _checked(self, resolved, options) -> FrozenOptions:
+        """``resolved``, options :meth:`resolve_options` returned for this class and
+        ``n_sampled`` (what ``fit`` passes: no second check); anything else raises."""
+        seen = getattr(resolved, "checked_for", None)
+        if options or seen is None or seen[0] is not type(self) or seen[2] != self.n_sampled:
+            raise TypeError(
+                f"method {self.name!r}: resolved= takes the options that "
+                f"{type(self).__name__}.resolve_options returned for n_sampled = "
+                f"{self.n_sampled}, and no other option; give the options as keywords "
+                "instead (they are checked then)")
+        return resolved
 
     def init_params(self, u_init: str = "zero") -> None:
         """Allocate and write ``self.W`` (zeros, every page touched) and ``self.u``
