@@ -56,6 +56,15 @@ which becomes a copy of contiguous slices of only the features the selected rows
 (0.2 s instead of 0.4 s per 2,000 rows on that shape). The tile holds the same values,
 so the metrics are bit-identical in both layouts.
 
+Threads: the row blocks (``block_rows`` rows each) and the tile copies run in parallel
+on numba's threads (``threads``). On one thread, or when a pass is small (its
+``nnz(X_rows) K + K D`` multiply-adds below ``SERIAL_WORK``: a few milliseconds of work),
+the kernels' serial twins run instead
+(:func:`~scalable_softmax.kernels.common.serial_twin`): the same code compiled without
+``parallel``, so the results are bit-identical, and a new process compiles them in about
+half the CPU time of the parallel kernels (what the first fit's monitoring of a small set
+pays). A ``W`` of at most 65,536 entries is checked for finiteness by NumPy.
+
 Memory: the ``D x tile`` buffer, ``O(threads x tile)`` scratch, and 21 numbers of
 state per selected row; never ``N x K``. The exponentials are computed by a
 vectorisable kernel (:func:`~scalable_softmax.kernels.common.vexp`, Cody-Waite reduction and a
@@ -618,7 +627,10 @@ def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
     block_rows : int, optional
         Rows per parallel task (default 32).
     threads : int, optional
-        Number of numba threads for this call (default: numba's current setting).
+        Number of numba threads for this call (default: numba's current setting). On
+        one thread, or for a pass of fewer than ``SERIAL_WORK`` multiply-adds, the
+        kernels' serial twins run (bit-identical results; a new process compiles them
+        in about half the time of the parallel kernels).
     precision : {"float32", "float64"}, optional
         Arithmetic of the scores (default ``DEFAULT_PRECISION``, "float32"):
         "float64" the reference path, within about 1e-12 of
