@@ -237,6 +237,14 @@ def _fmt_row(label, values):
     return f"| {label} | " + " | ".join(values) + " |"
 
 
+def _module_group(name):
+    """A dispatcher's group in the per-module table: its library module
+    (``kernels.implicit``), or numba's own overloads (array allocation, builtins)."""
+    if name.startswith("scalable_softmax."):
+        return "`" + name.removeprefix("scalable_softmax.").rsplit(".", 1)[0] + "`"
+    return "numba's own overloads (`np.empty`, `np.zeros`, `min`, ...)"
+
+
 def markdown(res, top=25):
     trees = list(res["summary"])
     S = res["summary"]
@@ -273,6 +281,15 @@ def markdown(res, top=25):
         if max(S[t]["imports"].get(p, 0.0) for t in trees) >= 0.01:
             lines.append(_fmt_row(f"`{p}`", [f"{S[t]['imports'].get(p, 0.0):.2f}"
                                              for t in trees]))
+    lines += ["", "## Compiles per module (CPU s; sums of the dispatchers' medians)", "",
+              head, sep]
+    groups = {}
+    for t in trees:
+        for n, c in S[t]["compiles"].items():
+            g = _module_group(n)
+            groups.setdefault(g, dict.fromkeys(trees, 0.0))[t] += c["seconds"]
+    for g, by_tree in sorted(groups.items(), key=lambda kv: -max(kv[1].values())):
+        lines.append(_fmt_row(g, [f"{by_tree[t]:.2f}" for t in trees]))
     lines += ["", f"## Compiles per dispatcher (CPU s; the {top} largest; signatures, "
               "how started)", "",
               _fmt_row("dispatcher", [f"{t}" for t in trees]), sep]
