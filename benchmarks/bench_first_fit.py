@@ -23,7 +23,9 @@ own import is timed in the same way and reported beside it).
 another checkout, put first on ``PYTHONPATH``; e.g. the main branch before a change),
 the two trees taking turns at every measurement so that the machine's load hits both
 alike.
-Medians over ``--repeats`` repeats.
+Medians over ``--repeats`` repeats. Each measurement records its wall seconds and its
+CPU seconds (user + system of the child process, ``resource.getrusage``, from the
+clock's start): on a loaded machine compare the CPU seconds.
 
 ``--lib PATH`` times the ``lib`` folder ``PATH`` as "this" tree instead of the installed
 package (e.g. a copy of this tree, so that editing it during the run changes nothing).
@@ -49,23 +51,26 @@ from _common import machine_info, machine_line, publish
 
 #: the measured call of each kind (run in a child process; prints one JSON line)
 _CHILD = r"""
-import json, sys, time
+import json, resource, sys, time
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 kind = sys.argv[1]
 if kind.startswith("import"):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu()
     if kind == "import-package":
         import scalable_softmax
     elif kind == "import-estimator":
         from scalable_softmax import SoftmaxSGDClassifier
     else:
         import sklearn.base
-    print(json.dumps({"seconds": time.perf_counter() - t0}))
+    print(json.dumps({"seconds": time.perf_counter() - t0, "cpu_seconds": cpu() - c0}))
     raise SystemExit
 from sklearn.datasets import load_digits
 from sklearn.preprocessing import normalize
 X, y = load_digits(return_X_y=True)
 X = normalize(X)                       # unit L2 rows
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), cpu()
 import scalable_softmax
 if kind == "fit":
     from scalable_softmax import fit
@@ -77,7 +82,7 @@ else:
     clf.fit(X, y)
     acc = float((clf.predict(X) == y).mean())
 seconds = time.perf_counter() - t0
-print(json.dumps({"seconds": seconds, "train_accuracy": acc}))
+print(json.dumps({"seconds": seconds, "cpu_seconds": cpu() - c0, "train_accuracy": acc}))
 """
 
 
@@ -108,12 +113,15 @@ def _one_repeat(trees, kinds):
                 shutil.rmtree(cache, ignore_errors=True)
             rows[tree][f"cold_{kind}_s"] = cold["seconds"]
             rows[tree][f"warm_{kind}_s"] = warm["seconds"]
+            rows[tree][f"cold_{kind}_cpu_s"] = cold["cpu_seconds"]
+            rows[tree][f"warm_{kind}_cpu_s"] = warm["cpu_seconds"]
             rows[tree][f"{kind}_train_accuracy"] = cold["train_accuracy"]
     for kind in ("import-package", "import-estimator", "import-sklearn"):
         for tree, lib in trees:
             with tempfile.TemporaryDirectory(prefix="bench-first-fit-") as cache:
-                rows[tree][kind.replace("-", "_") + "_s"] = _child(kind, lib, cache)[
-                    "seconds"]
+                got = _child(kind, lib, cache)
+            rows[tree][kind.replace("-", "_") + "_s"] = got["seconds"]
+            rows[tree][kind.replace("-", "_") + "_cpu_s"] = got["cpu_seconds"]
     return list(rows.values())
 
 
@@ -166,9 +174,28 @@ _LABELS = [("cold_fit_s", "import + `fit(..., 'implicit', epochs=3)`, empty numb
            ("import_sklearn_s", "`import sklearn.base` alone (for comparison)")]
 
 
+def _cpu_ratios(summary, trees):
+    """One sentence: the CPU seconds of the first tree over each other tree's, for the
+    cold runs (the ratio measured side by side, which a loaded machine leaves)."""
+    parts = []
+    for t in trees[1:]:
+        for kind in ("fit", "estimator"):
+            key = f"cold_{kind}_cpu_s"
+            if key in summary[t] and summary[t][key] > 0:
+                parts.append(f"cold {kind}, {trees[0]} / {t}: "
+                             f"{summary[trees[0]][key] / summary[t][key]:.2f}")
+    return "CPU seconds " + "; ".join(parts) + "." if parts else ""
+
+
 def markdown(res):
     trees = list(res["summary"])
-    head = "| what | " + " | ".join(f"{t} (s, median)" for t in trees) + " |"
+    # CPU seconds (user + system of the measured process, from the clock's start) beside
+    # the wall seconds, when the results have them: on a loaded machine the wall
+    # seconds mostly measure the other jobs
+    cpu = "cold_fit_cpu_s" in res["summary"][trees[0]]
+    cols = [(t, k) for t in trees for k in (("s", "cpu") if cpu else ("s",))]
+    head = "| what | " + " | ".join(
+        f"{t} ({'CPU s' if k == 'cpu' else 's'}, median)" for t, k in cols) + " |"
     lines = ["# The first fit: an empty numba cache, a new process", "",
              "Written by `benchmarks/bench_first_fit.py`. "
              + machine_line(res["machine"], res["machine_end"]) + " "
@@ -178,11 +205,14 @@ def markdown(res):
                 else "")
              + ". The machine is shared with other jobs: compare the columns, measured "
              "side by side, more than the absolute seconds.", "",
-             head, "|---|" + "---|" * len(trees)]
+             head, "|---|" + "---|" * len(cols)]
     for key, label in _LABELS:
         if key in res["summary"][trees[0]]:
             lines.append(f"| {label} | " + " | ".join(
-                f"{res['summary'][t][key]:.2f}" for t in trees) + " |")
+                f"{res['summary'][t][key if k == 's' else key[:-2] + '_cpu_s']:.2f}"
+                for t, k in cols) + " |")
+    if cpu and len(trees) > 1:
+        lines += ["", _cpu_ratios(res["summary"], trees)]
     if len(trees) > 1:
         lines += ["", "Trees: " + "; ".join(f"{t}: {res['summary'][t]['lib']}"
                                            for t in trees) + "."]

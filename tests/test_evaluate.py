@@ -520,7 +520,7 @@ def test_evaluate_sets_checks_and_scores_W_once(monkeypatch):
 
     evm = importlib.import_module("scalable_softmax.evaluate")  # the module, not the function
     sets, W = _three_sets(K=20)
-    calls = {"all_finite": 0, "state_pass32": 0}
+    calls = {"finite": 0, "all_finite": 0, "state_pass32": 0}
 
     def counted(fn, key):
         def wrapper(*args):
@@ -528,10 +528,16 @@ def test_evaluate_sets_checks_and_scores_W_once(monkeypatch):
             return fn(*args)
         return wrapper
 
+    monkeypatch.setattr(evm, "_weights_finite", counted(evm._weights_finite, "finite"))
     monkeypatch.setattr(evm, "all_finite", counted(evm.all_finite, "all_finite"))
-    monkeypatch.setattr(evm, "state_pass32", counted(evm.state_pass32, "state_pass32"))
+    # the pass's kernel: the parallel one or its serial twin (a pass this small)
+    for name in ("state_pass32", "state_pass32_serial"):
+        monkeypatch.setattr(evm, name, counted(getattr(evm, name), "state_pass32"))
     evaluate_sets(sets, W, precision="float32")
-    assert calls == {"all_finite": 1, "state_pass32": 1}
+    assert calls == {"finite": 1, "all_finite": 0, "state_pass32": 1}   # NumPy's check
+    monkeypatch.setattr(evm, "_SMALL_W", 0)             # the kernel's check
+    evaluate_sets(sets, W, precision="float32")
+    assert calls == {"finite": 2, "all_finite": 1, "state_pass32": 2}
 
 
 @pytest.mark.parametrize("layout", ["class", "feature"])

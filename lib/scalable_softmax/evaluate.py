@@ -56,6 +56,15 @@ which becomes a copy of contiguous slices of only the features the selected rows
 (0.2 s instead of 0.4 s per 2,000 rows on that shape). The tile holds the same values,
 so the metrics are bit-identical in both layouts.
 
+Threads: the row blocks (``block_rows`` rows each) and the tile copies run in parallel
+on numba's threads (``threads``). On one thread, or when a pass is small (its
+``nnz(X_rows) K + K D`` multiply-adds below ``SERIAL_WORK``: a few milliseconds of work),
+the kernels' serial twins run instead
+(:func:`~scalable_softmax.kernels.common.serial_twin`): the same code compiled without
+``parallel``, so the results are bit-identical, and a new process compiles them in about
+half the CPU time of the parallel kernels (what the first fit's monitoring of a small set
+pays). A ``W`` of at most 65,536 entries is checked for finiteness by NumPy.
+
 Memory: the ``D x tile`` buffer, ``O(threads x tile)`` scratch, and 21 numbers of
 state per selected row; never ``N x K``. The exponentials are computed by a
 vectorisable kernel (:func:`~scalable_softmax.kernels.common.vexp`, Cody-Waite reduction and a
@@ -113,8 +122,11 @@ import scipy.sparse as sp
 from scalable_softmax.kernels.evaluate import (
     all_finite,
     finish,
+    finish_serial,
     state_pass,
     state_pass32,
+    state_pass32_serial,
+    state_pass_serial,
     used_features,
 )
 from scalable_softmax.kernels.threads import numba_threads
@@ -144,6 +156,14 @@ DEFAULT_TILE = 256
 DEFAULT_PRECISION = "float32"
 #: rows per parallel task
 DEFAULT_BLOCK_ROWS = 32
+#: a pass whose work ``nnz(X_rows) K + K D`` (multiply-adds) is below this runs the
+#: kernels' serial twins (bit-identical; about 1-2 ms of work on one core, too little to
+#: gain from a second thread, while compiling the parallel kernels costs a new process
+#: about 4 CPU seconds more than the serial ones: the first fit's monitoring)
+SERIAL_WORK = 2**22
+#: ``W`` with at most this many entries is checked for finiteness by NumPy (one block of
+#: the parallel check ``all_finite``, which then needs no compile)
+_SMALL_W = 65536
 #: the transposed tile is kept at or below this many bytes (shrinks the tile when D is large)
 _TILE_BYTES = 24 * 2**20
 
@@ -292,7 +312,7 @@ def _check_weights(X, W, keep_float32=False, fm=False):
     # a read-only W is copied (validation.kernel_array: one compile per kernel)
     W = kernel_array(W, np.float32 if keep_float32 and W.dtype == np.float32
                      else np.float64)
-    if not all_finite(W):
+    if not _weights_finite(W):
         raise NonFiniteWeightsError("W contains NaN or infinite values (a diverged run?); "
                                     "evaluate only finite weights")
     return W, K
@@ -403,15 +423,20 @@ def _row_pass(X, y, W, sel, *, block_rows, threads, tile, precision, fm, groups=
             return used_features(indptr, indices, rows, D)
         return np.empty(0, np.int64)
 
-    with numba_threads(threads):
+    with numba_threads(threads) as n_threads:
+        # one thread, or too little work to split: the serial twins (bit-identical)
+        serial = n_threads == 1 or _work(indptr, sel, K, D) < SERIAL_WORK
+        pass64, pass32, finish_rows = ((state_pass_serial, state_pass32_serial,
+                                        finish_serial) if serial else
+                                       (state_pass, state_pass32, finish))
         if precision == "float64":
-            state = state_pass(indptr, indices, data, sel, y, W, tw, int(block_rows), fm,
-                               feats(sel))
+            state = pass64(indptr, indices, data, sel, y, W, tw, int(block_rows), fm,
+                           feats(sel))
         else:
             with np.errstate(over="ignore"):  # beyond float32's range: see below
                 data32 = data.astype(np.float32)
-            state = state_pass32(indptr, indices, data32, sel, y, W, tw, int(block_rows),
-                                 fm, feats(sel))
+            state = pass32(indptr, indices, data32, sel, y, W, tw, int(block_rows),
+                           fm, feats(sel))
             ok = np.isfinite(state[0]) & np.isfinite(state[3])
             if not ok.all():
                 # a score overflowed float32 (|s| > 3.4e38, or X or W holds entries
@@ -425,15 +450,27 @@ def _row_pass(X, y, W, sel, *, block_rows, threads, tile, precision, fm, groups=
                 tw = tile_width(K, D, tile, 8)
                 W64 = np.ascontiguousarray(W, dtype=np.float64)
                 if redo.all():
-                    state = state_pass(indptr, indices, data, sel, y, W64, tw,
-                                       int(block_rows), fm, feats(sel))
+                    state = pass64(indptr, indices, data, sel, y, W64, tw,
+                                   int(block_rows), fm, feats(sel))
                 else:                       # only the groups that overflowed
                     idx = np.flatnonzero(redo)
-                    part = state_pass(indptr, indices, data, sel[idx], y, W64, tw,
-                                      int(block_rows), fm, feats(sel[idx]))
+                    part = pass64(indptr, indices, data, sel[idx], y, W64, tw,
+                                  int(block_rows), fm, feats(sel[idx]))
                     for whole, redone in zip(state, part):
                         whole[idx] = redone
-        return finish(*state, y[sel], K)
+        return finish_rows(*state, y[sel], K)
+
+
+def _weights_finite(W) -> bool:
+    """Whether ``W`` holds only finite values: NumPy for a small ``W`` (no kernel to
+    compile), the parallel kernel ``all_finite`` (no full-size temporary) otherwise."""
+    return bool(np.isfinite(W).all()) if W.size <= _SMALL_W else all_finite(W)
+
+
+def _work(indptr, sel, K, D) -> int:
+    """Multiply-adds of a pass over the rows ``sel``: their non-zeros times ``K``, plus
+    the ``K x D`` tile copies."""
+    return int(np.sum(indptr[sel + 1] - indptr[sel])) * K + K * D
 
 
 def _model_inputs(X, W, intercept, fm=False):
@@ -590,7 +627,10 @@ def evaluate(X, y, W, *, intercept=None, rows=None, subsample=None, seed=0,
     block_rows : int, optional
         Rows per parallel task (default 32).
     threads : int, optional
-        Number of numba threads for this call (default: numba's current setting).
+        Number of numba threads for this call (default: numba's current setting). On
+        one thread, or for a pass of fewer than ``SERIAL_WORK`` multiply-adds, the
+        kernels' serial twins run (bit-identical results; a new process compiles them
+        in about half the time of the parallel kernels).
     precision : {"float32", "float64"}, optional
         Arithmetic of the scores (default ``DEFAULT_PRECISION``, "float32"):
         "float64" the reference path, within about 1e-12 of

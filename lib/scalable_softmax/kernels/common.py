@@ -27,12 +27,46 @@ from numba.extending import intrinsic
 __all__ = ["JIT", "PJIT", "IJIT", "softplus", "sigmoid", "logaddexp", "prefetch_r",
            "prefetch_w", "rand_below", "seed_state", "dot", "axpy_check",
            "prefetch_csr_row", "prefetch_ahead", "touched_zeros", "transpose_scaled", "vexp",
-           "lanesum"]
+           "lanesum", "serial_twin"]
 
 #: flags for serial kernels
 JIT = dict(nogil=True, cache=True, fastmath=False, boundscheck=False)
 #: flags for kernels parallelised with ``numba.prange``
 PJIT = dict(JIT, parallel=True)
+
+
+def serial_twin(kernel, flags, **calls):
+    """A serial copy of the parallel kernel ``kernel`` (a ``numba.njit(**PJIT)``
+    dispatcher): the same Python function compiled with ``flags`` (its own flags
+    without ``parallel``), so that its ``prange`` loops run as plain loops. ``calls``
+    replace the parallel kernels it calls by their twins (``name=twin``).
+
+    Why: compiling a parallel kernel (numba's parfor passes, a gufunc per ``prange``
+    loop) costs about twice the CPU time of the serial compile, which a new process pays
+    before its first call even when it runs on one thread or the work is too small to
+    split. Each iteration of a ``prange`` loop of the library's kernels computes its
+    own rows or blocks, in the same order of operations whichever thread runs it, so the
+    twin gives bit-identical results (``tests/test_first_fit.py`` compares them).
+
+    The copy is a new function named ``<name>_serial`` in ``kernel``'s module, so that
+    numba's disk cache (``cache=True``), whose files are named after the function's
+    qualified name, keeps the two apart. Its globals are the module's at the time of
+    the call (with ``calls``): make twins after everything they call is defined.
+    """
+    import types as _pytypes
+
+    if flags.get("parallel"):
+        raise ValueError("serial_twin: flags must not set parallel")
+    f = getattr(kernel, "py_func", kernel)          # a plain function under DISABLE_JIT
+    name = f.__name__ + "_serial"
+    twin = _pytypes.FunctionType(f.__code__, dict(f.__globals__, **calls), name,
+                                 f.__defaults__, f.__closure__)
+    twin.__qualname__ = f.__qualname__ + "_serial"
+    twin.__module__ = f.__module__
+    twin.__doc__ = (f"Serial twin of :func:`{f.__name__}` (bit-identical; "
+                    f":func:`~scalable_softmax.kernels.common.serial_twin`).\n\n"
+                    + (f.__doc__ or ""))
+    return numba.njit(**flags)(twin)
 
 
 @numba.njit(**JIT)

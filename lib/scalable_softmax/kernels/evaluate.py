@@ -9,6 +9,12 @@ and the description of the algorithm and its precision).
     the per-row log-loss, error and defective metric from those.
 ``all_finite``
     whether an array holds only finite values (in parallel).
+``state_pass_serial``, ``state_pass32_serial``, ``finish_serial``, ``transpose32_serial``
+    the serial twins of the parallel kernels
+    (:func:`~scalable_softmax.kernels.common.serial_twin`: the same code without
+    ``parallel``, bit-identical results, about half the compile time), which
+    :func:`scalable_softmax.evaluate.evaluate` runs on one thread or on a pass too small
+    to split (``evaluate.SERIAL_WORK``).
 ``transpose32(W, k0, kc, T, fm, feats)``
     ``T[:, :kc] = float32(W[k0:k0+kc].T)`` in parallel (``fm``: ``W`` is ``D x K``,
     feature-major, and the tile's rows ``feats`` are ``float32(W[feats, k0:k0+kc])``).
@@ -46,12 +52,13 @@ import numpy as np
 from numba import prange
 
 # the vectorised exponential and sum, shared with softmax SGD's kernel
-from scalable_softmax.kernels.common import JIT, PJIT, lanesum, vexp
+from scalable_softmax.kernels.common import JIT, PJIT, lanesum, serial_twin, vexp
 
-__all__ = ["JIT32", "JIT32R", "PJIT32", "all_finite", "finish", "lanemax",
-           "max32", "mul_lanesum", "mul_lanesum_wide", "scores32", "state_pass",
-           "state_pass32", "sum32to64", "transpose32", "used_features",
-           "vexp32_sum", "widen_mul_lanesum"]
+__all__ = ["JIT32", "JIT32R", "PJIT32", "all_finite", "finish",
+           "finish_serial", "lanemax", "max32", "mul_lanesum", "mul_lanesum_wide",
+           "scores32", "state_pass", "state_pass32", "state_pass32_serial",
+           "state_pass_serial", "sum32to64", "transpose32", "transpose32_serial",
+           "used_features", "vexp32_sum", "widen_mul_lanesum"]
 
 #: highest power n of the running sums S_n (the series for the defective metric)
 _NPOW = 18
@@ -583,3 +590,10 @@ def finish(mx, am, sy, s1p, spw, y_sel, K):
             fact /= n
         dfc[ii] = -math.exp(-li) + math.log((K + 1.0) + tail)
     return nll, err, dfc
+
+
+# the serial twins (module docstring): made here, after everything they call
+state_pass_serial = serial_twin(state_pass, JIT)
+transpose32_serial = serial_twin(transpose32, JIT32)
+state_pass32_serial = serial_twin(state_pass32, JIT32, transpose32=transpose32_serial)
+finish_serial = serial_twin(finish, JIT)

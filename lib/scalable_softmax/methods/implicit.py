@@ -76,12 +76,12 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
+from scalable_softmax.kernels.common import touched_zeros
 from scalable_softmax.kernels.implicit import (
     apply_step,
     draw_classes_epoch,
     epoch_fast,
     epoch_simple,
-    fill,
     row_sqnorms,
 )
 from scalable_softmax.methods.base import EpochReport, StochasticTrainer
@@ -436,9 +436,8 @@ class ImplicitTrainer(StochasticTrainer):
         ``u_init == "logK"``)."""
         if u_init not in ("zero", "logK"):
             raise ValueError(f"implicit: u_init={u_init!r} must be 'zero' or 'logK'")
-        W = np.empty((self.K, self.D), dtype=np.float64)
-        fill(W, 0.0)
-        self.W = W
+        # NumPy's fill, not the kernel kernels.implicit.fill: the same zeros, no compile
+        self.W = touched_zeros(self.K, self.D)
         self.u = np.full(self.N, math.log(self.K) if u_init == "logK" else 0.0)
         self._scale = np.ones(self.K)
 
