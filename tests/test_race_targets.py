@@ -167,7 +167,7 @@ def test_race_notebook_races_every_workload_to_its_own_targets(monkeypatch, tmp_
     """The end-to-end driver: each workload's targets come from its row of the targets
     table, tuning and seeds get them, and the rows and verdicts are assembled; a targets
     table made on another split is refused."""
-    from scalable_softmax.repro.race import cli, run
+    from scalable_softmax.repro.race import cli, journal, run
 
     table = pd.DataFrame({"notebook": "12-peers", "workload": ["a", "b"],
                           "reference_method": "softmax-sgd", "lr": 1.0, "config": "",
@@ -197,6 +197,8 @@ def test_race_notebook_races_every_workload_to_its_own_targets(monkeypatch, tmp_
                 for m in methods for s in seeds]
     monkeypatch.setattr(run, "tune", fake_tune)
     monkeypatch.setattr(run, "run_seeds", fake_seeds)
+    # the fake workloads have no data files (the race's journal keys on their content)
+    monkeypatch.setattr(journal, "_data_fingerprint", lambda data: {"name": str(data)})
     params = {"peers": {"datasets": ["a", "b"], "caps": {"a": 1, "b": 1},
                         "methods": ["umax", "torch-sgd"]},
               "grids": {}, "val_fraction": 0.1, "split_seed": 0, "val_rows": 10,

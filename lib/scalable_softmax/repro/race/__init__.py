@@ -23,6 +23,8 @@
 * :mod:`.cli` -- a notebook's race end to end (``params/race.yaml``), writing
   ``<notebook>-targets.csv``, ``-targets-verdicts.csv``, ``-targets-tuning.csv`` and
   ``-targets-curves.csv`` (every seeded run's validation checkpoints);
+* :mod:`.journal` -- each finished workload kept until the race ends, so that a stopped
+  race resumes when rerun (same parameters, code, libraries, targets and data);
 * :mod:`.report` -- what notebooks 12 and 14 and the pages say and draw from the race's
   tables (verdict sentences, notebook 14's crossover K per level and its figure, the
   notebooks' checks of the tables);

@@ -15,7 +15,9 @@ every chosen configuration runs with every seed (:func:`~.run.run_seeds`). Write
 (default: ``tables/`` for full, ``build/race-smoke/`` for smoke), the performance
 profiles per family and per method (``<notebook>-targets-profile-{family,method}.png``)
 and the learning curves (``<notebook>-targets-curves.png``), in ``figures/`` for full.
-Parameters: ``params/race.yaml``.
+Parameters: ``params/race.yaml``. A race stopped before its end (a timeout, a killed
+kernel) resumes when rerun: each finished workload is kept in a journal until the race
+ends (:mod:`~.journal`).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from scalable_softmax.repro.race import run, scoring, targets
+from scalable_softmax.repro.race import journal, run, scoring, targets
 
 __all__ = ["NOTEBOOKS", "RaceTables", "race_workloads", "race_notebook", "write_tables",
            "main"]
@@ -75,7 +77,12 @@ def _check_split(table, params, path):
 def race_notebook(notebook: str, params: dict, targets_table: pd.DataFrame, workdir,
                   say=print):
     """Race every workload of ``notebook``: returns :class:`RaceTables` ``(rows,
-    verdicts, tuning, curves)``."""
+    verdicts, tuning, curves)``.
+
+    Each finished workload is kept in the journal ``<workdir>/journal/<notebook>/``
+    (:mod:`~.journal`) until the whole race ends, so a rerun of a stopped race (same
+    parameters, code, libraries, targets and data) reads its finished workloads back,
+    saying so, instead of racing them again; the journal is cleared at the end."""
     if notebook not in NOTEBOOKS:
         raise ValueError(f"notebook must be one of {list(NOTEBOOKS)}; got {notebook!r}")
     common = dict(holdout=float(params["val_fraction"]), split_seed=int(params["split_seed"]),
@@ -84,10 +91,22 @@ def race_notebook(notebook: str, params: dict, targets_table: pd.DataFrame, work
                   memory_cap_gb=float(params["memory_cap_gb"]),
                   first_checkpoint=float(params["first_checkpoint"]),
                   isolate=params.get("isolate", "method"))
+    book = journal.Journal(Path(workdir) / "journal", notebook)
     all_rows, all_tuning, all_curves = [], [], []
     for w in race_workloads(notebook, params, workdir):
         t0 = time.perf_counter()
         ref = targets.reference_of(targets_table, notebook, w["workload"])
+        key = journal.race_key(notebook, w["workload"], params, ref, w["data"])
+        kept = book.read(w["workload"], key)
+        if kept is not None:
+            all_rows.append(kept["rows"])
+            all_curves.append(kept["curves"])
+            all_tuning.append(kept["tuning"])
+            say(f"race {notebook} {w['workload']}: read back from the journal of a stopped "
+                f"run of this race ({book.path(w['workload'])}): {len(kept['tuning'])} "
+                f"tuning runs, {len(kept['rows'])} targets rows, {kept['seconds']:.1f} s when "
+                "it ran")
+            continue
         levels = scoring.target_levels(ref)
         tuning = run.tune(w["workload"], w["data"], w["methods"], grids=params["grids"],
                           structures=params.get("structures") or None,
@@ -101,8 +120,12 @@ def race_notebook(notebook: str, params: dict, targets_table: pd.DataFrame, work
         all_rows.append(run.target_rows(results, levels))
         all_curves.append(run.curve_rows(results))
         all_tuning.append(tuning)
+        seconds = time.perf_counter() - t0
+        book.write(w["workload"], key, tuning=tuning, rows=all_rows[-1],
+                   curves=all_curves[-1], seconds=seconds)
         say(f"race {notebook} {w['workload']}: {len(tuning)} tuning runs, "
-            f"{len(results)} seeded runs, {time.perf_counter() - t0:.1f} s")
+            f"{len(results)} seeded runs, {seconds:.1f} s")
+    book.clear()
     rows = pd.concat(all_rows, ignore_index=True)
     return RaceTables(rows, run.verdict_table(rows), pd.concat(all_tuning, ignore_index=True),
                       pd.concat(all_curves, ignore_index=True))
