@@ -47,6 +47,42 @@ def publish(stem: str, res: dict, md: str) -> None:
     print(md)
 
 
+def run_child(code: str, arg: str, lib, cache_dir) -> dict:
+    """Run ``code`` (a Python program printing one JSON line last) with ``arg`` in a new
+    process whose numba cache is ``cache_dir`` (JIT on), importing the library of the
+    source tree ``lib`` when given (else the installed one); its last line, parsed."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir))
+    env.pop("NUMBA_DISABLE_JIT", None)
+    if lib is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(lib), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", code, arg], env=env,
+                         capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"{arg} ({lib or 'this tree'}) failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def tree_label(lib) -> str:
+    """A source tree's name for the results: its git commit (and whether it has
+    uncommitted changes), never a path of the machine it ran on; ``"this tree"`` when
+    ``lib`` is None."""
+    if not lib:
+        return "this tree"
+    import subprocess
+
+    def git(*args):
+        out = subprocess.run(["git", "-C", str(lib), *args], capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short=12", "HEAD")
+    dirty = git("status", "--porcelain", "--", ".")
+    return (f"commit {commit}" + (" with uncommitted changes" if dirty else "")
+            if commit else "a tree outside git")
+
+
 def random_rows(N: int, D: int, nnz: int, seed: int = 0) -> sp.csr_matrix:
     """CSR matrix with about ``nnz`` uniformly placed non-zeros per row, unit L2 rows."""
     rng = np.random.default_rng(seed)

@@ -38,16 +38,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from _common import machine_info, machine_line, publish
+from _common import machine_info, machine_line, publish, run_child, tree_label
 
 #: the measured call of each kind (run in a child process; prints one JSON line)
 _CHILD = r"""
@@ -87,15 +84,7 @@ print(json.dumps({"seconds": seconds, "cpu_seconds": cpu() - c0, "train_accuracy
 
 
 def _child(kind, lib, cache_dir):
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir))
-    env.pop("NUMBA_DISABLE_JIT", None)
-    if lib is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(lib), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", _CHILD, kind], env=env,
-                         capture_output=True, text=True, timeout=1800)
-    if out.returncode != 0:
-        raise RuntimeError(f"{kind} ({lib or 'this tree'}) failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child(_CHILD, kind, lib, cache_dir)
 
 
 def _one_repeat(trees, kinds):
@@ -125,23 +114,6 @@ def _one_repeat(trees, kinds):
     return list(rows.values())
 
 
-def _tree_label(lib):
-    """A tree's name for the results: its git commit (and whether it has uncommitted
-    changes), never a path of the machine it ran on."""
-    if not lib:
-        return "this tree"
-    import subprocess
-
-    def git(*args):
-        out = subprocess.run(["git", "-C", str(lib), *args], capture_output=True, text=True)
-        return out.stdout.strip() if out.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short=12", "HEAD")
-    dirty = git("status", "--porcelain", "--", ".")
-    return (f"commit {commit}" + (" with uncommitted changes" if dirty else "")
-            if commit else "a tree outside git")
-
-
 def run(quick=False, repeats=3, before=None, lib=None):
     start = machine_info()
     kinds = ["fit"] if quick else ["fit", "estimator"]
@@ -159,7 +131,7 @@ def run(quick=False, repeats=3, before=None, lib=None):
         mine = [row for row in rows if row["tree"] == tree]
         summary[tree] = {k: float(np.median([row[k] for row in mine]))
                          for k in mine[0] if k.endswith("_s")}
-        summary[tree]["lib"] = _tree_label(lib)
+        summary[tree]["lib"] = tree_label(lib)
     return {"machine": start, "machine_end": machine_info(), "quick": quick,
             "repeats": repeats, "kinds": kinds, "runs": rows, "summary": summary,
             "data": "sklearn digits (N 1,797, D 64, K 10), unit L2 rows"}

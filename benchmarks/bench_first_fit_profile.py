@@ -38,17 +38,13 @@ a shared machine; the table is an attribution, not a target measurement).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from _common import machine_info, machine_line, publish
+from _common import machine_info, machine_line, publish, run_child, tree_label
 
 #: the child: the profiler (a meta-path finder timing imports, numba's Dispatcher.compile
 #: wrapped as soon as numba.core.dispatcher is imported), then the measured call
@@ -151,15 +147,7 @@ print(json.dumps({"cpu_s": total, "entry_import_cpu_s": t_import,
 
 
 def _child(kind, lib, cache_dir):
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir))
-    env.pop("NUMBA_DISABLE_JIT", None)
-    if lib is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(lib), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", _CHILD, kind], env=env,
-                         capture_output=True, text=True, timeout=1800)
-    if out.returncode != 0:
-        raise RuntimeError(f"{kind} ({lib or 'this tree'}) failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child(_CHILD, kind, lib, cache_dir)
 
 
 def _cold(kind, lib):
@@ -168,22 +156,6 @@ def _cold(kind, lib):
         return _child(kind, lib, cache)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-
-
-def _tree_label(lib):
-    """A tree's name for the results: its git commit (and whether it has uncommitted
-    changes), never a path of the machine it ran on."""
-    if not lib:
-        return "this tree"
-
-    def git(*args):
-        out = subprocess.run(["git", "-C", str(lib), *args], capture_output=True, text=True)
-        return out.stdout.strip() if out.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short=12", "HEAD")
-    dirty = git("status", "--porcelain", "--", ".")
-    return (f"commit {commit}" + (" with uncommitted changes" if dirty else "")
-            if commit else "a tree outside git")
 
 
 def summarise(runs):
@@ -226,7 +198,7 @@ def run(kind="fit", repeats=1, before=None, lib=None):
             res = _cold(kind, path)
             runs[tree].append(res)
             print(f"{tree} repeat {r}: {res['cpu_s']:.2f} CPU s", flush=True)
-    summary = {tree: dict(summarise(runs[tree]), lib=_tree_label(path))
+    summary = {tree: dict(summarise(runs[tree]), lib=tree_label(path))
                for tree, path in trees}
     return {"machine": start, "machine_end": machine_info(), "kind": kind,
             "repeats": repeats, "runs": runs, "summary": summary,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import racelib
 from scalable_softmax.repro.race import cli, journal, run
 
 TABLE = pd.DataFrame({"notebook": "12-peers", "workload": ["a", "b"],
@@ -45,15 +46,7 @@ def race(monkeypatch):
     def fake_seeds(workload, data, methods, chosen, *, seeds, targets, **kw):
         if workload in stop_at:
             raise Stop(workload)
-        return [{"workload": workload, "job": {"method": m, "seed": s, "lr": 0.1,
-                                               "threads": 1},
-                 "status": "target", "info": {"threads_used": 1},
-                 "points": [{"seconds": 0.1 * (s + 1), "epoch": 0.5,
-                             "val_log_loss": min(targets.values())}],
-                 "arrivals": {str(lv): 0.1 * (s + 1) for lv in targets},
-                 "test_at_target": {str(lv): 2.5 for lv in targets},
-                 "chosen": {"config": "", "at_grid_edge": "", "candidates": 2}}
-                for m in methods for s in seeds]
+        return racelib.seeded_results(workload, methods, seeds, targets)
     monkeypatch.setattr(run, "tune", fake_tune)
     monkeypatch.setattr(run, "run_seeds", fake_seeds)
     # the fake workloads have no data files: their content is their name

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import racelib
 from scalable_softmax.repro.race import jobs, problems, split, targets
 
 
@@ -186,15 +187,8 @@ def test_race_notebook_races_every_workload_to_its_own_targets(monkeypatch, tmp_
 
     def fake_seeds(workload, data, methods, chosen, *, seeds, targets, **kw):
         assert chosen.lr.tolist() == [0.1]
-        return [{"workload": workload, "job": {"method": m, "seed": s, "lr": 0.1,
-                                               "threads": 1},
-                 "status": "target", "info": {"threads_used": 1},
-                 "points": [{"seconds": 0.1 * (s + 1), "epoch": 0.5,
-                             "val_log_loss": min(targets.values()), "val_error": 0.5}],
-                 "arrivals": {str(lv): 0.1 * (s + 1) for lv in targets},
-                 "test_at_target": {str(lv): 2.5 for lv in targets},
-                 "chosen": {"config": "", "at_grid_edge": "lowest", "candidates": 2}}
-                for m in methods for s in seeds]
+        return racelib.seeded_results(workload, methods, seeds, targets, edge="lowest",
+                                      extra_point={"val_error": 0.5})
     monkeypatch.setattr(run, "tune", fake_tune)
     monkeypatch.setattr(run, "run_seeds", fake_seeds)
     # the fake workloads have no data files (the race's journal keys on their content)
