@@ -94,7 +94,7 @@ __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories
            "CODE_VERSION", "default_cache_dir", "PAPER_METHODS", "PAPER_DATASETS",
            "PAPER_TABLE2", "PAPER_TABLE3", "EXTENSION_DATASETS", "dataset_for", "load_split",
            "key_inputs",
-           "data_fingerprint", "run_modules", "RunCacheWarning", "PREPROCESSING",
+           "data_fingerprint", "run_modules", "code_version", "RunCacheWarning", "PREPROCESSING",
            "dask_scheduler", "WorkerMismatchError", "RunCancelled", "worker_report",
            "check_worker", "library_versions", "machine_cores", "threads_per_task",
            "dask_thread_plan", "worker_setup"]
@@ -196,12 +196,13 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def _code_version(sources: dict | None = None) -> str:
-    """12 hex digits of the sha256 of the sources of :func:`run_modules` and of
-    :func:`library_versions`; ``sources`` (a dict), when given, receives
-    ``{module: sha256 of its source}`` (what a worker's fingerprint reports)."""
+def code_version(sources: dict | None = None, modules: dict | None = None) -> str:
+    """12 hex digits of the sha256 of the sources of ``modules`` (``{name: file}``;
+    default :func:`run_modules`, a training run's) and of :func:`library_versions`;
+    ``sources`` (a dict), when given, receives ``{module: sha256 of its source}`` (what a
+    worker's fingerprint reports)."""
     h = hashlib.sha256()
-    for name, path in run_modules().items():
+    for name, path in (run_modules() if modules is None else modules).items():
         text = path.read_bytes()
         if sources is not None:
             sources[name] = hashlib.sha256(text).hexdigest()[:16]
@@ -216,7 +217,7 @@ def _code_version(sources: dict | None = None) -> str:
 _SOURCE_SHA: dict = {}
 #: hash of the sources of every library module a run imports (:func:`run_modules`) and
 #: of the numerical libraries' versions (part of every cache key)
-CODE_VERSION = _code_version(_SOURCE_SHA)
+CODE_VERSION = code_version(_SOURCE_SHA)
 
 
 class RunCacheWarning(UserWarning):

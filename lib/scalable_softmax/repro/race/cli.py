@@ -92,11 +92,12 @@ def race_notebook(notebook: str, params: dict, targets_table: pd.DataFrame, work
                   first_checkpoint=float(params["first_checkpoint"]),
                   isolate=params.get("isolate", "method"))
     book = journal.Journal(Path(workdir) / "journal", notebook)
+    code = journal._code_version()
     all_rows, all_tuning, all_curves = [], [], []
     for w in race_workloads(notebook, params, workdir):
         t0 = time.perf_counter()
         ref = targets.reference_of(targets_table, notebook, w["workload"])
-        key = journal.race_key(notebook, w["workload"], params, ref, w["data"])
+        key = journal.race_key(notebook, w["workload"], params, ref, w["data"], code)
         kept = book.read(w["workload"], key)
         if kept is not None:
             all_rows.append(kept["rows"])

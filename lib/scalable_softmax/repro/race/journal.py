@@ -47,25 +47,25 @@ class JournalWarning(UserWarning):
 
 
 def _code_version() -> str:
+    """The training runs' code version (:func:`scalable_softmax.repro.runs.code_version`)
+    over the race's modules (the import closure of :mod:`.cli` and of every runner the
+    method registry names by string), with the peers' versions."""
     from importlib.metadata import PackageNotFoundError, version
 
     from scalable_softmax.repro import runs
     from scalable_softmax.repro.race import methods
 
     mods = runs.run_modules("scalable_softmax.repro.race.cli")
-    for m in methods.METHODS.values():      # runners named in the registry by string
+    for m in methods.METHODS.values():
         mods.update(runs.run_modules(m.runner.split(":")[0]))
-    h = hashlib.sha256()
-    for name, path in sorted(mods.items()):
-        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-    versions = dict(runs.library_versions())
+    peers = {}
     for lib in _PEER_LIBRARIES:
         try:
-            versions[lib] = version(lib)
+            peers[lib] = version(lib)
         except PackageNotFoundError:
-            versions[lib] = "missing"
-    h.update(json.dumps(versions, sort_keys=True).encode())
-    return h.hexdigest()
+            peers[lib] = "missing"
+    return json.dumps({"code": runs.code_version(modules=dict(sorted(mods.items()))),
+                       "peers": peers}, sort_keys=True)
 
 
 def _data_fingerprint(data) -> dict:
@@ -76,10 +76,13 @@ def _data_fingerprint(data) -> dict:
     return runs.data_fingerprint(str(data))
 
 
-def race_key(notebook: str, workload, params: dict, reference: float, data) -> str:
-    """The sha256 (hex) of what a workload's race results depend on (module docstring)."""
+def race_key(notebook: str, workload, params: dict, reference: float, data,
+             code: str | None = None) -> str:
+    """The sha256 (hex) of what a workload's race results depend on (module docstring);
+    ``code``: :func:`_code_version`'s value, when the caller has it already."""
     what = {"notebook": notebook, "workload": str(workload), "params": params,
-            "reference": repr(float(reference)), "code": _code_version(),
+            "reference": repr(float(reference)),
+            "code": _code_version() if code is None else code,
             "data": _data_fingerprint(data)}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
