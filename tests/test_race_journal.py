@@ -104,8 +104,8 @@ def test_an_entry_of_another_race_is_raced_again(race, tmp_path, monkeypatch, ch
     elif change == "data":
         monkeypatch.setattr(journal, "_data_fingerprint", lambda data: {"name": "other"})
     else:
-        real = journal._code_version()
-        monkeypatch.setattr(journal, "_code_version", lambda: real + "0")
+        real = journal.code_version()
+        monkeypatch.setattr(journal, "code_version", lambda: real + "0")
     with pytest.warns(journal.JournalWarning, match=r"a\.pkl: written by another race"):
         _race(tmp_path, params=params, table=table)
     assert calls == ["a", "b"]
@@ -133,7 +133,7 @@ def test_the_key_covers_the_race_code_and_the_trainers():
         return real(path)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Path, "read_bytes", reading)
-        journal._code_version()
+        journal.code_version()
     for name in ("scalable_softmax.repro.race.run", "scalable_softmax.repro.race.ours",
                  "scalable_softmax.repro.race.torch_runner",
                  "scalable_softmax.repro.race.isolate", "scalable_softmax.methods.sgd",

@@ -92,7 +92,7 @@ def race_notebook(notebook: str, params: dict, targets_table: pd.DataFrame, work
                   first_checkpoint=float(params["first_checkpoint"]),
                   isolate=params.get("isolate", "method"))
     book = journal.Journal(Path(workdir) / "journal", notebook)
-    code = journal._code_version()
+    code = journal.code_version()
     all_rows, all_tuning, all_curves = [], [], []
     for w in race_workloads(notebook, params, workdir):
         t0 = time.perf_counter()

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["JournalWarning", "Journal", "race_key"]
+__all__ = ["JournalWarning", "Journal", "race_key", "code_version"]
 
 #: peers whose versions shape the race's results (besides runs.library_versions())
 _PEER_LIBRARIES = ("scikit-learn", "torch")
@@ -46,7 +46,7 @@ class JournalWarning(UserWarning):
     raced again."""
 
 
-def _code_version() -> str:
+def code_version() -> str:
     """The training runs' code version (:func:`scalable_softmax.repro.runs.code_version`)
     over the race's modules (the import closure of :mod:`.cli` and of every runner the
     method registry names by string), with the peers' versions."""
@@ -79,10 +79,10 @@ def _data_fingerprint(data) -> dict:
 def race_key(notebook: str, workload, params: dict, reference: float, data,
              code: str | None = None) -> str:
     """The sha256 (hex) of what a workload's race results depend on (module docstring);
-    ``code``: :func:`_code_version`'s value, when the caller has it already."""
+    ``code``: :func:`code_version`'s value, when the caller has it already."""
     what = {"notebook": notebook, "workload": str(workload), "params": params,
             "reference": repr(float(reference)),
-            "code": _code_version() if code is None else code,
+            "code": code_version() if code is None else code,
             "data": _data_fingerprint(data)}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
