@@ -344,9 +344,10 @@ def test_run_epochs_and_assemble_history_give_fits_history():
     sets = {"train": (Xc, y)}
     config = FitConfig.make("umax", 0.2, epochs=4, lr_decay=0.9, order="shuffle", seed=7,
                             eval_epochs=[0, 2, 4], progress=False).resolve()
-    rows, extras, diverged_at, reason = run_epochs(trainer, _Monitor(sets, None, 7),
-                                                   config, 120)
+    run = run_epochs(trainer, _Monitor(sets, None, 7), config, 120)
+    rows, extras, diverged_at, reason = run[:4]
     assert diverged_at is None and reason is None and len(extras) == 4
+    assert run.stopped_at == 4 and not run.stopped
     h = assemble_history(rows, sets)
     pd.testing.assert_frame_equal(h.drop(columns="seconds"),
                                   res.history.drop(columns="seconds"), check_exact=True)

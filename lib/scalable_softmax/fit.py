@@ -26,7 +26,16 @@ The driver's parts: :class:`~scalable_softmax.protocols.FitConfig` (the argument
 resolved and validated once), :func:`fit_config` (a run of a configuration, which the
 estimator and the notebooks' runs call too), ``_prepare`` (the data's checks, the
 intercept column, the trainer), :func:`run_epochs` (the epoch loop, with the monitoring
-evaluations of ``_Monitor``) and :func:`assemble_history` (the history table).
+evaluations of ``_Monitor``: the library's one epoch driver, which a caller with a
+trainer of its own calls directly) and :func:`assemble_history` (the history table).
+
+Checkpoints: ``fit(..., checkpoint=f, pieces=p)`` cuts each epoch into pieces (``p``:
+datapoints per piece, or a chooser with ``piece_size(left)``) and calls
+``f(point)`` (a :class:`Checkpoint`) after every piece and epoch, with the training
+clock paused; a true return stops the run there. The pieces of an epoch keep its data
+order; the piece at 0 runs with the epoch's kernel seed, a later one at ``start`` with
+:func:`piece_seed` ``(seed, start)``. Without ``checkpoint`` and ``pieces`` a run is
+bit-identical to one of a library without them.
 
 Using a trained model: :meth:`FitResult.predict`, :meth:`FitResult.predict_proba` and
 :meth:`FitResult.decision_function` score new data; :meth:`FitResult.save` and
@@ -44,6 +53,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -60,7 +70,8 @@ from scalable_softmax.validation import (
     check_label_range,
 )
 
-__all__ = ["fit", "fit_config", "FitResult", "DivergenceWarning", "NoProgressWarning",
+__all__ = ["fit", "fit_config", "FitResult", "Checkpoint", "piece_seed", "run_epochs",
+           "EpochRun", "DivergenceWarning", "NoProgressWarning",
            "EmptyClassWarning", "ModelTooLargeError", "default_eval_epochs",
            "FORMAT_NAME", "FORMAT_VERSION"]
 
@@ -796,13 +807,166 @@ _NUMERIC_ERRORS = (ZeroDivisionError, OverflowError, FloatingPointError,
                    np.linalg.LinAlgError)
 
 
-def _epoch_divergence(rep, trainer):
-    """``(step, reason)`` when epoch report ``rep`` or the trainer's ``u`` shows a
-    non-finite value (``step = -1``: found after the epoch), else ``(None, None)``."""
+def piece_seed(seed: int, start: int) -> int:
+    """The kernel seed of the piece of an epoch that starts at position ``start > 0`` of
+    its order, for an epoch of kernel seed ``seed`` cut into pieces (:func:`run_epochs`'
+    ``pieces``; the piece at 0 keeps ``seed``, so an epoch run whole draws what it draws
+    uncut): a SeedSequence of the two, as a 63-bit integer."""
+    s0, s1 = np.random.SeedSequence([int(seed), int(start)]).generate_state(2, np.uint32)
+    return int((int(s0) << 31) ^ int(s1)) & (2 ** 63 - 1)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where a run is, as :func:`fit`'s ``checkpoint`` callback is told after a piece of
+    an epoch (and after every epoch).
+
+    Attributes
+    ----------
+    epoch : int
+        The epoch in progress (1-based); ``points`` of its ``n_rows`` are done.
+    points, n_rows : int
+        Datapoints of the epoch's order done, and ``N``; ``points == n_rows`` at an
+        epoch's end (:attr:`epoch_end`).
+    steps : int
+        Optimiser steps so far (all epochs).
+    seconds : float
+        Training seconds so far (the history's clock: the callbacks, evaluations and
+        compilation excluded).
+    lr : float
+        The epoch's learning rate.
+    trainer : Trainer
+        The trainer; :meth:`weights` gives its weights without copying where it can.
+    """
+
+    epoch: int
+    points: int
+    n_rows: int
+    steps: int
+    seconds: float
+    lr: float
+    trainer: object = field(repr=False)
+
+    @property
+    def epochs(self) -> float:
+        """The epochs done, fractional: ``epoch - 1 + points / n_rows``."""
+        return self.epoch - 1 + self.points / self.n_rows
+
+    @property
+    def epoch_end(self) -> bool:
+        """True after the epoch's last piece (the epoch's checks and evaluation done)."""
+        return self.points == self.n_rows
+
+    def weights(self):
+        """The trainer's weights as it keeps them: ``W`` (K x D) or ``(array, layout)``
+        (:meth:`~scalable_softmax.methods.base.Trainer.native_weights`)."""
+        return self.trainer.native_weights()
+
+
+class FixedPieces:
+    """Pieces of ``size`` datapoints (the last piece of an epoch takes the rest): what
+    ``pieces=size`` (an int) means to :func:`fit`."""
+
+    def __init__(self, size: int):
+        self.size = int(size)
+
+    def piece_size(self, left: int) -> int:
+        return min(self.size, left)
+
+
+def check_pieces(pieces, full_batch=False):
+    """``pieces`` of :func:`fit` as a chooser (an object with ``piece_size(left)``), or
+    None for whole epochs; raises ``ValueError`` for anything else, and for pieces of a
+    full-batch method (whose epoch is one L-BFGS iteration, which cannot be cut)."""
+    if pieces is None:
+        return None
+    if isinstance(pieces, numbers.Integral) and not isinstance(pieces, bool):
+        if pieces < 1:
+            raise ValueError(f"pieces must be None, an int >= 1 (datapoints per piece) or "
+                             f"an object with piece_size(left); got {pieces!r}")
+        pieces = FixedPieces(pieces)
+    elif not callable(getattr(pieces, "piece_size", None)):
+        raise ValueError("pieces must be None, an int >= 1 (datapoints per piece) or an "
+                         f"object with a method piece_size(left); got {pieces!r}")
+    if full_batch:
+        raise ValueError("pieces cannot cut the epochs of a full-batch method (an epoch is "
+                         "one L-BFGS iteration); pass pieces=None")
+    return pieces
+
+
+def check_callbacks(on_epoch=None, checkpoint=None):
+    """Raise ``ValueError`` unless ``on_epoch`` and ``checkpoint`` are None or callable."""
+    if on_epoch is not None and not callable(on_epoch):
+        raise ValueError(f"on_epoch must be None or a callable on_epoch(e); got {on_epoch!r}")
+    if checkpoint is not None and not callable(checkpoint):
+        raise ValueError("checkpoint must be None or a callable checkpoint(point) -> bool "
+                         f"(True stops the run); got {checkpoint!r}")
+
+
+def _next_piece(pieces, left):
+    """The size of the next piece (``left`` datapoints of the epoch to go), checked."""
+    size = pieces.piece_size(left)
+    if not isinstance(size, numbers.Integral) or isinstance(size, bool) \
+            or not 1 <= size <= left:
+        raise ValueError(f"pieces.piece_size({left}) must return an int in 1..{left} (the "
+                         f"datapoints of the next piece); it returned {size!r}")
+    return int(size)
+
+
+def _merge_extra(parts, steps):
+    """One epoch's ``extra`` from those of its pieces: integer counters summed, other
+    numbers averaged weighted by the pieces' steps, anything else the last piece's."""
+    if len(parts) == 1:
+        return parts[0]
+    out = {}
+    for key in dict.fromkeys(k for p in parts for k in p):
+        vals = [(p[key], s) for p, s in zip(parts, steps) if key in p]
+        if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v, _ in vals):
+            out[key] = sum(int(v) for v, _ in vals)
+        elif all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v, _ in vals):
+            total = sum(s for _, s in vals)
+            out[key] = (sum(float(v) * s for v, s in vals) / total if total
+                        else float(vals[-1][0]))
+        else:
+            out[key] = vals[-1][0]
+    return out
+
+
+class EpochRun(NamedTuple):
+    """What :func:`run_epochs` returns."""
+
+    #: one history row per epoch (epoch 0 first); a run stopped inside epoch ``e`` (by
+    #: the checkpoint callback or a divergence) ends with a row for epoch ``e`` holding
+    #: the steps and seconds where it stopped
+    rows: list
+    #: one dict of the method's counters per epoch run
+    extras: list
+    #: ``(epoch, step)`` (step within the epoch; -1: found by an end-of-epoch check)
+    diverged_at: tuple | None
+    #: a sentence saying what was not finite, or None
+    reason: str | None
+    #: the epochs done when the run ended (``e - 1 + points / N`` of its last piece)
+    stopped_at: float
+    #: True when the checkpoint callback stopped the run
+    stopped: bool
+
+
+def _piece_divergence(rep):
+    """``(step, reason)`` when the report of a piece shows a failed or non-finite step
+    (``step`` within the piece), else ``(None, None)``."""
     if (rep.extra or {}).get("numeric_error"):
         return -1, (f"a training step failed on huge values ({rep.extra['numeric_error']})")
     if rep.diverged_at is not None and rep.diverged_at >= 0:
         return int(rep.diverged_at), "a training step produced a non-finite value"
+    return None, None
+
+
+def _epoch_divergence(rep, trainer):
+    """``(step, reason)`` when epoch report ``rep`` or the trainer's ``u`` shows a
+    non-finite value (``step = -1``: found after the epoch), else ``(None, None)``."""
+    bad_step, why = _piece_divergence(rep)
+    if bad_step is not None:
+        return bad_step, why
     if not _all_finite(trainer.u):
         return -1, "u holds a non-finite value"
     return None, None
@@ -821,15 +985,63 @@ def _run_epoch(trainer, idx, lr_e, kseed):
             "numeric_error": f"{type(exc).__name__}: {exc}"})
 
 
-def run_epochs(trainer, monitor, config, n_rows, on_epoch=None):
-    """Train ``trainer`` for up to ``config.epochs`` epochs and monitor it.
+def _run_pieces(trainer, idx, lr_e, kseed, pieces, t0, on_piece):
+    """Run one epoch's order ``idx`` in the pieces ``pieces`` chooses (None: whole) and
+    return ``(report, seconds, points, stopped)``: one report for the epoch (steps summed,
+    ``diverged_at`` within the epoch, counters merged), the training seconds from
+    ``t0`` (the callbacks excluded), the datapoints run, and whether ``on_piece``
+    stopped it: ``on_piece(points, steps, seconds)`` is called after every piece that
+    ends inside the epoch, and True stops the epoch there."""
+    from scalable_softmax.methods.base import EpochReport
 
-    ``config``: a resolved :class:`~scalable_softmax.protocols.FitConfig`. One
-    ``numpy.random.default_rng(config.seed)`` draws, epoch after epoch, the data order
-    (``config.order``) and then the kernel seed; epoch ``e`` runs at ``lr *
-    lr_decay**(e-1)`` (NaN when ``lr`` is None). ``monitor`` (a :class:`_Monitor`)
-    evaluates the epochs of ``config.eval_epochs`` (0 = the initial point); ``W`` is
-    also checked at the last epoch.
+    N = idx.shape[0]
+    if pieces is None:
+        rep = _run_epoch(trainer, idx, lr_e, kseed)
+        return rep, time.perf_counter() - t0, N, False
+    a, seconds, steps, parts, part_steps = 0, 0.0, 0, [], []
+    diverged, stopped = -1, False
+    while a < N:
+        size = _next_piece(pieces, N - a)
+        if a:
+            t0 = time.perf_counter()
+        t_kernel = time.perf_counter()
+        rep = _run_epoch(trainer, idx[a:a + size], lr_e,
+                         kseed if a == 0 else piece_seed(kseed, a))
+        t1 = time.perf_counter()
+        seconds += t1 - t0
+        if hasattr(pieces, "measured"):
+            pieces.measured(size, t1 - t_kernel)
+        a += size
+        parts.append(dict(rep.extra or {}))
+        part_steps.append(int(rep.steps))
+        bad_step, _ = _piece_divergence(rep)
+        if bad_step is not None:
+            diverged = steps + max(bad_step, 0)
+        steps += int(rep.steps)
+        if bad_step is not None:
+            break
+        if a < N and on_piece(a, steps, seconds):
+            stopped = True
+            break
+    extra = _merge_extra(parts, part_steps)
+    report = EpochReport(steps=steps, diverged_at=diverged, extra=extra or None)
+    return report, seconds, a, stopped
+
+
+def run_epochs(trainer, monitor, config, n_rows, on_epoch=None, *, checkpoint=None,
+               pieces=None) -> EpochRun:
+    """Train ``trainer`` for up to ``config.epochs`` epochs and monitor it: the library's
+    one epoch driver (:func:`fit` calls it on the trainer it builds; a caller that
+    builds its own trainer, as the race of notebooks 12 and 14 does, calls it directly).
+
+    ``config``: a resolved :class:`~scalable_softmax.protocols.FitConfig` (``epochs``,
+    ``lr``, ``lr_decay``, ``seed``, ``order``, ``eval_epochs``, ``method``,
+    ``progress`` are read). One ``numpy.random.default_rng(config.seed)`` draws, epoch
+    after epoch, the data order (``config.order``) and then the kernel seed; epoch ``e``
+    runs at ``lr * lr_decay**(e-1)`` (NaN when ``lr`` is None). ``monitor`` (a
+    ``_Monitor``, or None: no evaluation sets) evaluates the epochs of
+    ``config.eval_epochs`` (0 = the initial point); ``W`` is also checked at the last
+    epoch.
     The loop stops at the first divergence, and after the epoch in which a full-batch
     trainer has finished (:attr:`~scalable_softmax.methods.base.Trainer.finished`:
     converged or stopped for good), so that no work is done after convergence whatever
@@ -838,18 +1050,21 @@ def run_epochs(trainer, monitor, config, n_rows, on_epoch=None):
     ``n_rows``: the datapoints ``N``.
     ``on_epoch``: None or a callable ``on_epoch(e)`` called after each epoch (it may
     raise to stop training, e.g. a cancelled sweep's run).
+    ``checkpoint``, ``pieces``: :func:`fit`'s (``pieces`` as :func:`check_pieces`
+    makes it, or as given).
 
     Returns
     -------
-    ``(rows, extras, diverged_at, reason)``: one history row per completed epoch
-    (epoch 0 first), one dict of the method's counters per epoch run, ``(epoch, step)``
-    or None, and a sentence saying what was not finite (or None).
+    :class:`EpochRun` ``(rows, extras, diverged_at, reason, stopped_at, stopped)``.
     """
-    names = list(monitor.sets)
-    ev = set(config.eval_epochs)
+    check_callbacks(on_epoch, checkpoint)
+    pieces = check_pieces(pieces, bool(getattr(trainer, "full_batch", False)))
+    names = list(monitor.sets) if monitor is not None else []
+    ev = set(config.eval_epochs) if monitor is not None else set()
     epochs, lr, lr_decay = config.epochs, config.lr, config.lr_decay
     rows, extras = [], []
     steps, seconds, diverged_at, reason = 0, 0.0, None, None
+    stopped_at, stopped = 0.0, False
     row0 = dict(epoch=0, steps=0, seconds=0.0, lr=math.nan, evaluated=False, diverged=False)
     m0 = monitor.evaluate(trainer.native_weights()) if 0 in ev else empty_metrics(names)
     if m0 is None:               # cannot happen with a sane init_params
@@ -872,12 +1087,25 @@ def run_epochs(trainer, monitor, config, n_rows, on_epoch=None):
             t0 = time.perf_counter()
             idx = make_order(rng, n_rows, config.order)
             kseed = int(rng.integers(0, 2 ** 63 - 1))
-            rep = _run_epoch(trainer, idx, lr_e, kseed)
-            seconds += time.perf_counter() - t0
+
+            def on_piece(points, piece_steps, piece_seconds, e=e, lr_e=lr_e, s0=steps,
+                         t=seconds):
+                return bool(checkpoint(Checkpoint(e, points, n_rows, s0 + piece_steps,
+                                                  t + piece_seconds, lr_e, trainer)))
+
+            rep, dt, done_points, stopped = _run_pieces(
+                trainer, idx, lr_e, kseed, pieces, t0,
+                on_piece if checkpoint is not None else lambda *a: False)
+            seconds += dt
             steps += int(rep.steps)
             extras.append({"epoch": e, **(rep.extra or {})})
             row = dict(epoch=e, steps=steps, seconds=seconds, lr=lr_e, evaluated=False,
                        diverged=False)
+            stopped_at = e - 1 + done_points / n_rows
+            if stopped:                          # by the checkpoint, inside the epoch
+                row.update(empty_metrics(names))
+                rows.append(row)
+                break
             bad_step, why = _epoch_divergence(rep, trainer)
             metrics = None
             done = bool(trainer.finished) and e < epochs
@@ -903,11 +1131,15 @@ def run_epochs(trainer, monitor, config, n_rows, on_epoch=None):
                 first = names[0]
                 bar.set_postfix({f"{first} log-loss": f"{metrics[f'{first}_log_loss']:.4g}"},
                                 refresh=False)
+            if diverged_at is None and checkpoint is not None and checkpoint(
+                    Checkpoint(e, n_rows, n_rows, steps, seconds, lr_e, trainer)):
+                stopped = True
+                break
             if done:
                 break
     finally:
         bar.close()
-    return rows, extras, diverged_at, reason
+    return EpochRun(rows, extras, diverged_at, reason, stopped_at, stopped)
 
 
 def assemble_history(rows, set_names) -> pd.DataFrame:
@@ -995,7 +1227,7 @@ def fit(X, y, method, lr=None, epochs=EPOCHS, lr_decay=None, mu=0.0, batch_size=
         n_sampled=None, seed=0, order=None, eval_epochs=None, eval_sets=None,
         eval_rows=None, progress=None, u_init=None, K=None, fit_intercept=False,
         intercept_scaling=1.0, init_W=None, init_intercept=None, on_epoch=None,
-        protocol=None, **method_options):
+        protocol=None, checkpoint=None, pieces=None, **method_options):
     """Train a softmax model with one of the registered optimisers.
 
     The conventions ``lr_decay``, ``order``, ``u_init``, ``batch_size``,
@@ -1056,6 +1288,31 @@ def fit(X, y, method, lr=None, epochs=EPOCHS, lr_decay=None, mu=0.0, batch_size=
     on_epoch : callable or None
         ``on_epoch(e)`` called after each epoch ``e``; an exception it raises stops
         training (a cancelled sweep's run stops this way).
+    checkpoint : callable or None
+        ``checkpoint(point) -> bool``, called with a :class:`Checkpoint` (the epoch,
+        the datapoints of it done, the steps, the training ``seconds``, the rate, and
+        ``point.weights()``) after every piece that ends inside an epoch (see
+        ``pieces``) and after every epoch (its checks, evaluation and ``on_epoch``
+        done) that did not diverge. A true return stops the run there: ``FitResult.W``
+        is the weights at that point, ``params["stopped_at"]`` the epochs done
+        (fractional, ``epoch - 1 + points / N``), and the history ends with that epoch
+        (inside an epoch: a row for it with the steps and seconds at the stop, not
+        evaluated). The training clock (``history.seconds``) is paused while the
+        callback runs, so it may evaluate, record or sleep at no cost to the run. It
+        is not called at a divergence (the run stops and reports it as always).
+    pieces : None, int >= 1, or an object with ``piece_size(left) -> int``
+        How each epoch's order is cut into kernel calls. None (the default): whole
+        epochs, one call each. An int: pieces of that many datapoints (the last piece
+        of an epoch takes the rest). An object: ``piece_size(left)`` gives the
+        datapoints of the next piece (an int in ``1..left``, ``left`` the datapoints
+        of the epoch still to run; whole steps of ``batch_size`` keep the steps those of
+        the uncut epoch), and its ``measured(points, seconds)``, if it has one, is told
+        the kernel seconds of every piece (a chooser aiming at a duration). The piece at
+        position 0 runs with the epoch's kernel seed and a piece at ``start > 0`` with
+        :func:`piece_seed` ``(seed, start)``, so an epoch run in one piece is the uncut
+        epoch bit for bit; a cut epoch draws other samples than the uncut one (the
+        steps' data are the same). Not for the full-batch methods. The epoch's
+        ``extra`` counters are summed over its pieces (means averaged by steps).
     u_init : {"zero", "logK", "exact"} or None
         ``"zero"`` (the default), ``"logK"``, ``"exact"`` (the optimum ``u_i*(W)`` of the
         initial weights: the natural start of a warm start, for the methods whose
@@ -1111,30 +1368,34 @@ def fit(X, y, method, lr=None, epochs=EPOCHS, lr_decay=None, mu=0.0, batch_size=
                        intercept_scaling=intercept_scaling, protocol=protocol,
                        options=method_options)
     return fit_config(config, X, y, eval_sets=eval_sets, init_W=init_W,
-                      init_intercept=init_intercept, on_epoch=on_epoch)
+                      init_intercept=init_intercept, on_epoch=on_epoch,
+                      checkpoint=checkpoint, pieces=pieces)
 
 
 def fit_config(config, X, y, *, eval_sets=None, init_W=None, init_intercept=None,
-               on_epoch=None):
+               on_epoch=None, checkpoint=None, pieces=None):
     """:func:`fit` of a :class:`~scalable_softmax.protocols.FitConfig` (the estimator
     and the notebooks' runs build one): ``config`` is resolved and validated
     (:meth:`~scalable_softmax.protocols.FitConfig.resolve`), then the data; the other
     arguments are :func:`fit`'s. Returns the :class:`FitResult`."""
     t_call = time.perf_counter()
-    if on_epoch is not None and not callable(on_epoch):
-        raise ValueError(f"on_epoch must be None or a callable on_epoch(e); got {on_epoch!r}")
+    check_callbacks(on_epoch, checkpoint)
     defaulted = config.lr is None
     config = config.resolve()
+    pieces = check_pieces(pieces, config.trainer_class.full_batch)
     trainer, config, sets, params = _prepare(config, X, y, eval_sets, init_W,
                                              init_intercept)
     setup = time.perf_counter() - t_call
     monitor = _Monitor(sets, config.eval_rows, config.seed)
-    rows, extras, diverged_at, reason = run_epochs(trainer, monitor, config, params["N"],
-                                                   on_epoch=on_epoch)
+    run = run_epochs(trainer, monitor, config, params["N"], on_epoch=on_epoch,
+                     checkpoint=checkpoint, pieces=pieces)
+    rows, extras, diverged_at, reason = run.rows, run.extras, run.diverged_at, run.reason
     if diverged_at is not None:
         warn_divergence(config.method, config.lr, diverged_at, reason, stacklevel=4,
                         defaulted=defaulted)
-    if len(rows) - 1 < config.epochs and diverged_at is None:
+    if run.stopped:
+        params["stopped_at"] = run.stopped_at
+    elif len(rows) - 1 < config.epochs and diverged_at is None:
         params["stopped_at_epoch"] = len(rows) - 1
     stalled = trainer.stalled() if diverged_at is None else None
     if stalled is not None:
