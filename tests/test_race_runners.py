@@ -14,6 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 from scalable_softmax.evaluate import evaluate
+from scalable_softmax.fit import piece_seed
 from scalable_softmax.repro import timing
 from scalable_softmax.repro.race import isolate as ISO
 from scalable_softmax.repro.race import jobs as J
@@ -760,16 +761,16 @@ def test_our_runs_stop_inside_an_epoch_at_the_cap(method, options):
 def test_pieces_follow_the_measured_speed_and_the_checkpoints():
     rec = J._Recorder({}, [1.0], cap=6.4)
     pieces = OURS.Pieces(N=10_000, batch=10, rec=rec)
-    assert pieces.next_size(10_000) == 40                 # 1/256 of the epoch, in steps
+    assert pieces.piece_size(10_000) == 40                 # 1/256 of the epoch, in steps
     pieces.measured(40, 0.004)                            # 10,000 points per second
-    assert pieces.next_size(10_000) == 160                # at most 4x the piece before
+    assert pieces.piece_size(10_000) == 160                # at most 4x the piece before
     pieces.size = 10_000
-    assert pieces.next_size(10_000) == 1000               # cap / 64 = 0.1 s
+    assert pieces.piece_size(10_000) == 1000               # cap / 64 = 0.1 s
     rec.seconds = 0.97                                    # 0.03 s to the checkpoint
-    assert pieces.next_size(10_000) == 300
+    assert pieces.piece_size(10_000) == 300
     rec.seconds, rec.pending = 0.9995, [1.0]              # at least MIN_PIECE_SECONDS
-    assert pieces.next_size(10_000) == 100
-    assert pieces.next_size(70) == 70                     # the rest of the epoch
+    assert pieces.piece_size(10_000) == 100
+    assert pieces.piece_size(70) == 70                     # the rest of the epoch
 
 
 @pytest.mark.parametrize("method, options", [
@@ -805,16 +806,16 @@ def test_a_run_in_pieces_is_the_trainer_on_those_pieces(method, options, monkeyp
         lr, seed = 0.5 * 0.9 ** (e - 1), int(rng.integers(0, 2 ** 63 - 1))
         tr.run_epoch(idx[:first], lr, seed)
         for a in range(first, N, B):
-            tr.run_epoch(idx[a:a + B], lr, OURS.piece_seed(seed, a))
+            tr.run_epoch(idx[a:a + B], lr, piece_seed(seed, a))
     assert res["points"][-1]["train_log_loss"] == pytest.approx(
         evaluate(X, y, tr.weights()).log_loss, rel=1e-12)
 
 
 def test_piece_seeds_differ_and_are_reproducible():
-    seeds = [OURS.piece_seed(12345, a) for a in (40, 200, 1000)]
+    seeds = [piece_seed(12345, a) for a in (40, 200, 1000)]
     assert len(set(seeds)) == 3 and all(0 <= s < 2 ** 63 for s in seeds)
-    assert seeds == [OURS.piece_seed(12345, a) for a in (40, 200, 1000)]
-    assert OURS.piece_seed(12346, 40) != seeds[0]
+    assert seeds == [piece_seed(12345, a) for a in (40, 200, 1000)]
+    assert piece_seed(12346, 40) != seeds[0]
 
 
 def test_the_pages_quote_the_piece_rule_from_the_code(monkeypatch):

@@ -145,6 +145,13 @@ class _Recorder:
             self.add_busy(dt, time.process_time() - self._c)
             self._t = None
 
+    def advance(self, wall, cpu):
+        """Charge ``wall`` training seconds measured by someone else (``fit``'s clock,
+        :func:`.ours.run_ours`) during which the process used ``cpu`` CPU seconds; the
+        clock must be stopped."""
+        self.seconds += float(wall)
+        self.add_busy(wall, cpu)
+
     def add_busy(self, wall, cpu):
         """Count ``wall`` training seconds during which the process used ``cpu`` CPU
         seconds (all its threads): their ratio says whether a run used its threads."""

@@ -13,18 +13,20 @@ minibatches of 100 unless the job says otherwise, shuffled data); a job's
 threaded kernel, :data:`_LEGACY_THREAD_OPTIONS`) and falls back to one thread where
 the trainer refuses; the run's ``info`` says what it got.
 
-A run's epochs are cut into pieces (:class:`Pieces`), so that it stops, and is
-evaluated, at the first piece end past the cap or a checkpoint.
+A run is driven by the library's own epoch driver, :func:`scalable_softmax.fit.run_epochs`
+(``fit``'s), on the trainer :func:`setup_ours` builds: its epochs are cut into pieces
+(:class:`Pieces`, the piece chooser) and :class:`Checkpoints` (the checkpoint callback,
+run with ``fit``'s training clock paused) evaluates the run and stops it at the first
+piece end past the cap or a checkpoint. The piece at the start of an epoch runs with the
+epoch's kernel seed, a later one with :func:`scalable_softmax.fit.piece_seed`.
 """
 from __future__ import annotations
 
 import math
 import time
 
-import numpy as np
-
 __all__ = ["BATCH_IMPLICIT", "FIRST_PIECES", "PIECE_FRACTION", "MIN_PIECE_SECONDS",
-           "setup_ours", "run_ours", "piece_seed", "Pieces"]
+           "setup_ours", "run_ours", "Checkpoints", "Pieces"]
 
 
 _OUR_PROTOCOL = "paper-text"
@@ -128,64 +130,99 @@ def setup_ours(method, options, X, y, K, threads):
 
 
 def run_ours(job, X, y, K, rec):
-    from scalable_softmax.fit import make_order
+    """Run ``job`` with our trainer (:func:`setup_ours`) through the library's epoch
+    driver, :func:`scalable_softmax.fit.run_epochs` (``fit``'s), with epochs cut by
+    :class:`Pieces` and :class:`Checkpoints` as the checkpoint callback: the data order,
+    kernel seeds and rates are ``fit``'s (``job.seed``, the protocol's order and
+    ``job.lr * decay**(e - 1)``); the run's clock is ``fit``'s (training only), and
+    ``rec`` evaluates at its checkpoints, at the first piece end past the cap (or a
+    target) and after the last epoch. Returns ``(status, reason, info)``."""
+    from scalable_softmax.fit import run_epochs
+    from scalable_softmax.protocols import FitConfig
 
     tr, order, decay, run_info = setup_ours(job.method, job.options, X, y, K, job.threads)
-    rng = np.random.default_rng(job.seed)
     N = X.shape[0]
     rec.record_start(tr.native_weights, epoch=0)
-    status, reason = "completed", f"{job.max_epochs} epochs"
-    pieces = Pieces(N, tr.batch_size, rec)
-    for e in range(1, job.max_epochs + 1):
-        rec.start()
-        idx = make_order(rng, N, order)
-        lr, seed = job.lr * decay ** (e - 1), int(rng.integers(0, 2 ** 63 - 1))
-        a = 0
-        while a < N:
-            size = pieces.next_size(N - a)
-            if a:
-                rec.start()
-            t0 = time.perf_counter()
-            rep = tr.run_epoch(idx[a:a + size], lr, seed if a == 0 else piece_seed(seed, a))
-            pieces.measured(size, time.perf_counter() - t0)
-            rec.stop()
-            a += size
-            if rep.diverged_at is not None and rep.diverged_at >= 0:
-                rec.record(None, epoch=e - 1 + a / N)
-                return "diverged", f"non-finite parameters in epoch {e}", dict(
-                    run_info, epochs=e - 1 + a / N)
-            if a < N and rec.over():
-                rec.record(tr.native_weights, epoch=e - 1 + a / N)
-                return "time cap", (f"stopped at the cap in epoch {e} after {a} of "
-                                    f"{N} points"), dict(run_info, epochs=e - 1 + a / N)
-            if a < N and rec.due():
-                rec.record(tr.native_weights, epoch=e - 1 + a / N)
-        if tr.u is not None and not np.all(np.isfinite(tr.u)):
+    config = FitConfig(method=run_info["library"], lr=job.lr, epochs=job.max_epochs,
+                       lr_decay=decay, seed=job.seed, order=order, eval_epochs=(),
+                       progress=False)
+    check = Checkpoints(rec, job.max_epochs)
+    run = run_epochs(tr, None, config, N, checkpoint=check,
+                     pieces=Pieces(N, tr.batch_size, rec))
+    if run.stopped:
+        return check.status, check.reason, dict(run_info, epochs=check.epochs)
+    if run.diverged_at is not None:
+        check.charge(run.rows[-1]["seconds"])
+        e = run.diverged_at[0]
+        if run.diverged_at[1] < 0 and run.reason.startswith("the weights W"):
+            # fit's check of the last epoch's W: the point the race records there
             rec.record(None, epoch=e)
-            return "diverged", f"non-finite parameters in epoch {e}", dict(run_info, epochs=e)
-        last = e == job.max_epochs
+            return "diverged", f"non-finite weights after epoch {e}", dict(run_info,
+                                                                           epochs=e)
+        rec.record(None, epoch=run.stopped_at)
+        return "diverged", f"non-finite parameters in epoch {e}", dict(
+            run_info, epochs=run.stopped_at)
+    return "completed", f"{job.max_epochs} epochs", dict(run_info, epochs=job.max_epochs)
+
+
+class Checkpoints:
+    """The checkpoint callback of our runs (:func:`scalable_softmax.fit.fit`'s
+    ``checkpoint``): charges ``rec`` the training seconds of ``fit``'s clock since the
+    last call (and the process's CPU seconds), then, inside an epoch, stops the run
+    with a point at the cap (or a target: ``rec.over()``) and records a point at a due
+    checkpoint; after an epoch, stops with a point at the cap unless it was the last
+    (``max_epochs``), and records a point at a due checkpoint and after the last epoch,
+    stopping as diverged if its log-loss is not finite. ``status``, ``reason`` and
+    ``epochs`` say why and where it stopped the run."""
+
+    def __init__(self, rec, max_epochs):
+        self.rec, self.max_epochs = rec, int(max_epochs)
+        self.charged, self.cpu = 0.0, time.process_time()
+        self.status = self.reason = self.epochs = None
+
+    def charge(self, seconds):
+        """Charge ``rec`` the training seconds up to ``seconds`` (``fit``'s clock)."""
+        cpu = time.process_time()
+        self.rec.advance(seconds - self.charged, cpu - self.cpu)
+        self.charged, self.cpu = seconds, cpu
+
+    def __call__(self, point) -> bool:
+        self.charge(point.seconds)
+        try:
+            return self._check(point)
+        finally:
+            self.cpu = time.process_time()      # the evaluations' CPU is not the run's
+
+    def _stop(self, status, reason, epochs):
+        self.status, self.reason, self.epochs = status, reason, epochs
+        return True
+
+    def _check(self, point) -> bool:
+        rec, e = self.rec, point.epoch
+        if not point.epoch_end:
+            where = point.epochs
+            if rec.over():
+                rec.record(point.weights, epoch=where)
+                return self._stop("time cap", f"stopped at the cap in epoch {e} after "
+                                  f"{point.points} of {point.n_rows} points", where)
+            if rec.due():
+                rec.record(point.weights, epoch=where)
+            return False
+        last = e == self.max_epochs
         if rec.over() and not last:
-            rec.record(tr.native_weights, epoch=e)
-            return "time cap", f"stopped after epoch {e} at the cap", dict(run_info, epochs=e)
+            rec.record(point.weights, epoch=e)
+            return self._stop("time cap", f"stopped after epoch {e} at the cap", e)
         if rec.due() or last:
-            row = rec.record(tr.native_weights, epoch=e)
+            row = rec.record(point.weights, epoch=e)
             if not math.isfinite(next(v for k, v in row.items() if k.endswith("_log_loss"))):
-                return "diverged", f"non-finite weights after epoch {e}", dict(run_info,
-                                                                               epochs=e)
-    return status, reason, dict(run_info, epochs=job.max_epochs)
-
-
-def piece_seed(seed: int, start: int) -> int:
-    """The seed of the piece of an epoch that starts at position ``start > 0`` of its
-    order (the piece at 0 keeps the epoch's ``seed``, so an epoch run whole draws what
-    ``fit`` draws): a SeedSequence of the two, as a 63-bit integer."""
-    s0, s1 = np.random.SeedSequence([int(seed), int(start)]).generate_state(2, np.uint32)
-    return int((int(s0) << 31) ^ int(s1)) & (2 ** 63 - 1)
+                return self._stop("diverged", f"non-finite weights after epoch {e}", e)
+        return False
 
 
 class Pieces:
     """How many points of an epoch's order the next kernel call of one of our runs
-    takes: whole steps (``batch``), meant to last about :data:`PIECE_FRACTION` of the
+    takes (the piece chooser of :func:`scalable_softmax.fit.run_epochs`): whole steps
+    (``batch``), meant to last about :data:`PIECE_FRACTION` of the
     run's cap and at most until its next checkpoint (but at least
     :data:`MIN_PIECE_SECONDS`), at the speed measured on the pieces so far; the first
     piece is ``1 / FIRST_PIECES`` of an epoch and a piece at most 4 times the one
@@ -199,7 +236,7 @@ class Pieces:
         self.size = self.batch * max(1, math.ceil(N / self.batch / FIRST_PIECES))
         self.rate = None                      # points per training second
 
-    def next_size(self, left):
+    def piece_size(self, left):
         if self.rate is not None:
             target = max(MIN_PIECE_SECONDS, min(self.rec.cap * PIECE_FRACTION,
                                                 self.rec.until_next()))
