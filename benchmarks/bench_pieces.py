@@ -32,7 +32,6 @@ import argparse
 import math
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -76,39 +75,36 @@ def _trainer(path, method, options, threads):
     return tr, X.shape[0], order, info["threads_used"]
 
 
-def _diverged(rep):
-    return rep.diverged_at is not None and rep.diverged_at >= 0
+class _Counted:
+    """A piece chooser that counts the pieces of the current epoch (its kernel calls)."""
+
+    def __init__(self, chooser, N):
+        self.chooser, self.N, self.calls = chooser, N, 0
+
+    def piece_size(self, left):
+        self.calls = 1 if left == self.N else self.calls + 1
+        return self.chooser.piece_size(left)
+
+    def measured(self, points, seconds):
+        self.chooser.measured(points, seconds)
 
 
 def _epochs(tr, N, order, lr, epochs, budget, seed):
-    """Seconds of each epoch, whole (``budget`` None) or in pieces sized for ``budget``;
-    and the kernel calls of the last."""
-    from scalable_softmax.fit import make_order
+    """Seconds of each epoch (``fit``'s training clock), whole (``budget`` None) or in
+    pieces sized for ``budget``, run by the library's epoch driver
+    (:func:`scalable_softmax.fit.run_epochs`) at the constant rate ``lr``; the kernel
+    calls of the last epoch and whether the run diverged (it stops there)."""
+    from scalable_softmax.fit import run_epochs
+    from scalable_softmax.protocols import FitConfig
     from scalable_softmax.repro.race import ours
 
-    rng = np.random.default_rng(seed)
-    cut = ours.Pieces(N, tr.batch_size, _Budget(budget)) if budget else None
-    out, calls, diverged = [], 0, False
-    for _ in range(epochs):
-        idx = make_order(rng, N, order)
-        s = int(rng.integers(0, 2 ** 63 - 1))
-        t = time.perf_counter()
-        calls = 0
-        if cut is None:
-            rep = tr.run_epoch(idx, lr, s)
-            calls, diverged = 1, diverged or _diverged(rep)
-        else:
-            a = 0
-            while a < N:
-                size = cut.next_size(N - a)
-                t0 = time.perf_counter()
-                rep = tr.run_epoch(idx[a:a + size], lr, s if a == 0 else ours.piece_seed(s, a))
-                cut.measured(size, time.perf_counter() - t0)
-                diverged = diverged or _diverged(rep)
-                a += size
-                calls += 1
-        out.append(time.perf_counter() - t)
-    return out, calls, diverged
+    cut = _Counted(ours.Pieces(N, tr.batch_size, _Budget(budget)), N) if budget else None
+    config = FitConfig(method=type(tr).__name__, lr=lr, epochs=epochs, lr_decay=1.0,
+                       seed=seed, order=order, eval_epochs=(), progress=False)
+    run = run_epochs(tr, None, config, N, pieces=cut)
+    seconds = [r["seconds"] for r in run.rows]
+    out = [b - a for a, b in zip(seconds, seconds[1:])]
+    return out, (1 if cut is None else cut.calls), run.diverged_at is not None
 
 
 def main(argv=None) -> int:

@@ -1028,6 +1028,22 @@ def _run_pieces(trainer, idx, lr_e, kseed, pieces, t0, on_piece):
     return report, seconds, a, stopped
 
 
+def _epoch_checks(trainer, monitor, rep, *, evaluate, last):
+    """The checks after an epoch of report ``rep``: ``(bad_step, reason, metrics)``,
+    ``bad_step`` None unless the epoch diverged (:func:`_epoch_divergence`; or the
+    evaluation, done when ``evaluate``, or at the ``last`` epoch the check of ``W``,
+    found a non-finite value), ``metrics`` the evaluation's row or None."""
+    bad_step, why = _epoch_divergence(rep, trainer)
+    metrics = None
+    if bad_step is None and evaluate:
+        metrics = monitor.evaluate(trainer.native_weights())
+        if metrics is None:
+            bad_step, why = -1, monitor.reason
+    elif bad_step is None and last and not _all_finite(trainer.native_weights()[0]):
+        bad_step, why = -1, "the weights W hold a non-finite value"
+    return bad_step, why, metrics
+
+
 def run_epochs(trainer, monitor, config, n_rows, on_epoch=None, *, checkpoint=None,
                pieces=None) -> EpochRun:
     """Train ``trainer`` for up to ``config.epochs`` epochs and monitor it: the library's
@@ -1058,7 +1074,7 @@ def run_epochs(trainer, monitor, config, n_rows, on_epoch=None, *, checkpoint=No
     :class:`EpochRun` ``(rows, extras, diverged_at, reason, stopped_at, stopped)``.
     """
     check_callbacks(on_epoch, checkpoint)
-    pieces = check_pieces(pieces, bool(getattr(trainer, "full_batch", False)))
+    pieces = check_pieces(pieces, bool(trainer.full_batch))
     names = list(monitor.sets) if monitor is not None else []
     ev = set(config.eval_epochs) if monitor is not None else set()
     epochs, lr, lr_decay = config.epochs, config.lr, config.lr_decay
@@ -1106,16 +1122,10 @@ def run_epochs(trainer, monitor, config, n_rows, on_epoch=None, *, checkpoint=No
                 row.update(empty_metrics(names))
                 rows.append(row)
                 break
-            bad_step, why = _epoch_divergence(rep, trainer)
-            metrics = None
             done = bool(trainer.finished) and e < epochs
-            if bad_step is None and (e in ev or (done and any(x > e for x in ev))):
-                metrics = monitor.evaluate(trainer.native_weights())
-                if metrics is None:
-                    bad_step, why = -1, monitor.reason
-            elif bad_step is None and e == epochs and not _all_finite(
-                    trainer.native_weights()[0]):
-                bad_step, why = -1, "the weights W hold a non-finite value"
+            bad_step, why, metrics = _epoch_checks(
+                trainer, monitor, rep, evaluate=e in ev or (done and any(x > e for x in ev)),
+                last=e == epochs)
             if bad_step is not None:
                 diverged_at, reason = (e, bad_step), why
                 row.update(diverged_metrics(names), diverged=True)
@@ -1373,12 +1383,18 @@ def fit(X, y, method, lr=None, epochs=EPOCHS, lr_decay=None, mu=0.0, batch_size=
 
 
 def fit_config(config, X, y, *, eval_sets=None, init_W=None, init_intercept=None,
-               on_epoch=None, checkpoint=None, pieces=None):
+               on_epoch=None, **driving):
     """:func:`fit` of a :class:`~scalable_softmax.protocols.FitConfig` (the estimator
     and the notebooks' runs build one): ``config`` is resolved and validated
     (:meth:`~scalable_softmax.protocols.FitConfig.resolve`), then the data; the other
-    arguments are :func:`fit`'s. Returns the :class:`FitResult`."""
+    arguments, ``checkpoint`` and ``pieces`` (``driving``) among them, are :func:`fit`'s.
+    Returns the :class:`FitResult`."""
     t_call = time.perf_counter()
+    unknown = sorted(set(driving) - {"checkpoint", "pieces"})
+    if unknown:
+        raise ValueError(f"fit_config got unknown arguments {unknown}; it takes "
+                         "checkpoint and pieces besides its named ones")
+    checkpoint, pieces = driving.get("checkpoint"), driving.get("pieces")
     check_callbacks(on_epoch, checkpoint)
     defaulted = config.lr is None
     config = config.resolve()
