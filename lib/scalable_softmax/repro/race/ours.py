@@ -155,8 +155,8 @@ def run_ours(job, X, y, K, rec):
         check.charge(run.rows[-1]["seconds"])
         e = run.diverged_at[0]
         if run.diverged_at[1] < 0 and run.reason.startswith("the weights W"):
-            # fit's check of the last epoch's W: the point the race records there
-            rec.record(None, epoch=e)
+            # fit's check of the last epoch's W: the race's point there (log-loss inf)
+            rec.record(tr.native_weights, epoch=e)
             return "diverged", f"non-finite weights after epoch {e}", dict(run_info,
                                                                            epochs=e)
         rec.record(None, epoch=run.stopped_at)
