@@ -836,7 +836,7 @@ class Checkpoint:
     lr : float
         The epoch's learning rate.
     trainer : Trainer
-        The trainer; :meth:`weights` gives its weights without copying where it can.
+        The trainer; :meth:`weights` gives its weights without a copy.
     """
 
     epoch: int
@@ -858,8 +858,9 @@ class Checkpoint:
         return self.points == self.n_rows
 
     def weights(self):
-        """The trainer's weights as it keeps them: ``W`` (K x D) or ``(array, layout)``
-        (:meth:`~scalable_softmax.methods.base.Trainer.native_weights`)."""
+        """The trainer's weights as it keeps them, ``(array, layout)``
+        (:meth:`~scalable_softmax.methods.base.Trainer.native_weights`: may be the
+        trainer's own array; copy it to keep it)."""
         return self.trainer.native_weights()
 
 
