@@ -79,9 +79,11 @@ class ScriptedRec:
 
 def _former_run_ours(job, X, y, K, rec):
     """The race's epoch loop before it went through fit's driver (``run_ours`` of
-    20a4405, with the cut of :class:`FixedCut`), as the reference."""
+    20a4405, with the cut of :class:`FixedCut`), as the reference; its schedule's decay
+    is the job's ``lr_decay`` (then always the protocol's 0.9, the job's default)."""
     tr, order, decay, run_info = OURS.setup_ours(job.method, job.options, X, y, K,
                                                  job.threads)
+    assert decay == J.Job.lr_decay == 0.9        # the protocol's, the job's default
     rng = np.random.default_rng(job.seed)
     N = X.shape[0]
     rec.record_start(tr.native_weights, epoch=0)
@@ -89,7 +91,7 @@ def _former_run_ours(job, X, y, K, rec):
     for e in range(1, job.max_epochs + 1):
         rec.start()
         idx = make_order(rng, N, order)
-        lr, seed = job.lr * decay ** (e - 1), int(rng.integers(0, 2 ** 63 - 1))
+        lr, seed = job.lr * job.lr_decay ** (e - 1), int(rng.integers(0, 2 ** 63 - 1))
         a = 0
         while a < N:
             size = pieces.piece_size(N - a)
@@ -249,3 +251,28 @@ def test_the_recorder_is_charged_fits_training_clock():
     assert check(Point(1.5)) is False and rec.seconds == 1.5
     assert check(Point(4.0)) is False and rec.seconds == 4.0
     assert rec.busy_seconds == 4.0 and rec.points == []
+
+
+@pytest.mark.parametrize("method, options", [("implicit-batch", {"batch_size": 1, "n_sampled": 1}),
+                                             ("softmax-sgd", {"batch_size": 10})])
+def test_a_runs_schedule_is_its_jobs_decay(method, options, monkeypatch):
+    """The race searches the schedule's decay (params/race.yaml ``decays``): a job's
+    ``lr_decay`` is the decay its run trains with, epoch after epoch, as the reference
+    loop computes the rates, and another decay trains other weights."""
+    monkeypatch.setattr(OURS, "Pieces", FixedCut)
+    X, y, K = _problem()
+    got = {}
+    for decay in (0.9, 0.5):
+        job = J.Job("in-memory", method, 0.5, 60.0, max_epochs=3, threads=1,
+                    options=dict(options), lr_decay=decay)
+        new_rec, old_rec = ScriptedRec(), ScriptedRec()
+        new = OURS.run_ours(job, X, y, K, new_rec), new_rec
+        _same(new, (_former_run_ours(job, X, y, K, old_rec), old_rec))
+        got[decay] = new_rec.points[-1][1]
+    assert not np.array_equal(got[0.9], got[0.5])
+
+
+def test_a_jobs_decay_is_checked():
+    for bad in (0.0, -0.5, 1.5, "0.9", float("nan")):
+        with pytest.raises(ValueError, match="lr_decay"):
+            J.Job("in-memory", "umax", 0.5, 60.0, lr_decay=bad)

@@ -4,6 +4,7 @@ memory and wall-clock limits. The sklearn and torch tests need the optional `pee
 extra and are skipped without it."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -624,6 +625,63 @@ def test_candidates_are_every_rate_times_every_structural_option():
     assert RUN.config_label({"batch_size": 5, "n_sampled": 20}) == "n=5 m=20"
     assert RUN.config_label({"negatives": 100}) == "negatives=100"
     assert RUN.config_label({}) == ""
+
+
+def test_candidates_search_the_schedules_decay_for_every_method():
+    """``decays`` (params/race.yaml) multiplies every method's candidates alike; a
+    candidate's decay is its options' ``lr_decay``, which the job takes as its
+    schedule (not a method option) and the labels and tables show."""
+    grids = {"umax": [0.01, 0.1], "softmax-sgd": [30, 100]}
+    structures = {"umax": [{"n_sampled": 1}], "softmax-sgd": [{"batch_size": 100}]}
+    got = RUN.candidates("umax", grids, structures, decays=[0.9, 0.97])
+    assert got == [(0.01, {"n_sampled": 1, "lr_decay": 0.9}),
+                   (0.1, {"n_sampled": 1, "lr_decay": 0.9}),
+                   (0.01, {"n_sampled": 1, "lr_decay": 0.97}),
+                   (0.1, {"n_sampled": 1, "lr_decay": 0.97})]
+    assert RUN.check_search_spaces(["umax", "softmax-sgd"], grids, structures) == 2
+    assert len(RUN.candidates("softmax-sgd", grids, structures, [0.9, 0.97])) == 4
+    assert RUN.config_label(got[2][1]) == "n_sampled=1 decay=0.97"
+    assert RUN.config_label({"batch_size": 1, "n_sampled": 1, "lr_decay": 0.9}) == \
+        "n=1 m=1 decay=0.9"
+    assert RUN.config_label({"lr_decay": 0.97}) == "decay=0.97"
+    for bad in ([], [0.0], [1.5], ["0.9"]):
+        with pytest.raises(ValueError, match="decays"):
+            RUN.candidates("umax", grids, structures, decays=bad)
+    job = RUN._job("d", "umax", 0.1, 1.0, got[2][1], None, seed=0, report_test=False,
+                   common=dict(holdout=0.1, split_seed=0, eval_rows=None, max_epochs=5,
+                               threads=1, first=1 / 8))
+    assert job.lr_decay == 0.97 and job.options == {"n_sampled": 1}
+    assert J.Job("d", "umax", 0.1, 1.0).lr_decay == 0.9     # the papers' schedule
+
+
+def test_tuning_and_seeds_carry_the_chosen_decay(monkeypatch):
+    """A tuning table has each candidate's decay; the seeds run the chosen one, and the
+    targets and curves rows say which decay each run trained with."""
+    seen = []
+
+    def fake_grouped(jobs, **kw):
+        seen.extend(jobs)
+        return [{"job": dataclasses.asdict(j), "status": "target", "reason": "",
+                 "arrivals": {"0.05": 1.0 if j.lr_decay == 0.97 else 2.0},
+                 "points": [{"seconds": 1.0, "epoch": 1.0, "val_log_loss": 1.0}],
+                 "info": {}} for j in jobs]
+
+    monkeypatch.setattr(RUN, "run_grouped", fake_grouped)
+    common = dict(holdout=0.1, split_seed=0, eval_rows=None, max_epochs=5, threads=1)
+    tuning = RUN.tune("w", "d", ["umax", "exact"], grids={"umax": [0.1, 1.0]},
+                      structures={"umax": [{"n_sampled": 1}]}, options={},
+                      targets={0.05: 1.0}, cap=1.0, decays=[0.9, 0.97], **common)
+    assert list(tuning.lr_decay) == [0.9, 0.9, 0.97, 0.97]
+    chosen = RUN.choose(tuning)
+    assert chosen.iloc[0].config == "n_sampled=1 decay=0.97"
+    seen.clear()
+    res = RUN.run_seeds("w", "d", ["umax", "exact"], chosen, seeds=[0, 1], options={},
+                        targets={0.05: 1.0}, cap=1.0, **common)
+    assert [j.lr_decay for j in seen if j.method == "umax"] == [0.97, 0.97]
+    rows = RUN.target_rows(res, {0.05: 1.0})
+    assert set(rows[rows.method == "umax"].lr_decay) == {0.97}
+    assert rows[rows.method == "exact"].lr_decay.isna().all()
+    assert set(RUN.curve_rows(res).query("method == 'umax'").lr_decay) == {0.97}
 
 
 def test_choose_rates_chooses_the_rate_and_the_structure_together():

@@ -111,6 +111,7 @@ def race_notebook(notebook: str, params: dict, targets_table: pd.DataFrame, work
         levels = scoring.target_levels(ref)
         tuning = run.tune(w["workload"], w["data"], w["methods"], grids=params["grids"],
                           structures=params.get("structures") or None,
+                          decays=params.get("decays"),
                           options=params.get("options", {}), targets=levels,
                           cap=w["cap"] * float(params.get("tune_fraction", 1.0)), **common)
         chosen = run.choose(tuning) if len(tuning) else tuning

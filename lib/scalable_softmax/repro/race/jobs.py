@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from scalable_softmax._atomic import atomic_open
+from scalable_softmax.protocols import LR_DECAY
 from scalable_softmax.repro.race import problems
 from scalable_softmax.repro.race.methods import METHODS, RATE_METHODS, runner_of
 
@@ -49,7 +50,9 @@ class Job:
     report_test : with ``targets``: evaluate the test rows (sealed,
         :class:`~scalable_softmax.repro.race.scoring.SealedTest`) at the checkpoint where
         each level was first reached, and nowhere else.
-    max_epochs : epochs of the stochastic methods (the schedule ``lr * 0.9**(e-1)``).
+    max_epochs : epochs of the stochastic methods (the schedule ``lr * lr_decay**(e-1)``).
+    lr_decay : the schedule's decay per epoch (default
+        :data:`scalable_softmax.protocols.LR_DECAY`, 0.9, the papers' schedule).
     eval_rows : rows of each evaluation set (a seeded subsample; None: all).
     checkpoints : training seconds at which to evaluate (None: only the end); a final
         run also evaluates at its start (``seconds = 0``), every run at its end.
@@ -71,6 +74,7 @@ class Job:
     split_seed: int = 0
     targets: dict | None = None
     report_test: bool = False
+    lr_decay: float = LR_DECAY
 
     def __post_init__(self):
         if self.targets is not None:        # JSON keys come back as text
@@ -97,6 +101,8 @@ class Job:
         if not (isinstance(self.max_epochs, int) and self.max_epochs >= 1):
             raise ValueError(f"Job.max_epochs must be an integer >= 1; got "
                              f"{self.max_epochs!r}")
+        if not (isinstance(self.lr_decay, (int, float)) and 0 < self.lr_decay <= 1):
+            raise ValueError(f"Job.lr_decay must lie in (0, 1]; got {self.lr_decay!r}")
         if not (0 < self.holdout < 1):
             raise ValueError(f"Job.holdout must lie in (0, 1); got {self.holdout!r}")
 

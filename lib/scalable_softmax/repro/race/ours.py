@@ -1,6 +1,7 @@
 """Our methods in the race: the library's trainers (:mod:`scalable_softmax.methods`)
 under the ``"paper-text"`` protocol (:mod:`scalable_softmax.protocols`), ``mu = 0``, all
-at ``lr * 0.9**(epoch - 1)`` for at most ``max_epochs`` epochs: ``implicit`` (Implicit
+at ``lr * lr_decay**(epoch - 1)`` (the job's decay; the protocol's is 0.9) for at most
+``max_epochs`` epochs: ``implicit`` (Implicit
 SGD), ``umax`` (U-max), ``is`` (importance sampling, minibatches of 100),
 ``implicit-batch`` and ``implicit-batch-5`` (the library's minibatch Implicit SGD,
 ``fit(..., "implicit-batch", ...)``, with the paper-text settings of ``implicit``:
@@ -134,17 +135,17 @@ def run_ours(job, X, y, K, rec):
     driver, :func:`scalable_softmax.fit.run_epochs` (``fit``'s), with epochs cut by
     :class:`Pieces` and :class:`Checkpoints` as the checkpoint callback: the data order,
     kernel seeds and rates are ``fit``'s (``job.seed``, the protocol's order and
-    ``job.lr * decay**(e - 1)``); the run's clock is ``fit``'s (training only), and
+    ``job.lr * job.lr_decay**(e - 1)``); the run's clock is ``fit``'s (training only), and
     ``rec`` evaluates at its checkpoints, at the first piece end past the cap (or a
     target) and after the last epoch. Returns ``(status, reason, info)``."""
     from scalable_softmax.fit import run_epochs
     from scalable_softmax.protocols import FitConfig
 
-    tr, order, decay, run_info = setup_ours(job.method, job.options, X, y, K, job.threads)
+    tr, order, _, run_info = setup_ours(job.method, job.options, X, y, K, job.threads)
     N = X.shape[0]
     rec.record_start(tr.native_weights, epoch=0)
     config = FitConfig(method=run_info["library"], lr=job.lr, epochs=job.max_epochs,
-                       lr_decay=decay, seed=job.seed, order=order, eval_epochs=(),
+                       lr_decay=job.lr_decay, seed=job.seed, order=order, eval_epochs=(),
                        progress=False)
     check = Checkpoints(rec, job.max_epochs)
     run = run_epochs(tr, None, config, N, checkpoint=check,

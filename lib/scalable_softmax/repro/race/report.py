@@ -210,16 +210,20 @@ def limits_text(rows12: pd.DataFrame | None, rows14: pd.DataFrame | None,
     reasons = sorted({str(r) for t, _ in tabs
                       for r in t[(t.status == "completed") & t.method.isin(list(names))].reason})
     sched = f", {' or '.join(reasons)}" if reasons else ""
+    decays = sorted({float(d) for t, _ in tabs if "lr_decay" in t
+                     for d in pd.to_numeric(t[t.method.isin(list(names))].lr_decay,
+                                            errors="coerce").dropna()})
+    per = " or ".join(f"{d:g}" for d in decays) or "0.9"
     out = ("Chosen rates at an end of their grid: " + "; ".join(edges) + ". Runs that "
-           f"ended their epoch schedule (the rate times 0.9 per epoch{sched}) before the "
-           "cap: " + "; ".join(ends) + ".")
+           f"ended their epoch schedule (the rate times {per} per epoch{sched}) before "
+           "the cap: " + "; ".join(ends) + ".")
     if any_edge:
         out += (" A rate beyond an end of the grid may be faster, so a verdict against "
                 "such a method is bounded by the grid params/race.yaml declares.")
     if any_end:
         out += (" A run that ends its schedule early leaves the rest of its time unused: "
-                "the verdicts hold for the papers' schedule, not for one stretched to the "
-                "budget, which this race does not search.")
+                "the verdicts hold for the schedules params/race.yaml declares (its "
+                "`decays` and `max_epochs`), not for one stretched to the budget.")
     return out
 
 

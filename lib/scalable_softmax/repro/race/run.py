@@ -3,7 +3,8 @@ the rows of the targets tables (notebooks 12 and 14).
 
 1. **Tuning** (:func:`tune`, :func:`choose`): every method with a rate tries each
    candidate of its declared search space (a rate of ``grids[method]`` times a
-   structural option of ``structures[method]``; the same number for every method, which
+   structural option of ``structures[method]`` times a decay of the schedule, ``decays``,
+   the same for every method; the same number for every method, which
    :func:`check_search_spaces` enforces) with one seed, on the training rows the
    validation split leaves; a run stops at the 5% target or the cap. The candidate
    with the shortest time to the 5% target on validation wins (one that never got there
@@ -43,37 +44,54 @@ __all__ = ["TUNE_LEVEL", "TARGET_COLUMNS", "VERDICT_COLUMNS", "config_label", "c
            "tune", "choose", "run_seeds", "target_rows", "verdict_table", "CURVE_COLUMNS",
            "curve_rows"]
 
+#: the key of a candidate's options that holds its schedule's decay (a :class:`.jobs.Job`'s
+#: ``lr_decay``, not a method option)
+DECAY = "lr_decay"
 #: the level whose time on validation chooses each method's configuration
 TUNE_LEVEL = 0.05
 #: the columns of the targets tables (one row per workload x method x level x seed)
 TARGET_COLUMNS = ["workload", "family", "method", "level", "target", "seed",
                   "seconds_to_target", "test_log_loss_at_target", "threads", "status",
-                  "reason", "lr", "config", "at_grid_edge", "candidates", "peak_rss_gb",
-                  "start_rss_gb"]
+                  "reason", "lr", "lr_decay", "config", "at_grid_edge", "candidates",
+                  "peak_rss_gb", "start_rss_gb"]
 #: the columns of the verdicts tables
 VERDICT_COLUMNS = ["workload", "level", "verdict"]
 #: the columns of the curves tables (one row per seeded run x validation checkpoint)
-CURVE_COLUMNS = ["workload", "family", "method", "seed", "lr", "config", "status",
+CURVE_COLUMNS = ["workload", "family", "method", "seed", "lr", "lr_decay", "config", "status",
                  "checkpoint", "seconds", "epoch", "val_log_loss"]
 
 
 def config_label(options) -> str:
     """A candidate configuration's structural options as text (``""`` for none):
     ``n=5 m=20`` for minibatch Implicit SGD's ``batch_size`` and ``n_sampled``, else
-    ``name=value`` pairs (``batch_size=100``, ``negatives=100``, ``n_sampled=5``)."""
+    ``name=value`` pairs (``batch_size=100``, ``negatives=100``, ``n_sampled=5``), then
+    the schedule's decay when the candidate sets one (``decay=0.97``)."""
     options = dict(options or {})
+    decay = options.pop(DECAY, None)
     if set(options) == {"batch_size", "n_sampled"}:
-        return f"n={options['batch_size']} m={options['n_sampled']}"
-    return " ".join(f"{k}={v}" for k, v in sorted(options.items()))
+        text = f"n={options['batch_size']} m={options['n_sampled']}"
+    else:
+        text = " ".join(f"{k}={v}" for k, v in sorted(options.items()))
+    return text if decay is None else f"{text} decay={decay:g}".strip()
 
 
-def candidates(method, grids, structures=None):
+def candidates(method, grids, structures=None, decays=None):
     """The candidate configurations of ``method`` in the race: every rate
     of ``grids[method]`` times every structural option of ``structures[method]`` (a list
-    of option dicts; none: one, ``{}``), as ``[(lr, options), ...]`` in structure-major
-    order."""
+    of option dicts; none: one, ``{}``) times every decay of the schedule in ``decays``
+    (a list of numbers in (0, 1], the same for every method; none: the job's default,
+    :data:`scalable_softmax.protocols.LR_DECAY`), as ``[(lr, options), ...]`` in
+    structure-major, then decay-major order; a decay is the options' ``lr_decay``."""
     structs = (structures or {}).get(method) or [{}]
+    if decays is not None:
+        bad = [d for d in decays if not (isinstance(d, (int, float)) and 0 < d <= 1)]
+        if not decays or bad:
+            raise ValueError(f"decays must be a non-empty list of numbers in (0, 1]; got "
+                             f"{decays!r}")
+        structs = [dict(s, **{DECAY: float(d)}) for s in structs for d in decays]
     return [(float(lr), dict(s)) for s in structs for lr in grids[method]]
+
+
 
 
 def choose_rates(tuning: pd.DataFrame) -> pd.DataFrame:
@@ -126,8 +144,10 @@ def check_search_spaces(methods, grids, structures) -> int:
 
 
 def _job(data, method, lr, cap, opts, targets, *, seed, report_test, common):
+    opts = dict(opts)
+    decay = {DECAY: float(opts.pop(DECAY))} if DECAY in opts else {}
     return _jobs.Job(data, method, lr, cap, split="race", seed=seed, options=opts,
-                     targets=targets, report_test=report_test,
+                     targets=targets, report_test=report_test, **decay,
                      checkpoints=_jobs.checkpoint_times(cap, 2, common["first"] * cap),
                      **{k: v for k, v in common.items() if k != "first"})
 
@@ -158,7 +178,8 @@ def run_grouped(jobs, *, isolate, memory_cap_gb, threads, wall_extra):
             out[i] = r
         for i in idx[len(res["results"]):]:
             out[i] = {"job": {"method": jobs[i].method, "seed": jobs[i].seed,
-                              "lr": jobs[i].lr, "threads": jobs[i].threads},
+                              "lr": jobs[i].lr, "lr_decay": jobs[i].lr_decay,
+                              "threads": jobs[i].threads},
                       "status": "killed" if res.get("killed") else "crashed",
                       "reason": str(res.get("log", ""))[-200:], "points": [], "info": {}}
     return out
@@ -169,14 +190,14 @@ def _common(holdout, split_seed, eval_rows, max_epochs, threads, first_checkpoin
                 max_epochs=max_epochs, threads=threads, first=first_checkpoint)
 
 
-def tune(workload, data, methods, *, grids, structures, options, targets, cap,
+def tune(workload, data, methods, *, grids, structures, options, targets, cap, decays=None,
          holdout, split_seed, eval_rows, max_epochs=50, threads=2, memory_cap_gb=8.0,
          first_checkpoint=1 / 256, wall_extra=90.0, isolate="method") -> pd.DataFrame:
     """Every candidate of every method with a rate on ``workload`` (seed 0), stopping
     at the :data:`TUNE_LEVEL` target or ``cap``. One row per candidate: ``workload``,
-    ``method``, ``lr``, ``config``, ``options`` (JSON), ``seconds_to_level`` (NaN if not
-    reached), ``val_log_loss`` (the last checkpoint's; inf for a failed run),
-    ``status``, ``layout``."""
+    ``method``, ``lr``, ``lr_decay``, ``config``, ``options`` (JSON),
+    ``seconds_to_level`` (NaN if not reached), ``val_log_loss`` (the last checkpoint's;
+    inf for a failed run), ``status``, ``layout``."""
     if TUNE_LEVEL not in targets:
         raise ValueError(f"targets must hold the tuning level {TUNE_LEVEL}; got "
                          f"{sorted(targets)}")
@@ -184,7 +205,7 @@ def tune(workload, data, methods, *, grids, structures, options, targets, cap,
     common = _common(holdout, split_seed, eval_rows, max_epochs, threads, first_checkpoint)
     jobs, structs = [], []
     for m in [m for m in methods if m in RATE_METHODS]:
-        for lr, st in candidates(m, grids, structures):
+        for lr, st in candidates(m, grids, structures, decays):
             jobs.append(_job(data, m, lr, cap, dict(options.get(m, {}), **st),
                              {TUNE_LEVEL: targets[TUNE_LEVEL]}, seed=0, report_test=False,
                              common=common))
@@ -196,7 +217,7 @@ def tune(workload, data, methods, *, grids, structures, options, targets, cap,
         ok = r["status"] in ("completed", "time cap", "target")
         pts = r["points"]
         rows.append({"workload": workload, "method": j.method, "lr": j.lr,
-                     "config": config_label(st),
+                     "lr_decay": j.lr_decay, "config": config_label(st),
                      "options": json.dumps(st, sort_keys=True),
                      "seconds_to_level": float(r.get("arrivals", {}).get(
                          str(TUNE_LEVEL), math.nan)),
@@ -276,6 +297,13 @@ def _memory(r) -> dict:
             "start_rss_gb": start / gb if start else math.nan}
 
 
+def _decay_of(job: dict):
+    """The schedule's decay of a run's job (a dict of :class:`.jobs.Job`), or NaN for a
+    method without a rate (L-BFGS, scikit-learn: no schedule)."""
+    d = job.get("lr_decay")
+    return float(d) if d is not None and job.get("method") in RATE_METHODS else math.nan
+
+
 def target_rows(results, targets: dict) -> pd.DataFrame:
     """One row per run x level (:data:`TARGET_COLUMNS`): the seconds to the level read
     at validation checkpoints (empty when not reached) and the test log-loss at that
@@ -297,6 +325,7 @@ def target_rows(results, targets: dict) -> pd.DataFrame:
                          "status": r["status"],
                          "reason": str(r.get("reason", ""))[:200],
                          "lr": r["job"].get("lr"),
+                         "lr_decay": _decay_of(r["job"]),
                          "config": ch.get("config", ""),
                          "at_grid_edge": ch.get("at_grid_edge", ""),
                          "candidates": ch.get("candidates", 0),
@@ -340,7 +369,8 @@ def curve_rows(results) -> pd.DataFrame:
             rows.append({"workload": r["workload"],
                          "family": families.family_of(job["method"]),
                          "method": job["method"], "seed": job["seed"],
-                         "lr": job.get("lr"), "config": ch.get("config", ""),
+                         "lr": job.get("lr"), "lr_decay": _decay_of(job),
+                         "config": ch.get("config", ""),
                          "status": r["status"], "checkpoint": i,
                          "seconds": float(p["seconds"]),
                          "epoch": float(p["epoch"]) if "epoch" in p else math.nan,

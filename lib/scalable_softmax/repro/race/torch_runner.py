@@ -12,7 +12,8 @@ minibatch and shared by its rows (TensorFlow's ``sampled_softmax_loss`` conventi
 label's logit against the negatives' logits, a negative equal to the row's label masked,
 the ``log Q`` correction constant for a uniform proposal and so dropped), class rows in
 ``nn.Embedding(K, D, sparse=True)``, ``optim.SGD``. The torch runs use the same
-schedule as ours, ``lr * 0.9**(epoch - 1)``, at most ``max_epochs`` epochs. Their
+schedule as ours, ``lr * lr_decay**(epoch - 1)`` (the job's ``lr_decay``), at most
+``max_epochs`` epochs. Their
 options are checked against the registry's schema (:data:`.methods.METHODS`).
 """
 from __future__ import annotations
@@ -22,7 +23,6 @@ import time
 
 import numpy as np
 
-from scalable_softmax.protocols import LR_DECAY
 from scalable_softmax.repro.race.jobs import classify_failure
 from scalable_softmax.repro.race.methods import METHODS, TORCH_LAYOUTS
 from scalable_softmax.validation import check_options
@@ -252,7 +252,7 @@ def run_torch(job, X, y, K, rec):
     steps = 0
     for e in range(1, job.max_epochs + 1):
         for g in opt.param_groups:
-            g["lr"] = job.lr * LR_DECAY ** (e - 1)
+            g["lr"] = job.lr * job.lr_decay ** (e - 1)
         rec.start()
         data.epoch(rng.permutation(N))
         for a in range(0, N, B):
