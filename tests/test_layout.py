@@ -214,8 +214,8 @@ def test_at_most_16_entries_flat_in_the_package():
     assert len(flat) <= 16, f"{len(flat)} modules and packages in {PKG}: {sorted(flat)}"
 
 
-@pytest.mark.parametrize("module", ["scalable_softmax.repro.runs",
-                                    "scalable_softmax.repro.runner"])
+@pytest.mark.parametrize("module", ["scalable_softmax.repro.machinery.runs",
+                                    "scalable_softmax.repro.machinery.runner"])
 def test_collection_modules_import(module):
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
 
