@@ -1,9 +1,9 @@
 """Sphinx settings of the project's static site (``make site``).
 
-The site is built by ``python -m scalable_softmax.repro.machinery.site build``, which stages the README
-(as the front page), the math notes (docs/math.md), the executed notebooks and the
-committed tables and figures into ``build/site-src`` and runs Sphinx there with this
-file (``sphinx-build -c docs/site``). Everything is local: no page loads anything from
+The site is built by ``python -m scalable_softmax.repro.machinery.site build``, which
+stages the README (as the front page), the math notes (docs/math.md), the executed
+notebooks and the committed tables and figures into ``build/site-src`` and runs Sphinx
+there with this file (``sphinx-build -c docs/site``). Everything is local: no page loads anything from
 the network.
 """
 import scalable_softmax
