@@ -13,7 +13,8 @@ imports the library. The wing is grouped by what each part serves:
   :mod:`~.fagan.real_large_k` (13, the paper's study at K = 10,000); with the paper's
   printed numbers and the authors' recorded runs (:mod:`~.fagan.paper`) and the
   summaries of many runs and seed-by-seed claims (:mod:`~.fagan.reporting`; its
-  :class:`~.fagan.reporting.Findings` is what every notebook checks its findings with);
+  :class:`~.fagan.reporting.Findings` checks every notebook's findings, through the
+  runner);
 * :mod:`.titsias` -- the experiments of Titsias (2016): :mod:`~.titsias.nonparametric`
   (08), :mod:`~.titsias.toy2d` (09), :mod:`~.titsias.ove_classification` (10);
 * :mod:`.race` -- the race of notebooks 12 and 14 (its runners, targets, tuning, seeds
@@ -27,10 +28,13 @@ imports the library. The wing is grouped by what each part serves:
   loads (:mod:`~.machinery.blaskernel`), the numbers the README and docs quote
   (:mod:`~.machinery.numbers`) and the HTML site (:mod:`~.machinery.site`).
 
-The papers' folders import the machinery and not each other; the machinery reads two
-helpers of :mod:`.fagan` lazily, where they run (the runner's
-:class:`~.fagan.reporting.Findings` and :func:`~.fagan.timing.cpu_model`), and the
-numbers and the site read the race's tables through :mod:`.race`.
+The papers' folders and the race import the machinery, and the papers' folders never
+import each other (tests/test_layout.py). The machinery reaches into :mod:`.fagan` in
+three places only: the runner's :class:`~.fagan.reporting.Findings` and
+:func:`~.fagan.timing.cpu_model` (both lazily) and :mod:`~.machinery.runs`, which
+re-exports the paper's data sets, methods and tables of :mod:`~.fagan.paper` (and
+checks a run's data set against them); the numbers and the site read the race's tables
+through :mod:`.race`.
 
 The package needs the library's ``repro`` extra (``pip install 'scalable_softmax[repro]'``;
 ``make venv`` installs it in a checkout): importing it without the extra's packages
