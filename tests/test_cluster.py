@@ -35,7 +35,7 @@ distributed = pytest.importorskip("distributed")
 
 DASK = Path(sys.executable).with_name("dask")
 #: the package source the client runs (the nodes run it too, unless told otherwise)
-LIB = Path(ex.__file__).resolve().parents[2]
+LIB = Path(ex.__file__).resolve().parents[3]   # lib/ (repro/machinery/runs.py is 4 deep)
 
 
 def _write_data(raw: Path, seed: int, N: int = 300) -> Path:
