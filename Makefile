@@ -33,9 +33,9 @@ help:  ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 	@echo
 	@echo "One notebook at its small smoke settings (seconds to minutes; writes under build/smoke/):"
-	@echo "  $(BIN)/python -m scalable_softmax.repro.runner run 09-ove-toy-2d --profile smoke"
+	@echo "  $(BIN)/python -m scalable_softmax.repro.machinery.runner run 09-ove-toy-2d --profile smoke"
 	@echo "At the papers' settings without touching the record (writes under build/explore/):"
-	@echo "  $(BIN)/python -m scalable_softmax.repro.runner run 09-ove-toy-2d --profile full"
+	@echo "  $(BIN)/python -m scalable_softmax.repro.machinery.runner run 09-ove-toy-2d --profile full"
 	@echo "Only make reproduce / reproduce-extra write tables/, figures/ and notebooks/executed/."
 
 # remade when the lock or pyproject.toml changes or when .venv's Python is not $(PY_VERSION);
@@ -104,7 +104,7 @@ LIB_SOURCES := $(shell find lib -name '*.py' -not -path '*/__pycache__/*')
 # settings, the library or the data changed. --publish (here and nowhere else) writes the
 # record: tables/, figures/ and the committed executed copy notebooks/executed/$*.ipynb
 build/executed/full/%.ipynb: notebooks/%.ipynb params/%.yaml $(LIB_SOURCES) $(DATA_STAMP) | $(STAMP)
-	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m scalable_softmax.repro.runner run $* --profile full --publish
+	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m scalable_softmax.repro.machinery.runner run $* --profile full --publish
 
 # notebook 06 assembles Table 3 from notebook 02's runs (read back from build/runs)
 build/executed/full/06-paper-tables.ipynb: build/executed/full/02-dataset-run.ipynb
@@ -117,16 +117,16 @@ tables/data-table1.md: $(LIB_SOURCES) $(DATA_STAMP) | $(STAMP)
 
 # the end-to-end time of `make reproduce` (.venv, data, Table 1, notebooks) is measured
 # here and written to tables/PROVENANCE.md; then the README's and docs' quoted numbers are
-# recomputed from the new tables (python -m scalable_softmax.repro.numbers). Its own files
+# recomputed from the new tables (python -m scalable_softmax.repro.machinery.numbers). Its own files
 # go under build/ (build/reproduce.started); keep a run's log there too
 # (make reproduce > build/reproduce.log 2>&1): the repository's root holds only the entries
 # tests/test_layout.py declares, and a committed log at the root fails the tests
 reproduce:  ## regenerate every table and figure, the executed notebooks and PROVENANCE.md
 	@mkdir -p build && date -u +%Y-%m-%dT%H:%M:%SZ > build/reproduce.started
 	@$(MAKE) --no-print-directory reproduce-steps
-	$(BIN)/python -m scalable_softmax.repro.runner provenance --profile full \
+	$(BIN)/python -m scalable_softmax.repro.machinery.runner provenance --profile full \
 	  --run reproduce --started "$$(cat build/reproduce.started)"
-	$(BIN)/python -m scalable_softmax.repro.numbers render
+	$(BIN)/python -m scalable_softmax.repro.machinery.numbers render
 
 reproduce-steps: data tables/data-table1.md $(EXECUTED)
 
@@ -146,9 +146,9 @@ $(PEERS_STAMP): $(STAMP) $(PEERS_LOCK)
 reproduce-extra:  ## also the extensions (notebook 11: Table 3 at our tuned rates; 12: peers; 13: real data at K = 10,000; 14: the crossover in K)
 	@mkdir -p build && date -u +%Y-%m-%dT%H:%M:%SZ > build/reproduce-extra.started
 	@$(MAKE) --no-print-directory reproduce-steps reproduce-extra-steps
-	$(BIN)/python -m scalable_softmax.repro.runner provenance --profile full \
+	$(BIN)/python -m scalable_softmax.repro.machinery.runner provenance --profile full \
 	  --run reproduce-extra --started "$$(cat build/reproduce-extra.started)"
-	$(BIN)/python -m scalable_softmax.repro.numbers render
+	$(BIN)/python -m scalable_softmax.repro.machinery.numbers render
 
 targets: $(BENCH_STAMP) data  ## the race's reference runs: tables/targets.csv, the targets of notebooks 12 and 14 (params/targets.yaml; about an hour on 2 cores; not part of reproduce-extra)
 	$(BIN)/python -m scalable_softmax.repro.race.targets --profile full
@@ -172,11 +172,11 @@ test: $(STAMP)  ## lint, then run the unit tests and every notebook's smoke run 
 	  echo "warning: the data could not be fetched (above): the tests that need them will be reported as skipped"; }
 	rm -rf build/prepared/smoke
 	@if ls notebooks/[0-9][0-9]-*.ipynb >/dev/null 2>&1; then \
-	  $(BIN)/python -m scalable_softmax.repro.runner prepare all --profile smoke >/dev/null; fi
+	  $(BIN)/python -m scalable_softmax.repro.machinery.runner prepare all --profile smoke >/dev/null; fi
 	SCALABLE_SOFTMAX_PROGRESS=off OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
 	  $(NBVAL_OPTS) \
 	  tests $$(test -d build/prepared/smoke && echo build/prepared/smoke)
-	test ! -d build/prepared/smoke || $(BIN)/python -m scalable_softmax.repro.verify --tables build/smoke/tables --record $(SMOKE_RECORD)
+	test ! -d build/prepared/smoke || $(BIN)/python -m scalable_softmax.repro.machinery.verify --tables build/smoke/tables --record $(SMOKE_RECORD)
 	@test ! -d build/prepared/smoke || $(MAKE) --no-print-directory test-second-kernel
 
 # the BLAS-sensitive smoke notebooks again, under another OpenBLAS kernel (x86-64; say
@@ -189,12 +189,12 @@ test-second-kernel: $(STAMP)
 	rm -rf build/runs-second-kernel $(BLAS_SENSITIVE:%=build/smoke/tables/%.csv) $(BLAS_SENSITIVE:%=build/smoke/tables/%-*.csv)
 	SOFTMAX_RUN_CACHE=$(CURDIR)/build/runs-second-kernel SCALABLE_SOFTMAX_PROGRESS=off \
 	  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
-	  $(BIN)/python -m scalable_softmax.repro.blaskernel --coretype $(SECOND_CORETYPE) -- \
+	  $(BIN)/python -m scalable_softmax.repro.machinery.blaskernel --coretype $(SECOND_CORETYPE) -- \
 	  $(BIN)/python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile \
 	  $(NBVAL_OPTS) \
 	  $(BLAS_SENSITIVE:%=build/prepared/smoke/%.ipynb)
 	@if $(BIN)/python -c 'import platform, sys; sys.exit(platform.machine().lower() not in ("x86_64", "amd64"))'; then \
-	  $(BIN)/python -m scalable_softmax.repro.verify --tables build/smoke/tables --record $(SMOKE_RECORD) \
+	  $(BIN)/python -m scalable_softmax.repro.machinery.verify --tables build/smoke/tables --record $(SMOKE_RECORD) \
 	    --notebooks $(BLAS_SENSITIVE); fi
 
 # a rerun checked against the record: every table of tables/ (or VERIFY_TABLES) against
@@ -204,7 +204,7 @@ VERIFY_TABLES ?= tables
 VERIFY_RECORD ?= HEAD
 NOTEBOOKS ?=
 verify: $(STAMP)  ## compare tables/ (e.g. after make reproduce) with the committed record, within params/tolerances.yaml (NOTEBOOKS="..." for part of it)
-	$(BIN)/python -m scalable_softmax.repro.verify --tables $(VERIFY_TABLES) --record $(VERIFY_RECORD) \
+	$(BIN)/python -m scalable_softmax.repro.machinery.verify --tables $(VERIFY_TABLES) --record $(VERIFY_RECORD) \
 	  $(if $(strip $(NOTEBOOKS)),--notebooks $(NOTEBOOKS))
 
 # the smoke profile's tables that make test checks its smoke runs against; regenerate
@@ -212,9 +212,9 @@ verify: $(STAMP)  ## compare tables/ (e.g. after make reproduce) with the commit
 SMOKE_RECORD := tests/smoke-record
 smoke-record: $(STAMP)  ## rerun every notebook's smoke profile and store its tables in tests/smoke-record
 	rm -rf build/smoke/tables
-	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m scalable_softmax.repro.runner run all --profile smoke
+	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m scalable_softmax.repro.machinery.runner run all --profile smoke
 	mkdir -p $(SMOKE_RECORD) && rm -f $(SMOKE_RECORD)/*.csv && cp build/smoke/tables/*.csv $(SMOKE_RECORD)/
-	$(BIN)/python -m scalable_softmax.repro.runner record-nbval all
+	$(BIN)/python -m scalable_softmax.repro.machinery.runner record-nbval all
 
 $(BENCH_STAMP): $(STAMP) $(PEERS_LOCK)
 	$(BIN)/python -m pip install --quiet --require-hashes -r $(PEERS_LOCK)
@@ -236,10 +236,10 @@ lab: $(STAMP)  ## open the notebooks in JupyterLab (prints the URL to open; Ctrl
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 site: $(STAMP)  ## static HTML site in build/site from the executed notebooks, README, docs/math.md
-	$(BIN)/python -m scalable_softmax.repro.site build
+	$(BIN)/python -m scalable_softmax.repro.machinery.site build
 
 # headless Chromium is installed only when asked: make site-check INSTALL=1. The browser is
-# any of chromium, chromium-browser, google-chrome (as repro/site.py looks for it); the
+# any of chromium, chromium-browser, google-chrome (as repro/machinery/site.py looks for it); the
 # hint fits the system (/etc/os-release): Debian's apt package chromium, Ubuntu's snap
 # (Ubuntu's apt package chromium-browser only installs the snap) or Google Chrome
 INSTALL ?=
@@ -261,7 +261,7 @@ site-check: site  ## open the site in headless Chromium: screenshots in build/si
 	    ubuntu) hint="on Ubuntu: sudo snap install chromium (the apt package chromium-browser only installs that snap), or Google Chrome (google-chrome) from https://www.google.com/chrome/; or run make site-check INSTALL=1 to have make install the snap";; \
 	    *) hint="with your system's package manager: Chromium or Google Chrome (make site-check INSTALL=1 can install it on Debian and Ubuntu only)";; esac; \
 	    echo "error: no headless browser: none of chromium, chromium-browser, google-chrome is on PATH; install one $$hint"; exit 1; fi; }
-	$(BIN)/python -m scalable_softmax.repro.site screenshots
+	$(BIN)/python -m scalable_softmax.repro.machinery.site screenshots
 
 clean:  ## remove build/ (run cache, numba cache, site) and .pytest_cache (keeps data, figures, tables, notebooks/executed)
 	rm -rf build .pytest_cache

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from scalable_softmax.repro.timing import machine_info  # noqa: F401  (one description of the machine)
+from scalable_softmax.repro.fagan.timing import machine_info  # noqa: F401  (one description of the machine)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -62,7 +62,7 @@ from scalable_softmax.kernels import prefetch_w as _prefetch_w
 from scalable_softmax.kernels import sampled as ksampled
 from scalable_softmax.kernels import sgd as ksgd
 from scalable_softmax.methods import full, sampled, sgd
-from scalable_softmax.repro.timing import peak_rss_bytes
+from scalable_softmax.repro.fagan.timing import peak_rss_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

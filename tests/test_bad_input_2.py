@@ -243,7 +243,7 @@ def test_the_memory_reading_is_plausible():
                                   "[&a [1,1,1,1,1,1,1,1,1], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a],"
                                   " &c [*b,*b,*b,*b,*b,*b,*b,*b,*b], [*c,*c,*c,*c,*c,*c,*c]]"])
 def test_yaml_aliases_are_refused_in_p_values(text):
-    from scalable_softmax.repro.runner import NotebookParameterError, parse_value
+    from scalable_softmax.repro.machinery.runner import NotebookParameterError, parse_value
 
     t0 = time.perf_counter()
     with pytest.raises(NotebookParameterError, match=r"aliases \(\*name\) are not accepted"):
@@ -252,7 +252,7 @@ def test_yaml_aliases_are_refused_in_p_values(text):
 
 
 def test_deep_yaml_nesting_is_an_error_not_a_recursion_traceback():
-    from scalable_softmax.repro.runner import NotebookParameterError, parse_value
+    from scalable_softmax.repro.machinery.runner import NotebookParameterError, parse_value
 
     with pytest.raises(NotebookParameterError, match="nested"):
         parse_value("[" * 5000 + "]" * 5000)
@@ -264,7 +264,7 @@ def test_deep_yaml_nesting_is_an_error_not_a_recursion_traceback():
 
 def test_yaml_aliases_are_refused_in_parameter_files(tmp_path, monkeypatch):
     from scalable_softmax import paths
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
 
     monkeypatch.setattr(paths, "PARAMS", tmp_path)
     (tmp_path / "99-x.yaml").write_text("full:\n  a: &x [1, 2]\n  b: *x\n")
@@ -481,7 +481,7 @@ def test_max_points_must_be_an_integer(tmp_path, bad):
                                        ({"seed": 1.9}, "seed"), ({"seed": -1}, "seed"),
                                        ({"eval_epochs": [True]}, "eval_epochs")])
 def test_runspec_make_uses_fits_rules(kw, field):
-    from scalable_softmax.repro.runs import RunSpec
+    from scalable_softmax.repro.machinery.runs import RunSpec
 
     lr = kw.pop("lr", 0.1)
     with pytest.raises(ValueError, match=rf"RunSpec\.{field}"):
@@ -599,13 +599,13 @@ def test_a_cache_dir_that_is_a_file_fails_before_building(tmp_path):
 # ---------------------------------------------------------------------------
 
 def _notebooks():
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
 
     return runner.known_notebooks()
 
 
 def test_every_parameter_of_every_notebook_has_an_allowed_rule():
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
 
     missing = {nb: [k for k in runner.declared_parameters(nb)
                     if k != runner.OUTPUT_ROOT and k not in runner.load_allowed(nb)]
@@ -622,7 +622,7 @@ def test_every_parameter_of_every_notebook_has_an_allowed_rule():
                                              ("03-learning-rate-tuning", "learning_rates",
                                               "[0.1, .inf]")])
 def test_runner_check_refuses_non_finite_numbers(name, key, text, capsys):
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
 
     params = runner.effective_params(name, "full", {key: runner.parse_value(text)})
     with pytest.raises(runner.NotebookParameterError, match=rf"parameter {key} = .*not a "
@@ -666,7 +666,7 @@ def _kind(v):
 
 @pytest.fixture(scope="module")
 def notebook_parameters():
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
 
     return {nb: (runner.declared_parameters(nb), runner.load_allowed(nb),
                  runner.load_params(nb, "full")) for nb in _notebooks()}
@@ -682,7 +682,7 @@ def test_property_yaml_values_across_every_notebooks_parameters(notebook_paramet
     any_of rule names)."""
     import yaml
 
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
 
     nb = data.draw(st.sampled_from(sorted(notebook_parameters)))
     declared, rules, full = notebook_parameters[nb]

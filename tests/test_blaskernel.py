@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from scalable_softmax.repro import blaskernel
+from scalable_softmax.repro.machinery import blaskernel
 
 x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
                          reason="OPENBLAS_CORETYPE selects x86-64 kernels only")

@@ -1,5 +1,5 @@
-"""Tests of scalable_softmax.repro.derivations: the helpers against hand values and independent
-computations, and every check on tiny instances (the notebook 00-derivation-checks
+"""Tests of scalable_softmax.repro.fagan.derivations: the helpers against hand values and
+independent computations, and every check on tiny instances (the notebook 00-derivation-checks
 runs them at full size)."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import scipy.sparse as sp
 
 from scalable_softmax import objectives as ob
 from scalable_softmax._atomic import file_mode
-from scalable_softmax.repro import derivations as C
-from scalable_softmax.repro import outputs as O
+from scalable_softmax.repro.fagan import derivations as C
+from scalable_softmax.repro.machinery import outputs as O
 
 
 @pytest.fixture

@@ -29,13 +29,13 @@ import pytest
 
 import faultlib as fl
 from scalable_softmax import paths
-from scalable_softmax.repro import runs as ex
+from scalable_softmax.repro.machinery import runs as ex
 
 distributed = pytest.importorskip("distributed")
 
 DASK = Path(sys.executable).with_name("dask")
 #: the package source the client runs (the nodes run it too, unless told otherwise)
-LIB = Path(ex.__file__).resolve().parents[2]
+LIB = Path(ex.__file__).resolve().parents[3]   # lib/ (repro/machinery/runs.py is 4 deep)
 
 
 def _write_data(raw: Path, seed: int, N: int = 300) -> Path:
@@ -232,7 +232,7 @@ def test_a_worker_that_reads_other_data_is_refused(cluster, shared, client_env):
 
 
 CLIENT = textwrap.dedent("""
-    from scalable_softmax.repro import runs as ex
+    from scalable_softmax.repro.machinery import runs as ex
     specs = [ex.RunSpec.make("eurlex", "umax", 0.01, seed=s, epochs=100_000,
                              monitor_rows=100, test=False) for s in (0, 1)]
     ex.run_all(specs, cache_dir=CACHE, scheduler=SCHEDULER, progress=False)

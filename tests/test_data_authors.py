@@ -24,7 +24,7 @@ from scalable_softmax.data import ChecksumError, DataFormatError, MissingDataErr
 from scalable_softmax.data import authors as A
 from scalable_softmax.data import registry as R
 from scalable_softmax.data.__main__ import main as cli
-from scalable_softmax.repro.paper import load_recorded
+from scalable_softmax.repro.fagan.paper import load_recorded
 
 MIRROR = paths.mirror_dir()
 CSV = A.CSV_PATH

@@ -156,7 +156,7 @@ def test_the_scan_finds_each_kind_of_problem():
 
 
 def test_merge_streams_joins_consecutive_outputs_of_one_stream():
-    from scalable_softmax.repro.runner import merge_streams
+    from scalable_softmax.repro.machinery.runner import merge_streams
 
     nb = {"cells": [_cell([_stream("a\n"), _stream(["b\n", "c\n"]), _stream("e1\n", "stderr"),
                            _stream("d\n"), _result("x", **{"text/html": "<b>x</b>"}),
@@ -173,7 +173,7 @@ def test_merge_streams_joins_consecutive_outputs_of_one_stream():
 def test_a_pool_worker_holds_one_data_set_at_a_time(monkeypatch):
     """The cause of loky's "A worker stopped ..." warnings: a worker kept the splits of
     every data set of a sweep and outgrew loky's memory-leak allowance (300 MB)."""
-    from scalable_softmax.repro import runs
+    from scalable_softmax.repro.machinery import runs
 
     cleared = []
 
@@ -202,7 +202,7 @@ def test_every_notebook_has_its_committed_executed_copy_or_awaits_the_record():
     """The record is one run of every notebook: each has ``notebooks/executed/NAME.ipynb``
     except those added since, listed in one place (``runner.AWAITING_RECORD``) until the
     next record run publishes them, when they must leave the list."""
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
 
     names = runner.known_notebooks()
     assert set(runner.AWAITING_RECORD) <= set(names), runner.AWAITING_RECORD
@@ -220,7 +220,7 @@ def smoke_outputs(tmp_path_factory):
     found = _executed(SMOKE)
     if found:
         return found
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
 
     own = paths.BUILD / f"test-executed-clean-{os.getpid()}"
     out = tmp_path_factory.mktemp("smoke") / f"{SMALL}.ipynb"

@@ -1,4 +1,4 @@
-"""Cached training runs (scalable_softmax.repro.runs)."""
+"""Cached training runs (scalable_softmax.repro.machinery.runs)."""
 import math
 
 import numpy as np
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from scalable_softmax.fit import fit
-from scalable_softmax.repro import runs as ex
+from scalable_softmax.repro.machinery import runs as ex
 
 
 def _spec(**kw):

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 import faultlib as fl
-from scalable_softmax.repro import runs as ex
+from scalable_softmax.repro.machinery import runs as ex
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_the_code_version_covers_every_module_a_run_imports(tmp_path):
     imported must be among those hashed into CODE_VERSION."""
     code = textwrap.dedent("""
         import json, sys
-        from scalable_softmax.repro import runs as ex
+        from scalable_softmax.repro.machinery import runs as ex
         from scalable_softmax.methods import METHODS, get_trainer_class
         for m in METHODS:
             full = getattr(get_trainer_class(m), "full_batch", False)

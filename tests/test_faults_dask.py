@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalable_softmax.repro import runs as ex
+from scalable_softmax.repro.machinery import runs as ex
 
 distributed = pytest.importorskip("distributed")
 

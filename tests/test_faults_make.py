@@ -29,7 +29,7 @@ case "$1" in
         venv) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && cp "$0" "$3/bin/ruff" &&
                 echo "home = /fake" > "$3/pyvenv.cfg" ;;
         pip|pytest) ;;
-        scalable_softmax.repro.runner)
+        scalable_softmax.repro.machinery.runner)
           if [ "$3" = run ]; then
             mkdir -p build/executed/full && touch "build/executed/full/$4.ipynb"
           fi ;;
@@ -155,7 +155,7 @@ def test_the_notebooks_rerun_when_the_data_change_and_only_then(project):
                              env=env, capture_output=True, text=True, timeout=60)
         assert got.returncode == 0, got.stdout + got.stderr
         new = (project / "calls.log").read_text()[len(before):]
-        return "-m scalable_softmax.repro.runner run 00-x" in new
+        return "-m scalable_softmax.repro.machinery.runner run 00-x" in new
 
     assert make("sha-a  bibtex/bibtex-train.arff.gz")
     assert not make("sha-a  bibtex/bibtex-train.arff.gz")     # nothing changed

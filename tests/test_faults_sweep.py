@@ -16,11 +16,11 @@ import pytest
 
 import faultlib as fl
 from scalable_softmax import paths
-from scalable_softmax.repro import runs as ex
+from scalable_softmax.repro.machinery import runs as ex
 
 SWEEP = textwrap.dedent("""
     import json
-    from scalable_softmax.repro import runs as ex
+    from scalable_softmax.repro.machinery import runs as ex
     specs = [ex.RunSpec.make("eurlex-surrogate", m, 0.1, seed=s, epochs=EPOCHS,
                              monitor_rows=300, data_options={"scale": 0.1})
              for s in (0, 1, 2) for m in ("umax", "implicit")]
@@ -128,8 +128,8 @@ def _write_project(root):
             import matplotlib
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
-            from scalable_softmax.repro import outputs as checks
-            from scalable_softmax.repro import runs as ex""")),
+            from scalable_softmax.repro.machinery import outputs as checks
+            from scalable_softmax.repro.machinery import runs as ex""")),
         nbformat.v4.new_code_cell('cache_dir = ""\nout_dir = ""\nmarkers = ""\ntag = "a"\n'
                                   'pause = 0.0\nfail = False',
                                   metadata={"tags": ["parameters"]}),
@@ -161,7 +161,7 @@ def _runner(root, **params):
     return textwrap.dedent(f"""
         from pathlib import Path
         from scalable_softmax import paths
-        from scalable_softmax.repro import runner as notebooks
+        from scalable_softmax.repro.machinery import runner as notebooks
         root = Path({str(root)!r})
         paths.NOTEBOOKS, paths.PARAMS, paths.BUILD = (root / "notebooks", root / "params",
                                                       root / "build")
@@ -272,7 +272,7 @@ def test_a_failing_notebook_publishes_nothing(published, tmp_path):
 def test_recover_publishes_a_committed_stage_and_drops_an_unfinished_one(tmp_path,
                                                                          monkeypatch):
     """The two states a SIGKILL can leave a stage in, made without a kill."""
-    from scalable_softmax.repro import outputs as publish
+    from scalable_softmax.repro.machinery import outputs as publish
 
     monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
     out = tmp_path / "out"

@@ -1,4 +1,4 @@
-"""U-max on the two double-sum formulations (scalable_softmax.repro.formulations):
+"""U-max on the two double-sum formulations (scalable_softmax.repro.fagan.formulations):
 the ratio table and the invariants of notebook 05 on hand-made runs, and one tiny fit."""
 import math
 from types import SimpleNamespace
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax.repro import formulations as fm
+from scalable_softmax.repro.fagan import formulations as fm
 
 matplotlib.use("Agg")
 

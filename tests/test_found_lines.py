@@ -11,15 +11,14 @@ import pandas as pd
 import pytest
 
 from scalable_softmax import paths
-from scalable_softmax.repro import (
+from scalable_softmax.repro.fagan import (
     formulations,
     instability,
-    nonparametric,
     real_large_k,
     timing,
-    toy2d,
     tuning,
 )
+from scalable_softmax.repro.titsias import nonparametric, toy2d
 
 
 def _table(name: str, **kwargs) -> pd.DataFrame:
@@ -115,7 +114,7 @@ def test_13_rows_come_from_the_tables():
 
 
 def test_06_mean_abs_log_ratio():
-    from scalable_softmax.repro import paper_tables as pt
+    from scalable_softmax.repro.fagan import paper_tables as pt
     pub = pd.DataFrame({"ove": [2.0, 4.0], "umax": [1.0, np.nan]}, index=["a", "b"])
     assert pt.mean_abs_log_ratio(pub, pub, ["a", "b"], ["ove", "umax"]) == 0.0
     # the cells finite in both: a, ove; a, umax; b, ove (b, umax is NaN)
@@ -125,7 +124,7 @@ def test_06_mean_abs_log_ratio():
 
 
 def test_06_lines_on_a_small_study():
-    from scalable_softmax.repro import paper_tables as pt
+    from scalable_softmax.repro.fagan import paper_tables as pt
     methods = ["ove", "umax", "implicit"]
     t = pd.DataFrame({"ove": [2.0, 3.0], "umax": [1.5, 1.2], "implicit": [1.0, 1.0]},
                      index=["bibtex", "delicious"])

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from scalable_softmax import objectives
-from scalable_softmax.repro.instability import replay
+from scalable_softmax.repro.fagan.instability import replay
 
 
 def _problem(seed=0, N=40, D=6, K=5):
@@ -49,7 +49,7 @@ def test_bad_arguments():
 # notebook 01's study functions
 # ---------------------------------------------------------------------------
 
-from scalable_softmax.repro import instability as I  # noqa: E402
+from scalable_softmax.repro.fagan import instability as I  # noqa: E402
 
 
 def _sparse_problem(seed=0, N=60, D=8, K=4):
@@ -119,7 +119,7 @@ def test_replay_runs_gradient_table_summary_and_figures():
 def test_seed_claims_count_the_seeds_and_one_overflow_refutes_a_claim_about_every_run():
     import pandas as pd
 
-    from scalable_softmax.repro import instability as ins
+    from scalable_softmax.repro.fagan import instability as ins
 
     def table(umax_diverged):
         return pd.DataFrame(dict(method=["vanilla", "vanilla", "umax", "umax"],

@@ -173,7 +173,7 @@ DEBIAN = 'NAME="Debian GNU/Linux"\nID=debian\n'
 def test_site_check_finds_each_browser_name(tmp_path, browser):
     proc = _site_check(tmp_path, UBUNTU, browser)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "would run: -m scalable_softmax.repro.site screenshots" in proc.stdout
+    assert "would run: -m scalable_softmax.repro.machinery.site screenshots" in proc.stdout
 
 
 @pytest.mark.parametrize("os_release, hint", [

@@ -1,7 +1,7 @@
 """Same numbers from any launcher: a notebook run through nbclient in a plain
 environment (no thread variables, as Run All in JupyterLab or nbconvert) writes the
 same tables, byte for byte, as the runner (what make runs); the notebooks pin their
-threads themselves (repro.runner.pin_threads)."""
+threads themselves (repro.machinery.runner.pin_threads)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from scalable_softmax import paths
-from scalable_softmax.repro import runner
+from scalable_softmax.repro.machinery import runner
 
 pytestmark = pytest.mark.slow
 

@@ -7,6 +7,9 @@ reproduction collection (``scalable_softmax.repro``), with one boundary between 
 * the import graph of ``lib/`` has no circle and no module imports another module's
   private name (shared helpers have a home of their own);
 * at most 16 modules and packages sit flat in the package's top folder;
+* the collection is four folders by what each part serves (each paper's experiments,
+  the race, the machinery of the notebooks), and the papers' folders do not import each
+  other;
 * ``fit()`` is at most 100 lines, its epoch loop and history assembly functions of their
   own, and no function other than a compiled kernel is over 120 lines.
 """
@@ -214,8 +217,30 @@ def test_at_most_16_entries_flat_in_the_package():
     assert len(flat) <= 16, f"{len(flat)} modules and packages in {PKG}: {sorted(flat)}"
 
 
-@pytest.mark.parametrize("module", ["scalable_softmax.repro.runs",
-                                    "scalable_softmax.repro.runner"])
+#: the collection's folders, each for what it serves (``scalable_softmax.repro``'s
+#: docstring is their map): one per paper's experiments, the race, and the machinery
+#: that runs, checks and publishes the notebooks
+REPRO_GROUPS = {"fagan", "titsias", "race", "machinery"}
+#: the papers' folders: neither imports the other
+PAPERS = ("fagan", "titsias")
+
+
+def test_the_collection_is_grouped_by_what_each_part_serves():
+    repro = PKG / "repro"
+    flat = sorted(p.name for p in repro.iterdir()
+                  if (p.suffix == ".py" and p.name != "__init__.py")
+                  or (p.is_dir() and (p / "__init__.py").exists()))
+    assert flat == sorted(REPRO_GROUPS), (f"{repro} holds {flat}: a module goes into the "
+                                          f"folder of what it serves, {sorted(REPRO_GROUPS)}")
+    modules, edges = _graph()
+    bad = sorted((m, t) for m, ts in edges.items() for t in ts for a in PAPERS for b in PAPERS
+                 if a != b and m.startswith(f"scalable_softmax.repro.{a}")
+                 and t.startswith(f"scalable_softmax.repro.{b}"))
+    assert not bad, f"one paper's experiments import the other's: {bad}"
+
+
+@pytest.mark.parametrize("module", ["scalable_softmax.repro.machinery.runs",
+                                    "scalable_softmax.repro.machinery.runner"])
 def test_collection_modules_import(module):
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
 

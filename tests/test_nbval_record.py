@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 from scalable_softmax import paths
-from scalable_softmax.repro import runner
+from scalable_softmax.repro.machinery import runner
 
 REPO = paths.ROOT
 SANITIZE = REPO / "tests" / "nbval" / "sanitize.cfg"

@@ -149,7 +149,7 @@ def test_the_generic_tests_pick_it_up(registered):
 
 
 def test_the_method_table_and_the_figures_know_it(registered):
-    from scalable_softmax.repro import site, style
+    from scalable_softmax.repro.machinery import site, style
 
     table = "\n".join(site.method_table())
     assert f'``"{registered}"``' in table and "``test_new_method.ToyTrainer``" in table

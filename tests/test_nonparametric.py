@@ -6,7 +6,7 @@ import pytest
 from scipy.special import softmax
 
 from scalable_softmax.kernels.nonparametric import ove_steps
-from scalable_softmax.repro import nonparametric as npm
+from scalable_softmax.repro.titsias import nonparametric as npm
 
 
 def test_kernel_matches_reference():

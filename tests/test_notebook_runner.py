@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from scalable_softmax import paths
-from scalable_softmax.repro import runner as notebooks
-from scalable_softmax.repro.reporting import Findings, finding
+from scalable_softmax.repro.fagan.reporting import Findings, finding
+from scalable_softmax.repro.machinery import runner as notebooks
 
 FULL = "full:\n  epochs: 50\n  seed: 0\n"
 
@@ -291,7 +291,7 @@ def test_run_with_an_override_never_publishes(project):
 def _setup_and_report(threads):
     import numba
 
-    from scalable_softmax.repro import runs as experiments
+    from scalable_softmax.repro.machinery import runs as experiments
 
     experiments.worker_setup(threads)
 
@@ -407,7 +407,7 @@ def test_every_params_file_says_what_its_values_may_be():
 
 
 def test_staged_paths_print_as_their_destination(tmp_path, monkeypatch):
-    from scalable_softmax.repro import outputs
+    from scalable_softmax.repro.machinery import outputs
 
     monkeypatch.setenv(outputs.ENV, str(tmp_path / "stage"))
     dest = tmp_path / "repo" / "tables" / "t.csv"

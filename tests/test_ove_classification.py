@@ -1,4 +1,4 @@
-"""The computations of notebook 10 (``scalable_softmax.repro.ove_classification``) on a
+"""The computations of notebook 10 (``scalable_softmax.repro.titsias.ove_classification``) on a
 tiny random problem: the four runs of a case, their assembly, the tables, the
 invariants and the figures."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
-from scalable_softmax.repro import ove_classification as oc  # noqa: E402
+from scalable_softmax.repro.titsias import ove_classification as oc  # noqa: E402
 
 
 def _case(seed, N=60, Nt=30, D=6, K=4):

@@ -432,7 +432,7 @@ def test_installed_wheel_keeps_its_data_outside_its_install(wheel, tmp_path):
     # nothing was written inside the install
     assert _tree(venv) == before
     # the collection's machinery says which extra it needs
-    run = subprocess.run([str(py), "-m", "scalable_softmax.repro.runner", "--help"],
+    run = subprocess.run([str(py), "-m", "scalable_softmax.repro.machinery.runner", "--help"],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
     assert run.returncode != 0
     assert "'repro' extra" in run.stderr and "scalable_softmax[repro]" in run.stderr

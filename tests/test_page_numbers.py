@@ -1,7 +1,7 @@
 """Every number of the README and the docs pages is rendered or declared.
 
 Every page (``README.md`` and each ``docs/*.md``) has a template of the same name in
-``docs/templates/`` and is written from it by :mod:`scalable_softmax.repro.numbers`, so
+``docs/templates/`` and is written from it by :mod:`scalable_softmax.repro.machinery.numbers`, so
 that no page escapes this test (a new page comes with its template); a number inside
 ``<!--= ... -->`` is computed from the record's tables or the benchmarks' results and
 cannot fall behind a rerun. Every other number of a template's
@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from scalable_softmax import paths
-from scalable_softmax.repro import numbers
+from scalable_softmax.repro.machinery import numbers
 
 CONSTANTS = paths.ROOT / "params" / "page-constants.yaml"
 
@@ -103,7 +103,7 @@ def test_every_page_has_a_template():
         "pages without a template, whose numbers nothing checks: "
         + ", ".join(str(p.relative_to(paths.ROOT)) for p in missing)
         + ". Copy each page to docs/templates/<the same name>, edit only that (then run: "
-          "python -m scalable_softmax.repro.numbers render) and declare its hand-typed "
+          "python -m scalable_softmax.repro.machinery.numbers render) and declare its hand-typed "
           "numbers in params/page-constants.yaml.")
 
 
@@ -122,8 +122,8 @@ def test_every_number_of_a_page_is_rendered_or_declared(template):
         f"{template}: numbers typed by hand, neither rendered from the tables nor declared "
         f"in {CONSTANTS.name}: "
         + ", ".join(f"line {n}: {x}" for n, x in missing)
-        + ". Render a result with <!--= ... --> (scalable_softmax.repro.numbers); declare "
-          "a paper value, setting or constant with its reason.")
+        + ". Render a result with <!--= ... --> (scalable_softmax.repro.machinery.numbers); "
+          "declare a paper value, setting or constant with its reason.")
 
 
 def test_every_declaration_is_needed_and_has_a_reason():

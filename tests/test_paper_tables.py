@@ -1,12 +1,12 @@
-"""Table 3 from runs (scalable_softmax.repro.paper_tables), on small synthetic inputs."""
+"""Table 3 from runs (scalable_softmax.repro.fagan.paper_tables), on small synthetic inputs."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from scalable_softmax.repro import paper as authors
-from scalable_softmax.repro import paper_tables as pt
+from scalable_softmax.repro.fagan import paper as authors
+from scalable_softmax.repro.fagan import paper_tables as pt
 
 METHODS = ["ove", "nce", "is", "vanilla", "umax", "implicit"]
 DATASETS = ["mnist", "eurlex"]
@@ -182,7 +182,7 @@ def _seed_runs(used, seeds=(0, 1, 2), umax=None, diverged=()):
 
 
 def _judge(runs, methods=METHODS):
-    from scalable_softmax.repro import main_study
+    from scalable_softmax.repro.fagan import main_study
     summary_of = {"p-a": main_study.choose_used(runs, DATASETS, methods)}
     used_of = {"p-a": summary_of["p-a"][summary_of["p-a"].used]}
     tables = pt.table3_versions(used_of, DATASETS, methods, _recorded())

@@ -1,5 +1,5 @@
 """Named protocols (scalable_softmax.protocols), RunSpec.protocol and the authors' recorded
-runs (scalable_softmax.repro.paper)."""
+runs (scalable_softmax.repro.fagan.paper)."""
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,8 +8,8 @@ import scipy.sparse as sp
 from scalable_softmax import protocols
 from scalable_softmax.fit import fit
 from scalable_softmax.protocols import PROTOCOL_METHODS, fit_kwargs
-from scalable_softmax.repro import paper as authors
-from scalable_softmax.repro import runs as ex
+from scalable_softmax.repro.fagan import paper as authors
+from scalable_softmax.repro.machinery import runs as ex
 
 
 def test_authors_code_is_math_section_11():

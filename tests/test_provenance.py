@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from scalable_softmax import paths
-from scalable_softmax.repro import runner
+from scalable_softmax.repro.machinery import runner
 
 
 @pytest.fixture()
@@ -45,8 +45,8 @@ def test_provenance_names_the_blas_kernel_cpu_and_library_versions(build, monkey
     import scipy
     from threadpoolctl import threadpool_info
 
-    from scalable_softmax.repro import blaskernel
-    from scalable_softmax.repro.timing import cpu_model
+    from scalable_softmax.repro.fagan.timing import cpu_model
+    from scalable_softmax.repro.machinery import blaskernel
 
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")   # named as set (not applied here)
     text = runner.write_provenance("full", out=build / "PROVENANCE.md").read_text()
@@ -68,14 +68,14 @@ def test_describe_blas_of_given_libraries():
             {"user_api": "blas", "internal_api": "openblas", "version": "0.3.30",
              "architecture": "Haswell"},
             {"user_api": "openmp", "internal_api": "openmp", "version": None}]
-    from scalable_softmax.repro import blaskernel
+    from scalable_softmax.repro.machinery import blaskernel
     assert blaskernel.describe_blas(info, None) == \
         "openblas 0.3.30, kernel Haswell (OPENBLAS_CORETYPE not set)"
     assert blaskernel.describe_blas([], "Prescott") == "no BLAS library found by threadpoolctl"
 
 
 def test_a_record_without_the_kernel_line_says_not_recorded():
-    from scalable_softmax.repro import blaskernel
+    from scalable_softmax.repro.machinery import blaskernel
     committed = (paths.TABLES / "PROVENANCE.md").read_text()
     got = blaskernel.recorded_blas(committed)
     if blaskernel.BLAS_LINE in committed:       # a record made since the line exists
@@ -90,7 +90,7 @@ def test_a_record_from_two_commits_names_each_notebooks(tmp_path, monkeypatch):
     # line says so; one commit: the plain two-column table
     import yaml
 
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
 
     monkeypatch.setattr(runner.paths, "BUILD", tmp_path / "build")
     folder = tmp_path / "build" / "executed" / "full"
@@ -106,8 +106,8 @@ def test_a_record_from_two_commits_names_each_notebooks(tmp_path, monkeypatch):
     assert f"| 14-crossover | 2.0 | {head[:12]}" in text
     assert "the commit column below" in text
     assert "numba's target CPU: " in text
-    # the pages read each notebook's seconds and commit back (repro.numbers)
-    from scalable_softmax.repro import numbers
+    # the pages read each notebook's seconds and commit back (repro.machinery.numbers)
+    from scalable_softmax.repro.machinery import numbers
 
     got = numbers.Tables(tmp_path).provenance()
     assert got["seconds"] == {"00-a": 1.5, "14-crossover": 2.0}
@@ -121,7 +121,7 @@ def test_a_record_from_two_commits_names_each_notebooks(tmp_path, monkeypatch):
 def test_a_notebooks_run_records_its_commit(tmp_path, monkeypatch):
     import yaml
 
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
 
     monkeypatch.setattr(runner.paths, "BUILD", tmp_path / "build")
     runner._record_duration("07-x", "full", 3.14159)

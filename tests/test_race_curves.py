@@ -115,7 +115,7 @@ def test_every_race_method_is_drawn_in_a_colour_a_reader_tells_apart():
     family its own line style."""
     from itertools import combinations
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
     from scalable_softmax.repro.race import plots
     from scalable_softmax.repro.race.methods import METHODS
 
@@ -173,7 +173,7 @@ def test_the_race_cli_writes_the_curves_table_and_figure(monkeypatch, tmp_path):
     import matplotlib
     matplotlib.use("Agg")
 
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
     from scalable_softmax.repro.race import cli, targets
 
     curves, rows, _ = _panel()

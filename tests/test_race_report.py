@@ -91,7 +91,7 @@ def test_target_rows_report_each_runs_own_peak_memory():
 def test_peak_after_a_reset_is_what_ran_since():
     import numpy as np
 
-    from scalable_softmax.repro import timing
+    from scalable_softmax.repro.fagan import timing
 
     if not timing.reset_peak_rss():
         pytest.skip("this system cannot reset the peak resident set (/proc/self/clear_refs)")
@@ -109,7 +109,7 @@ def test_peak_after_a_reset_is_what_ran_since():
 def test_notebook_parameters_are_the_race_cli_s(notebook, profile):
     """params/12-peers.yaml and 14-crossover.yaml hold params/race.yaml's values (the
     notebook and python -m scalable_softmax.repro.race.cli run one race)."""
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
     from scalable_softmax.repro.race import cli
 
     race = runner.load_params("race", profile)

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from scalable_softmax.evaluate import evaluate
 from scalable_softmax.fit import piece_seed
-from scalable_softmax.repro import timing
+from scalable_softmax.repro.fagan import timing
 from scalable_softmax.repro.race import isolate as ISO
 from scalable_softmax.repro.race import jobs as J
 from scalable_softmax.repro.race import methods as RM
@@ -877,7 +877,7 @@ def test_piece_seeds_differ_and_are_reproducible():
 
 
 def test_the_pages_quote_the_piece_rule_from_the_code(monkeypatch):
-    from scalable_softmax.repro.numbers import Tables
+    from scalable_softmax.repro.machinery.numbers import Tables
 
     assert Tables.piece_rule() == {"per_cap": 64, "min_ms": 10}
     monkeypatch.setattr(OURS, "PIECE_FRACTION", 1 / 32)

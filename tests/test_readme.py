@@ -2,7 +2,7 @@
 exactly.
 
 Every number the README and the docs pages quote from a table is an expression in the
-page's template (``docs/templates/``) rendered by :mod:`scalable_softmax.repro.numbers`;
+page's template (``docs/templates/``) rendered by :mod:`scalable_softmax.repro.machinery.numbers`;
 these tests hold the committed pages to a fresh render with the committed tables, so a
 rerun that changes a number cannot leave the text behind, and the committed pages stay
 readable as text (no template syntax, no overlong lines).
@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from scalable_softmax import paths
-from scalable_softmax.repro import numbers
+from scalable_softmax.repro.machinery import numbers
 
 README = paths.ROOT / "README.md"
 DOCS = paths.ROOT / "docs"
@@ -64,7 +64,7 @@ def test_committed_pages_equal_a_fresh_render_of_their_templates():
     assert sum(len(numbers.bindings(f)) for f in files) >= 40
     problems = numbers.check_files(files, paths.TABLES)
     assert not problems, ("\n".join(problems) + "\nedit docs/templates/, then run: "
-                          "python -m scalable_softmax.repro.numbers render")
+                          "python -m scalable_softmax.repro.machinery.numbers render")
 
 
 def test_committed_pages_read_as_text():

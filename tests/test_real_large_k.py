@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalable_softmax.repro import main_study
-from scalable_softmax.repro import real_large_k as rl
-from scalable_softmax.repro import runs as ex
+from scalable_softmax.repro.fagan import main_study
+from scalable_softmax.repro.fagan import real_large_k as rl
+from scalable_softmax.repro.machinery import runs as ex
 
 METHODS = ["ove", "nce", "is", "vanilla", "umax", "implicit"]
 D = "20news-words"

@@ -10,7 +10,8 @@ import logging
 import numpy as np
 import pytest
 
-from scalable_softmax.repro import runner, toy2d
+from scalable_softmax.repro.machinery import runner
+from scalable_softmax.repro.titsias import toy2d
 
 papermill_exceptions = pytest.importorskip("papermill.exceptions")
 nbclient_exceptions = pytest.importorskip("nbclient.exceptions")

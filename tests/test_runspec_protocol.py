@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import scalable_softmax.protocols as protocols
-from scalable_softmax.repro import runs
+from scalable_softmax.repro.machinery import runs
 
 fit_mod = importlib.import_module("scalable_softmax.fit")  # the module, not the function
 

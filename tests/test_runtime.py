@@ -1,4 +1,4 @@
-"""scalable_softmax.repro.timing: synthetic data, epoch seconds, slopes, row targets and the
+"""scalable_softmax.repro.fagan.timing: synthetic data, epoch seconds, slopes, row targets and the
 timing wrapper around fit (structure only: no assertion depends on the machine's speed)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from scalable_softmax.repro import timing as rt
+from scalable_softmax.repro.fagan import timing as rt
 
 # ---------------------------------------------------------------------------
 # synthetic_sparse
@@ -234,7 +234,7 @@ def test_time_datasets_table_and_checks(fake_datasets, tmp_path):
                                ref.seconds_per_datapoint.to_numpy() / um)
     assert "softmax-sgd_over_umax" not in rt.dataset_table(runs, info, fake_datasets, ["ove"])
     runs_table = runs[rt.RUNS_COLUMNS]
-    from scalable_softmax.repro import outputs
+    from scalable_softmax.repro.machinery import outputs
     csv, md = outputs.write_table(runs_table, "t", tmp_path, title="t")
     rt.check_written([(csv, runs_table), (md, runs_table)])
     with pytest.raises(AssertionError):

@@ -13,7 +13,7 @@ pytest.importorskip("sphinx")
 pytest.importorskip("myst_nb")
 
 from scalable_softmax import paths  # noqa: E402
-from scalable_softmax.repro import site as site_mod  # noqa: E402
+from scalable_softmax.repro.machinery import site as site_mod  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ NAMES = sorted(p.stem for p in paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    from scalable_softmax.repro import runner as notebooks
+    from scalable_softmax.repro.machinery import runner as notebooks
     root = tmp_path_factory.mktemp("site")
     smoke = root / "executed" / "smoke"
     notebooks.run(SMOKE_NOTEBOOK, "smoke", out=smoke / f"{SMOKE_NOTEBOOK}.ipynb")

@@ -1,5 +1,5 @@
 """The site pages of notebooks 12 and 14 open with the race's verdicts, computed from the
-record's tables, and their long tables are collapsed below (repro.site.race_summary,
+record's tables, and their long tables are collapsed below (repro.machinery.site.race_summary,
 collapse_long_tables). Headless Chromium checks the built pages in ``make site-check``."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pandas as pd
 
 from scalable_softmax import paths
-from scalable_softmax.repro import site
+from scalable_softmax.repro.machinery import site
 from scalable_softmax.repro.race import report
 
 SMOKE = paths.ROOT / "tests" / "smoke-record"

@@ -1,13 +1,13 @@
-"""The paper's study driver (scalable_softmax.repro.main_study) and the run summaries
-(scalable_softmax.repro.reporting)."""
+"""The paper's study driver (scalable_softmax.repro.fagan.main_study) and the run summaries
+(scalable_softmax.repro.fagan.reporting)."""
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from scalable_softmax.repro import main_study as study
-from scalable_softmax.repro import reporting as rp
+from scalable_softmax.repro.fagan import main_study as study
+from scalable_softmax.repro.fagan import reporting as rp
 
 
 def _runs():
@@ -121,7 +121,7 @@ def test_ratio_dots_draw_one_point_per_series_and_method():
     # the method names are the style's, in the method's colour darkened for text
     ticks = axes[0].get_xticklabels()
     assert [t.get_text() for t in ticks] == ["OVE", "Implicit SGD"]
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
     assert matplotlib.colors.same_color(ticks[1].get_color(), style.text_color("implicit"))
     assert matplotlib.colors.same_color(ticks[0].get_color(), style.text_color("ove"))
     assert not axes[0].patches                                  # points, never bars
@@ -146,7 +146,7 @@ def test_ratio_table_md_shows_missing_rows():
 
 
 # ---------------------------------------------------------------------------
-# notebook 02's tables, figure and checks (scalable_softmax.repro.main_study)
+# notebook 02's tables, figure and checks (scalable_softmax.repro.fagan.main_study)
 # ---------------------------------------------------------------------------
 
 def _shapes():

@@ -18,8 +18,8 @@ import pytest  # noqa: E402
 from scalable_softmax import paths, progress  # noqa: E402
 from scalable_softmax.methods import METHODS  # noqa: E402
 from scalable_softmax.protocols import PROTOCOL_METHODS  # noqa: E402
-from scalable_softmax.repro import style  # noqa: E402
-from scalable_softmax.repro.instability import REPLAY_METHODS  # noqa: E402
+from scalable_softmax.repro.fagan.instability import REPLAY_METHODS  # noqa: E402
+from scalable_softmax.repro.machinery import style  # noqa: E402
 
 
 def _notebooks():
@@ -55,7 +55,7 @@ def test_every_notebook_draws_with_the_style_and_decides_its_outputs_by_profile(
     notebooks = _notebooks()
     assert len(notebooks) >= 10
     for name, code in notebooks:
-        assert "style.use()" in code, f"{name}: call scalable_softmax.repro.style.use()"
+        assert "style.use()" in code, f"{name}: call scalable_softmax.repro.machinery.style.use()"
         assert f'runner.profile_outputs("{name}", globals())' in code, name
         assert "paths.TABLES" not in code and "paths.FIGURES" not in code, \
             f"{name}: write under out.tables / out.figures (profile_outputs), never paths.TABLES"
@@ -162,7 +162,7 @@ def test_no_warning_in_an_executed_notebook_with_progress_bars(tmp_path):
         "sys.modules['ipywidgets'] = None   # as in a kernel without ipywidgets\n"
         "import numpy as np, scipy.sparse as sp\n"
         "from matplotlib.figure import Figure\n"
-        "from scalable_softmax.repro import style\n"
+        "from scalable_softmax.repro.machinery import style\n"
         "from scalable_softmax.fit import fit\n"
         "from scalable_softmax.progress import tqdm\n"
         "style.use()\n"
@@ -250,7 +250,7 @@ def test_the_sensitivity_figure_keeps_every_diverged_rate_visible():
     import numpy as np
     import pandas as pd
 
-    from scalable_softmax.repro import tuning
+    from scalable_softmax.repro.fagan import tuning
 
     matplotlib.use("Agg")
     rates = [1e-3, 1e-2, 1e-1, 1.0]

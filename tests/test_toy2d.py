@@ -1,9 +1,9 @@
-"""The 2-D toy problem of notebook 09 (repro.toy2d)."""
+"""The 2-D toy problem of notebook 09 (repro.titsias.toy2d)."""
 import numpy as np
 import pytest
 from scipy.optimize import approx_fprime
 
-from scalable_softmax.repro import toy2d
+from scalable_softmax.repro.titsias import toy2d
 
 
 @pytest.fixture(scope="module")

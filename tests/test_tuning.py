@@ -1,4 +1,4 @@
-"""Learning-rate tuning and sensitivity (scalable_softmax.repro.tuning): the choices of
+"""Learning-rate tuning and sensitivity (scalable_softmax.repro.fagan.tuning): the choices of
 notebooks 03 and 04 on small hand-made grids whose answers are known."""
 import math
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalable_softmax.repro import tuning
+from scalable_softmax.repro.fagan import tuning
 
 matplotlib.use("Agg")
 
@@ -249,7 +249,7 @@ def test_sensitivity_seed_claims_judge_the_means_and_every_seed():
     import numpy as np
     import pandas as pd
 
-    from scalable_softmax.repro import tuning as tu
+    from scalable_softmax.repro.fagan import tuning as tu
 
     methods = ["umax", "implicit"]
     variants = tu.sensitivity_variants(methods, nce_11=False)

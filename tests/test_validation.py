@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from scalable_softmax import validation
 from scalable_softmax.evaluate import evaluate
 from scalable_softmax.fit import FitResult, fit
-from scalable_softmax.repro import runner, runs
+from scalable_softmax.repro.machinery import runner, runs
 
 
 def _problem(seed=0, N=40, D=5, K=3):

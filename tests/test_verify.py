@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from scalable_softmax import paths
-from scalable_softmax.repro import verify
+from scalable_softmax.repro.machinery import verify
 
 
 @pytest.fixture(scope="module")
@@ -276,7 +276,7 @@ def test_smoke_record_is_consistent_with_the_declarations(capsys):
 
 
 def test_the_kernels_of_both_machines_are_printed(rerun, record_dir, capsys):
-    from scalable_softmax.repro.blaskernel import BLAS_LINE, describe_blas
+    from scalable_softmax.repro.machinery.blaskernel import BLAS_LINE, describe_blas
     # the committed record may predate the kernel line: "not recorded"
     status, out = _run(rerun, capsys=capsys)
     lines = out.splitlines()

@@ -1,9 +1,9 @@
 """Sphinx settings of the project's static site (``make site``).
 
-The site is built by ``python -m scalable_softmax.repro.site build``, which stages the README
-(as the front page), the math notes (docs/math.md), the executed notebooks and the
-committed tables and figures into ``build/site-src`` and runs Sphinx there with this
-file (``sphinx-build -c docs/site``). Everything is local: no page loads anything from
+The site is built by ``python -m scalable_softmax.repro.machinery.site build``, which
+stages the README (as the front page), the math notes (docs/math.md), the executed
+notebooks and the committed tables and figures into ``build/site-src`` and runs Sphinx
+there with this file (``sphinx-build -c docs/site``). Everything is local: no page loads anything from
 the network.
 """
 import scalable_softmax
@@ -52,12 +52,12 @@ autodoc_default_options = {"show-inheritance": False}
 def setup(app):
     """The ``method-table`` directive of docs/api.md: the registered methods and the
     facts their trainer classes declare
-    (:func:`scalable_softmax.repro.site.method_table`)."""
+    (:func:`scalable_softmax.repro.machinery.site.method_table`)."""
     from docutils import nodes
     from docutils.statemachine import StringList
     from sphinx.util.docutils import SphinxDirective
 
-    from scalable_softmax.repro.site import method_table
+    from scalable_softmax.repro.machinery.site import method_table
 
     class MethodTable(SphinxDirective):
         def run(self):

@@ -16,15 +16,16 @@ notebook (an IPython kernel) or when standard error is a terminal; a log file or
 gets no ``fit umax: 0%| | 0/20`` fragments.
 
 ``SCALABLE_SOFTMAX_PROGRESS=off`` disables every bar. The notebook runner
-(:mod:`scalable_softmax.repro.runner`) sets it for the notebooks it executes: an
+(:mod:`scalable_softmax.repro.machinery.runner`) sets it for the notebooks it executes: an
 executed notebook is a record, and every refresh of a text bar would stay in it as one
 more output (carriage-return fragments with ``it/s`` rates), so the executed copies hold
 the results and the lines the notebooks print, never a bar.
 
-:func:`scalable_softmax.repro.runs.compile_kernels` runs each method once on a tiny problem under a
-progress bar, so that numba's compilation (about 12 s in all on a fresh cache, then read back from
-``NUMBA_CACHE_DIR`` in well under a second per method) is visible and is paid before a
-sweep starts its worker processes, which then read the compiled kernels from the cache.
+:func:`scalable_softmax.repro.machinery.runs.compile_kernels` runs each method once on a
+tiny problem under a progress bar, so that numba's compilation (about 12 s in all on a
+fresh cache, then read back from ``NUMBA_CACHE_DIR`` in well under a second per method)
+is visible and is paid before a sweep starts its worker processes, which then read the
+compiled kernels from the cache.
 """
 from __future__ import annotations
 

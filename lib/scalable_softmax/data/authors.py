@@ -6,7 +6,7 @@ registered raw files (``authors-results/log-tricks-6f9129b/<name>`` in the data
 directory, each with its sha256 and its raw-file URL at that commit). ``make data``
 obtains them like every other raw file and then calls :func:`build_table3_csv`, which
 writes ``authors-results/table3-runs-6f9129b.csv`` (the file
-:func:`scalable_softmax.repro.paper.load_recorded` reads) from them: one row per recorded
+:func:`scalable_softmax.repro.fagan.paper.load_recorded` reads) from them: one row per recorded
 point, columns :data:`COLUMNS`, each value printed with 6 significant digits (``%.6g``)
 and ``epoch`` the pickle's zero-based recorded epoch + 1. The result is checked against
 the registered sha256 of the CSV before it is written (atomically).

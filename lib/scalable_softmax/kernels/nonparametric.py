@@ -1,5 +1,5 @@
 """The numba kernel of notebook 08's nonparametric One-vs-Each experiment
-(:mod:`scalable_softmax.repro.nonparametric`, which holds its plain NumPy reference
+(:mod:`scalable_softmax.repro.titsias.nonparametric`, which holds its plain NumPy reference
 ``_ove_steps_reference`` and the driver ``ove_sgd``).
 
 ``ove_steps(f, y, neg, start, n_iter, b, S, lr, wbuf)``

@@ -6,7 +6,7 @@
     :func:`scalable_softmax.evaluate.evaluate` and a kernel benchmark use.
 ``pin_numba_threads(n)``
     set the count for the rest of the process, without restoring it: the pin of a
-    notebook (:func:`scalable_softmax.repro.runner.pin_threads`) or of a worker process.
+    notebook (:func:`scalable_softmax.repro.machinery.runner.pin_threads`) or of a worker process.
 
 Both take at most numba's pool (``NUMBA_NUM_THREADS``, fixed when numba starts) and at
 least 1; ``n = None`` leaves the count as it is. They do not validate: an option

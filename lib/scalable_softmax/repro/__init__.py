@@ -2,21 +2,39 @@
 Titsias (2016) compute, as tested functions, and the machinery that runs them.
 
 Nothing of the model library (``scalable_softmax`` outside this package) imports it; it
-imports the library. By concern:
+imports the library. The wing is grouped by what each part serves:
 
-* the papers' printed numbers and the authors' recorded runs -- :mod:`.paper`;
-* training runs, their cache and executors (local pool, Dask) -- :mod:`.runs`; the
-  paper's main study -- :mod:`.main_study`;
-* what each notebook computes -- :mod:`.derivations` (00), :mod:`.instability` (01),
-  :mod:`.main_study` (02), :mod:`.tuning` (03, 04), :mod:`.formulations` (05),
-  :mod:`.paper_tables` (06, 11), :mod:`.timing` (07), :mod:`.nonparametric` (08),
-  :mod:`.toy2d` (09), :mod:`.ove_classification` (10), the race of 12 and 14
-  (:mod:`.race`: its runners, targets, tuning, seeds and verdicts), with
-  :mod:`.reporting` for summaries of many runs;
-* outputs: staged tables and figures -- :mod:`.outputs`; one figure style -- :mod:`.style`;
-* the notebook runner and publishing the record -- :mod:`.runner`; the HTML site --
-  :mod:`.site`; a rerun against the record -- :mod:`.verify`; the numbers the README
-  and docs quote -- :mod:`.numbers`.
+* :mod:`.fagan` -- the experiments of Fagan & Iyengar (2018), one module per notebook:
+  :mod:`~.fagan.derivations` (00; its checks of Titsias' bounds too: one notebook checks
+  both papers' derivations), :mod:`~.fagan.instability` (01), :mod:`~.fagan.main_study`
+  (02), :mod:`~.fagan.tuning` (03, 04), :mod:`~.fagan.formulations` (05),
+  :mod:`~.fagan.paper_tables` (06, 11), :mod:`~.fagan.timing` (07; its machine and memory
+  readings serve notebooks 12 and 14, the runner and the race too),
+  :mod:`~.fagan.real_large_k` (13, the paper's study at K = 10,000); with the paper's
+  printed numbers and the authors' recorded runs (:mod:`~.fagan.paper`) and the
+  summaries of many runs and seed-by-seed claims (:mod:`~.fagan.reporting`; its
+  :class:`~.fagan.reporting.Findings` checks every notebook's findings, through the
+  runner);
+* :mod:`.titsias` -- the experiments of Titsias (2016): :mod:`~.titsias.nonparametric`
+  (08), :mod:`~.titsias.toy2d` (09), :mod:`~.titsias.ove_classification` (10);
+* :mod:`.race` -- the race of notebooks 12 and 14 (its runners, targets, tuning, seeds
+  and verdicts), a package of its own;
+* :mod:`.machinery` -- what runs, checks and publishes the notebooks, whichever paper
+  they serve: the notebook runner and publishing the record (:mod:`~.machinery.runner`),
+  staged tables and figures (:mod:`~.machinery.outputs`), one figure style
+  (:mod:`~.machinery.style`), training runs with their cache and executors (local pool,
+  Dask; :mod:`~.machinery.runs`, which both papers' experiments and the race's journal
+  use), a rerun against the record (:mod:`~.machinery.verify`), the BLAS kernel a run
+  loads (:mod:`~.machinery.blaskernel`), the numbers the README and docs quote
+  (:mod:`~.machinery.numbers`) and the HTML site (:mod:`~.machinery.site`).
+
+The papers' folders and the race import the machinery, and the papers' folders never
+import each other (tests/test_layout.py). The machinery reaches into :mod:`.fagan` in
+three places only: the runner's :class:`~.fagan.reporting.Findings` and
+:func:`~.fagan.timing.cpu_model` (both lazily) and :mod:`~.machinery.runs`, which
+re-exports the paper's data sets, methods and tables of :mod:`~.fagan.paper` (and
+checks a run's data set against them); the numbers and the site read the race's tables
+through :mod:`.race`.
 
 The package needs the library's ``repro`` extra (``pip install 'scalable_softmax[repro]'``;
 ``make venv`` installs it in a checkout): importing it without the extra's packages

@@ -154,7 +154,7 @@ def write_tables(notebook, rows, verdicts, tuning, out_dir, curves=None) -> list
 
 def main(argv=None) -> int:
     from scalable_softmax import paths
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
 
     ap = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.race.cli",
                                  description=__doc__.split("\n\n")[0])

@@ -296,7 +296,7 @@ def run_jobs(jobs, out_path=None):
     results so far are written to ``out_path`` (JSON, atomically).
 
     Before each job the process's peak resident set size is reset
-    (:func:`~scalable_softmax.repro.timing.reset_peak_rss`), so that each result's
+    (:func:`~scalable_softmax.repro.fagan.timing.reset_peak_rss`), so that each result's
     ``peak_rss_bytes`` is that job's own peak (its ``peak_rss_reset`` says whether the
     reset took effect; where it did not, the peak is the process's so far), and
     ``rss_at_reset_bytes`` the resident set it started from. Reference
@@ -306,7 +306,7 @@ def run_jobs(jobs, out_path=None):
     """
     import gc
 
-    from scalable_softmax.repro.timing import peak_rss_bytes, reset_peak_rss, rss_bytes
+    from scalable_softmax.repro.fagan.timing import peak_rss_bytes, reset_peak_rss, rss_bytes
 
     results = []
 

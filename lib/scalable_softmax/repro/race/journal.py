@@ -14,7 +14,7 @@ stopped race, it is not a cache of results.
 notebook, the workload, the race's parameters, the workload's reference validation
 log-loss, the sources of every library module the race imports (the import closure of
 :mod:`scalable_softmax.repro.race.cli` and of every runner the method registry names,
-:func:`scalable_softmax.repro.runs.run_modules`),
+:func:`scalable_softmax.repro.machinery.runs.run_modules`),
 the versions of the numerical libraries and of the peers (scikit-learn, PyTorch), and
 the content of the workload's data (its raw files' checksums, a surrogate's generator
 settings, or the bytes of notebook 14's problem file). An entry with another key, or one
@@ -47,12 +47,12 @@ class JournalWarning(UserWarning):
 
 
 def code_version() -> str:
-    """The training runs' code version (:func:`scalable_softmax.repro.runs.code_version`)
+    """The training runs' code version (:func:`scalable_softmax.repro.machinery.runs.code_version`)
     over the race's modules (the import closure of :mod:`.cli` and of every runner the
     method registry names by string), with the peers' versions."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from scalable_softmax.repro import runs
+    from scalable_softmax.repro.machinery import runs
     from scalable_softmax.repro.race import methods
 
     mods = runs.run_modules("scalable_softmax.repro.race.cli")
@@ -69,7 +69,7 @@ def code_version() -> str:
 
 
 def _data_fingerprint(data) -> dict:
-    from scalable_softmax.repro import runs
+    from scalable_softmax.repro.machinery import runs
 
     if str(data).endswith(".npz"):
         return {"file": hashlib.sha256(Path(data).read_bytes()).hexdigest()}

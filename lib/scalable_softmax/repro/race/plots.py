@@ -32,7 +32,7 @@ OUR_SERIES_COLORS = {"softmax-sgd": 0}
 def series_color(method: str) -> str:
     """The colour of ``method``'s series in the race's figures: the peers' from
     :data:`PEER_STYLES`, ours from :data:`OUR_SERIES_COLORS` or the method styles."""
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     if method in PEER_STYLES:
         return style.SERIES_COLORS[PEER_STYLES[method][0]]
@@ -71,7 +71,7 @@ def profile_figure(rows, by="family", levels=None, taus=None):
     the figure."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     prof = scoring.performance_profile(rows, by, taus)
     levels = sorted(prof.level.unique()) if levels is None else list(levels)
@@ -104,7 +104,7 @@ def profile_figure(rows, by="family", levels=None, taus=None):
 def legend_below(fig, axes, offset):
     """The first panel's legend under the figure (at most 4 columns, ``offset`` below
     its bottom edge); returns ``fig``. The layout stays the style's constrained layout
-    (``repro.style``; a ``tight_layout`` here switched it off with a UserWarning in the
+    (``repro.machinery.style``; a ``tight_layout`` here switched it off with a UserWarning in the
     executed notebooks), and the figure is saved with a tight bounding box, which keeps
     the legend."""
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -168,12 +168,12 @@ def curves_figure(curves, targets: dict, levels=(0.01, 0.05), ncols=3):
     target}}`` (:func:`targets_of`), each workload holding ``levels``; a panel per
     workload of ``targets``, in its order. A point at 0 training seconds has no place
     on the log axis and is left out. The legend is below the panels
-    (:func:`scalable_softmax.repro.style.legend_below`, in the constrained layout; no
+    (:func:`scalable_softmax.repro.machinery.style.legend_below`, in the constrained layout; no
     ``tight_layout``). Returns the figure.
     """
     from matplotlib.lines import Line2D
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
     from scalable_softmax.repro.race.families import workload_label
     from scalable_softmax.repro.race.methods import METHODS
 
@@ -245,7 +245,7 @@ def curves_figure(curves, targets: dict, levels=(0.01, 0.05), ncols=3):
 def _curve_style(method):
     """``(line style, marker, colour)`` of ``method``'s learning curves: its family's
     line style, its marker, its series colour."""
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
     from scalable_softmax.repro.race.families import family_of
 
     ls = FAMILY_STYLES.get(family_of(method), (0, "-", "o"))[1]

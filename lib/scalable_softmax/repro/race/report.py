@@ -76,7 +76,7 @@ def crossover_figure(rows: pd.DataFrame, crossover: pd.DataFrame, caps: dict):
     figure."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
     from scalable_softmax.repro.race.plots import FAMILY_STYLES, legend_below
 
     ft = scoring.family_times(rows)
@@ -270,7 +270,7 @@ def check_curves(rows: pd.DataFrame, curves: pd.DataFrame) -> None:
     assert not extra, f"curves of runs the targets rows lack: {sorted(map(str, extra))}"
 
 
-# --- the pages (README, results page), rendered by repro.numbers from the record ---
+# --- the pages (README, results page), rendered by repro.machinery.numbers from the record ---
 
 def _median_seconds(rows: pd.DataFrame, workload, level, by: str, who) -> float:
     """The median over seeds of ``who``'s (a family or a method) time to ``level`` on

@@ -202,7 +202,7 @@ def reference_of(table: pd.DataFrame, notebook: str, workload) -> float:
 
 def main(argv=None) -> int:
     from scalable_softmax import paths
-    from scalable_softmax.repro import runner
+    from scalable_softmax.repro.machinery import runner
 
     ap = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.race.targets",
                                  description="Run the race's reference runs and write "

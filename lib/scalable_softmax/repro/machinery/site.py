@@ -1,6 +1,6 @@
 """The project's static HTML site: the README, the math notes and the executed notebooks.
 
-``make site`` runs ``python -m scalable_softmax.repro.site build``:
+``make site`` runs ``python -m scalable_softmax.repro.machinery.site build``:
 
 1. **stage** into ``build/site-src`` (mirroring the repository's layout, so the relative
    links of the README and the notes work unchanged): ``README.md`` as the front page
@@ -20,7 +20,7 @@
    and what a reader sees (:func:`page_problems`: no raw pipe text, one parameters
    cell); the build fails if one is broken.
 
-``python -m scalable_softmax.repro.site screenshots`` (``make site-check``) opens pages in
+``python -m scalable_softmax.repro.machinery.site screenshots`` (``make site-check``) opens pages in
 headless Chromium, saves PNG screenshots under ``build/site-screenshots/`` and fails on
 what a reader must not see: a Markdown table left as raw pipe text or a second
 parameters cell (:func:`page_problems`, on every page's HTML), a table cut at the right
@@ -879,7 +879,7 @@ def _blank(png: Path) -> bool:
 # ---------------------------------------------------------------------------
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.site",
+    ap = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.machinery.site",
                                  description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="stage, build and check the site")

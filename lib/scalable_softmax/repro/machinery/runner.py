@@ -5,10 +5,10 @@ with two profiles: ``full`` (reproduces the paper: every parameter, equal to the
 defaults of the notebook's ``parameters`` cell) and ``smoke`` (changes to ``full`` for
 tiny data or epochs, for ``make test``)::
 
-    python -m scalable_softmax.repro.runner run 00-derivation-checks --profile smoke
-    python -m scalable_softmax.repro.runner run 00-derivation-checks --profile full
-    python -m scalable_softmax.repro.runner prepare 00-derivation-checks --profile smoke
-    python -m scalable_softmax.repro.runner run 09-ove-toy-2d -p n_per_class 20 -p seed 3
+    python -m scalable_softmax.repro.machinery.runner run 00-derivation-checks --profile smoke
+    python -m scalable_softmax.repro.machinery.runner run 00-derivation-checks --profile full
+    python -m scalable_softmax.repro.machinery.runner prepare 00-derivation-checks --profile smoke
+    python -m scalable_softmax.repro.machinery.runner run 09-ove-toy-2d -p n_per_class 20 -p seed 3
 
 ``run`` executes with ``-k python3``, an execution timeout and logged output into
 ``build/executed/<profile>/``; ``prepare`` only injects the parameters (for nbval,
@@ -30,7 +30,7 @@ called in every notebook's set-up cell), from its parameters and the publish ste
 * anything else (a ``-p`` override, or a parameters cell edited in Jupyter):
   ``build/explore/<notebook>/<hash of the parameters>/``, with a ``params.yaml`` saying
   what was run. The committed outputs are never touched, and the notebook's findings
-  are reported instead of asserted (:class:`scalable_softmax.repro.reporting.Findings`).
+  are reported instead of asserted (:class:`scalable_softmax.repro.fagan.reporting.Findings`).
 
 The ``full`` profile in ``params/<name>.yaml`` lists every parameter with the value of
 the notebook's ``parameters`` cell; the runner refuses to run when the two disagree.
@@ -85,8 +85,8 @@ EXECUTED_DIR = "executed"
 def publishing() -> bool:
     """True inside a notebook run by ``run NAME --profile full --publish`` (the publish
     step of ``make reproduce``): :data:`PUBLISH_ENV` is "1" and the run's outputs are
-    staged (:mod:`scalable_softmax.repro.outputs`)."""
-    from scalable_softmax.repro.outputs import ENV as STAGE_ENV
+    staged (:mod:`scalable_softmax.repro.machinery.outputs`)."""
+    from scalable_softmax.repro.machinery.outputs import ENV as STAGE_ENV
 
     return os.environ.get(PUBLISH_ENV) == "1" and bool(os.environ.get(STAGE_ENV))
 
@@ -503,7 +503,7 @@ class Outputs:
     @property
     def findings(self):
         if not hasattr(self, "_findings"):
-            from scalable_softmax.repro.reporting import Findings
+            from scalable_softmax.repro.fagan.reporting import Findings
             self._findings = Findings(self.profile)
         return self._findings
 
@@ -525,7 +525,7 @@ class Outputs:
         if not p.exists():
             raise FileNotFoundError(
                 f"{p}: not found; it is written by notebook {producer}. Run it first: "
-                f"python -m scalable_softmax.repro.runner run {producer} --profile {base}"
+                f"python -m scalable_softmax.repro.machinery.runner run {producer} --profile {base}"
                 + (" (or make reproduce)" if base == "full" else ""))
         return p
 
@@ -535,8 +535,8 @@ def _run_producer(name: str, profile: str) -> None:
     notebook unless it fails)."""
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-m", "scalable_softmax.repro.runner", "run", name,
-                           "--profile", profile], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "scalable_softmax.repro.machinery.runner",
+                           "run", name, "--profile", profile], capture_output=True, text=True,
                           cwd=paths.ROOT)
     if proc.returncode != 0:
         raise RuntimeError(f"running notebook {name} ({profile}) failed:\n"
@@ -699,14 +699,14 @@ def run(name: str, profile: str, out: Path | None = None, timeout: int | None = 
 
     The run's tables and figures are staged and published together with the executed
     copy when the notebook has run to its end, or not at all
-    (:mod:`scalable_softmax.repro.outputs`); the stages of killed runs are finished first.
+    (:mod:`scalable_softmax.repro.machinery.outputs`); the stages of killed runs are finished first.
     ``SIGTERM`` and ``SIGHUP`` stop the run like ``Ctrl-C``: nothing is published and
     no temporary file is left. On an error the executed copy is kept as
     ``<out>.failed.ipynb``.
     """
     import papermill as pm
 
-    from scalable_softmax.repro import outputs as publish_mod
+    from scalable_softmax.repro.machinery import outputs as publish_mod
 
     check_full_profile(name)
     timeout = cell_timeout(name) if timeout is None else timeout
@@ -872,7 +872,8 @@ def record_nbval(name: str, executed: Path | None = None, root: Path | None = No
     if not executed.is_file():
         raise FileNotFoundError(
             f"{executed}: no smoke run of {name} to record; run it first: python -m "
-            f"scalable_softmax.repro.runner run {name} --profile smoke (or make smoke-record)")
+            f"scalable_softmax.repro.machinery.runner run {name} --profile smoke "
+            "(or make smoke-record)")
     nb = strip_volatile(json.loads(executed.read_text()), name)
     cells = []
     for cell in nb["cells"]:
@@ -1102,8 +1103,8 @@ def write_provenance(profile: str = "full", out: Path | None = None) -> Path:
     import numpy
     import scipy
 
-    from scalable_softmax.repro.blaskernel import BLAS_LINE, describe_blas
-    from scalable_softmax.repro.timing import cpu_model
+    from scalable_softmax.repro.fagan.timing import cpu_model
+    from scalable_softmax.repro.machinery.blaskernel import BLAS_LINE, describe_blas
 
     cpu = cpu_model()
     lines = [
@@ -1221,9 +1222,9 @@ profiles (params/NAME.yaml):
           writes under build/explore/NAME/full/
 
 examples:
-  python -m scalable_softmax.repro.runner run 09-ove-toy-2d --profile smoke
-  python -m scalable_softmax.repro.runner run 09-ove-toy-2d -p seed 3
-  python -m scalable_softmax.repro.runner run all --profile smoke
+  python -m scalable_softmax.repro.machinery.runner run 09-ove-toy-2d --profile smoke
+  python -m scalable_softmax.repro.machinery.runner run 09-ove-toy-2d -p seed 3
+  python -m scalable_softmax.repro.machinery.runner run all --profile smoke
 
 Only make reproduce / make reproduce-extra pass --publish, which writes the record:
 tables/, figures/ and notebooks/executed/.
@@ -1244,7 +1245,7 @@ def _run_from_command_line(name: str, args, overrides: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line (``--help``); returns the exit status (2: a usage error)."""
-    parser = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.runner",
+    parser = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.machinery.runner",
                                      description=__doc__.splitlines()[0],
                                      epilog=USAGE_EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

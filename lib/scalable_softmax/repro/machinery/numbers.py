@@ -17,8 +17,8 @@ every page from its template and the tables; ``check`` renders them afresh and l
 committed page that differs (page, line, shown, computed), so a test holds the pages to the
 committed record and ``make reproduce`` rewrites them after a run::
 
-    python -m scalable_softmax.repro.numbers check  [--tables DIR] [TEMPLATE ...]
-    python -m scalable_softmax.repro.numbers render [--tables DIR] [TEMPLATE ...]
+    python -m scalable_softmax.repro.machinery.numbers check  [--tables DIR] [TEMPLATE ...]
+    python -m scalable_softmax.repro.machinery.numbers render [--tables DIR] [TEMPLATE ...]
 
 Without templates: every ``docs/templates/*.md``. Edit the template, never the rendered
 page (``check`` reports a page edited by hand as differing).
@@ -390,7 +390,7 @@ class Tables:
 
         import yaml
 
-        from scalable_softmax.repro import runner
+        from scalable_softmax.repro.machinery import runner
         prov = self.folder / "PROVENANCE.md"
         m = re.search(r"^- commit: ([0-9a-f]{7,40})", prov.read_text(), re.M) \
             if prov.is_file() else None
@@ -571,7 +571,7 @@ def render_files(files, tables_dir: Path, root: Path | None = None) -> list[Path
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.numbers",
+    ap = argparse.ArgumentParser(prog="python -m scalable_softmax.repro.machinery.numbers",
                                  description="Check or write the README and the docs pages "
                                              "from their templates (docs/templates/) and "
                                              "the tables they quote.")
@@ -593,7 +593,7 @@ def main(argv=None) -> int:
             print(p)
         print(f"{len(files)} page(s), {n} quoted numbers: "
               + (f"{len(problems)} line(s) differ from a fresh render with {args.tables} "
-                 "(run: python -m scalable_softmax.repro.numbers render)"
+                 "(run: python -m scalable_softmax.repro.machinery.numbers render)"
                  if problems else f"all agree with {args.tables}"))
         return 1 if problems else 0
     try:

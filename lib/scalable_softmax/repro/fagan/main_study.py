@@ -2,7 +2,7 @@
 rates, several seeds, with the step-down rule for diverging runs.
 
 Notebook 02 runs it and draws the learning curves; notebook 06 calls it with the same
-settings and gets every run back from the run cache (:mod:`scalable_softmax.repro.runs`)
+settings and gets every run back from the run cache (:mod:`scalable_softmax.repro.machinery.runs`)
 to assemble Table 3. The rest of notebook 02 is here too: its monitoring plan
 (:func:`monitoring`), the columns and preamble of its tables, Figure 1
 (:func:`plot_figure1`), the numbers its findings quote (:func:`best_report`), where the
@@ -16,8 +16,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from scalable_softmax.repro import reporting as rp
-from scalable_softmax.repro import runs as ex
+from scalable_softmax.repro.fagan import reporting as rp
+from scalable_softmax.repro.machinery import runs as ex
 
 __all__ = ["resolve_datasets", "run_paper_methods", "choose_used", "SAMPLED_METHODS",
            "SUMMARY_COLUMNS", "RUNS_MD_COLUMNS", "CURVES_MD_COLUMNS", "TIME_PARTS",
@@ -244,7 +244,7 @@ def plot_figure1(hist: pd.DataFrame, summary: pd.DataFrame, shapes: pd.DataFrame
     import matplotlib.pyplot as plt
     import matplotlib.ticker as mt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     datasets = list(shapes.dataset)
     used = summary[summary.used]
@@ -292,7 +292,7 @@ def best_report(summary: pd.DataFrame, shapes: pd.DataFrame, methods) -> str:
     """The numbers notebook 02's findings quote: per data set the method with the lowest
     final train log-loss at its ``used`` rate and every method's value, then every
     configuration with a diverged seed."""
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     used = summary[summary.used]
     best = used.loc[used.groupby("dataset").train_log_loss_mean.idxmin(), ["dataset", "method"]]
@@ -318,7 +318,7 @@ def found_lines(summary: pd.DataFrame, shapes: pd.DataFrame, methods) -> list[st
     with a diverged seed, the biased baselines' exact log-loss, errors and defective
     metric, the double-sum methods' test log-loss, the seeds' spread and the seconds per
     epoch. The data sets are ``shapes``' (:func:`resolve_datasets`)."""
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     used = summary[summary.used]
     lines = []

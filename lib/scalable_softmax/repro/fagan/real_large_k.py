@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from scalable_softmax.repro import paper as authors
-from scalable_softmax.repro import tuning
-from scalable_softmax.repro.paper_tables import (
+from scalable_softmax.repro.fagan import paper as authors
+from scalable_softmax.repro.fagan import tuning
+from scalable_softmax.repro.fagan.paper_tables import (
     BIASED,
     DOUBLE_SUM,
     claim_columns,
@@ -25,7 +25,7 @@ from scalable_softmax.repro.paper_tables import (
     run_seeds,
     seed_used,
 )
-from scalable_softmax.repro.runs import EXTENSION_DATASETS, results_frame, run_all
+from scalable_softmax.repro.machinery.runs import EXTENSION_DATASETS, results_frame, run_all
 
 __all__ = ["tune", "tuning_table", "row_table", "judge_claims", "ordering",
            "verdicts", "ratio_figure", "PUBLISHED_ORDER", "CLAIMS", "RANGE_TEMPLATES",
@@ -219,7 +219,7 @@ def ratio_figure(table: pd.DataFrame, methods, title: str):
     marker series per protocol of ``table`` (:func:`row_table`). Returns the figure."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     fig, axes = plt.subplots(1, 2, figsize=(style.FIG_WIDTH, 3.2), sharey=True)
     x = np.arange(len(methods))
@@ -253,7 +253,7 @@ def found_lines(row: pd.DataFrame, grid: pd.DataFrame, K: int, methods) -> list[
     method) and ``row`` (:func:`row_table`: per protocol and method the rate used, the
     train and test log-loss and the ratios to Implicit SGD), for a data set of ``K``
     classes."""
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     lines = []
     chosen = grid[grid.chosen].set_index("method").lr

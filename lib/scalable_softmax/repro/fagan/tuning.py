@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from scalable_softmax.fit import default_eval_epochs
-from scalable_softmax.repro import style
-from scalable_softmax.repro.runs import (
+from scalable_softmax.repro.machinery import style
+from scalable_softmax.repro.machinery.runs import (
     PAPER_METHODS,
     PAPER_TABLE2,
     RunSpec,
@@ -813,7 +813,7 @@ def sensitivity_seed_claims(tables: dict, loader: dict, learning_rates, methods,
     diverged run in any seed refutes it); U-max's log-loss at the largest rate is
     extremely large (at least ``umax_factor`` times ``log K``); NCE (1,1) is nearly
     identical to NCE (within ``nce_tolerance`` at every rate where both are finite)."""
-    from scalable_softmax.repro.reporting import seed_claim
+    from scalable_softmax.repro.fagan.reporting import seed_claim
 
     seeds = sorted(tables)
     mean = _mean_table(tables)

@@ -1,10 +1,10 @@
 """Publish all of a notebook run's outputs together, or none of them.
 
-``python -m scalable_softmax.repro.runner run NAME`` executes a notebook inside a
+``python -m scalable_softmax.repro.machinery.runner run NAME`` executes a notebook inside a
 :class:`Stage`: a private folder ``build/tmp/<NAME>.<pid>.<random>/`` whose path is
 given to the kernel in the environment variable :data:`ENV`. While it is set,
-:func:`scalable_softmax.repro.outputs.write_table` and
-:func:`~scalable_softmax.repro.outputs.save_figure` write into the stage (mirroring the
+:func:`scalable_softmax.repro.machinery.outputs.write_table` and
+:func:`~scalable_softmax.repro.machinery.outputs.save_figure` write into the stage (mirroring the
 destination's absolute path under ``files/``) instead of ``tables/`` and ``figures/``, and return
 the staged paths (so a notebook can read back what it wrote). When the notebook has run to its
 end, :meth:`Stage.commit`
@@ -273,9 +273,10 @@ def write_table(df: pd.DataFrame, stem: str, folder, title: str | None = None,
                 md_columns=None, preamble: str = "") -> tuple[Path, Path]:
     """Write ``folder/stem.csv`` (all columns) and ``folder/stem.md`` atomically.
 
-    Inside a notebook run (``python -m scalable_softmax.repro.runner run``) the files go to
-    the run's stage and are published with the run's other outputs when it ends
-    (:mod:`scalable_softmax.repro.outputs`); the returned paths are the staged ones.
+    Inside a notebook run (``python -m scalable_softmax.repro.machinery.runner run``) the
+    files go to the run's stage and are published with the run's other outputs when it
+    ends (:mod:`scalable_softmax.repro.machinery.outputs`); the returned paths are the
+    staged ones.
 
     Parameters
     ----------
@@ -308,9 +309,10 @@ def write_table(df: pd.DataFrame, stem: str, folder, title: str | None = None,
 def save_figure(fig, stem: str, folder, formats=("pdf", "png"), dpi=150) -> list[Path]:
     """Save ``fig`` as ``folder/stem.<fmt>`` for each format, atomically.
 
-    Inside a notebook run (``python -m scalable_softmax.repro.runner run``) the files go to
-    the run's stage and are published with the run's other outputs when it ends
-    (:mod:`scalable_softmax.repro.outputs`); the returned paths are the staged ones."""
+    Inside a notebook run (``python -m scalable_softmax.repro.machinery.runner run``) the
+    files go to the run's stage and are published with the run's other outputs when it
+    ends (:mod:`scalable_softmax.repro.machinery.outputs`); the returned paths are the
+    staged ones."""
     out = []
     for fmt in formats:
         path = staged_path(Path(folder) / f"{stem}.{fmt}")

@@ -20,7 +20,7 @@ width of a README (about 1,000 pixels):
 
 Usage in a notebook::
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
     style.use()
     fig, axes = style.panel_grid(len(datasets), ncols=3)
     for ax, d in zip(axes, datasets):
@@ -132,7 +132,7 @@ def _key(method: str) -> str:
     if _fallback(m) is not None:
         return m
     raise KeyError(f"style: no style for method {method!r}; add it to "
-                   f"scalable_softmax.repro.style.METHODS (known: {', '.join(METHODS)})")
+                   f"scalable_softmax.repro.machinery.style.METHODS (known: {', '.join(METHODS)})")
 
 
 def _style(method: str) -> MethodStyle:
@@ -427,5 +427,5 @@ def _close(fig) -> None:
 
 def save(fig, stem: str, folder, formats=("pdf", "png")) -> list:
     """Write ``folder/stem.pdf`` and ``.png`` (150 dpi) atomically; returns the paths."""
-    from scalable_softmax.repro.outputs import save_figure
+    from scalable_softmax.repro.machinery.outputs import save_figure
     return save_figure(fig, stem, folder, formats=formats, dpi=SAVE_DPI)

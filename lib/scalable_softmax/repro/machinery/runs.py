@@ -99,7 +99,7 @@ __all__ = ["RunSpec", "RunResult", "run", "run_all", "results_frame", "histories
            "check_worker", "library_versions", "machine_cores", "threads_per_task",
            "dask_thread_plan", "worker_setup"]
 
-from scalable_softmax.repro.paper import (  # noqa: E402,F401
+from scalable_softmax.repro.fagan.paper import (  # noqa: E402,F401
     PAPER_DATASETS,
     PAPER_METHODS,
     PAPER_TABLE2,
@@ -117,7 +117,7 @@ PREPROCESSING = {"max_features": 10_000, "max_points": 100_000, "normalize": Tru
 #: numerical libraries whose version is part of :data:`CODE_VERSION`
 _LIBRARIES = ("numpy", "scipy", "numba", "llvmlite")
 _PKG = __name__.split(".")[0]
-_ROOT = Path(__file__).resolve().parents[1]  # the package (scalable_softmax/)
+_ROOT = Path(__file__).resolve().parents[2]  # the package (scalable_softmax/)
 
 
 def _module_path(name: str) -> Path | None:
@@ -1220,7 +1220,7 @@ def run_all(specs, workers: int = 1, cache_dir=None, refresh: bool = False,
                 continue
         todo.append(i)
     from scalable_softmax.progress import tqdm
-    from scalable_softmax.repro.runner import terminate_raises
+    from scalable_softmax.repro.machinery.runner import terminate_raises
 
     if scheduler is not None and todo:
         engine = _dask(todo, specs, scheduler)
@@ -1381,7 +1381,7 @@ def run_tasks(tasks, workers: int = 1, cache_dir=None, refresh: bool = False,
     from joblib import Parallel, delayed
 
     from scalable_softmax.progress import tqdm
-    from scalable_softmax.repro.runner import terminate_raises
+    from scalable_softmax.repro.machinery.runner import terminate_raises
 
     n_jobs = max(1, min(workers, len(todo)))
     par = Parallel(n_jobs=n_jobs, backend="loky" if n_jobs > 1 else "sequential",

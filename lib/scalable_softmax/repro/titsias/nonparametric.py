@@ -238,7 +238,7 @@ def plot_fig1a(p_true_a, fits: BoundFits, n_points: int):
     """Figure 1(a): the three estimates as bars beside the generating probabilities."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     fig, ax = plt.subplots(figsize=(style.FIG_WIDTH, 3.2))
     K = len(p_true_a)
@@ -266,7 +266,7 @@ def plot_fig2(p_mle, p_sgd, steps, err_mle, mle_err_true, sgd_err_true, title: s
     error and the final error to ``p_true``."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     fig, axes = plt.subplot_mosaic([["a", "b"], ["c", "c"]], figsize=(style.FIG_WIDTH, 5.4))
     order = np.argsort(p_mle)[::-1]

@@ -5,7 +5,7 @@ overrides the choice (many machines set it). Two kernels round differently, so a
 that holds only on the kernel that made the record is not reproducible. ``make test``
 therefore runs the BLAS-sensitive smoke notebooks a second time through this module::
 
-    python -m scalable_softmax.repro.blaskernel --coretype Prescott -- COMMAND [ARGS ...]
+    python -m scalable_softmax.repro.machinery.blaskernel --coretype Prescott -- COMMAND [ARGS ...]
 
 It asks :mod:`threadpoolctl`, in a fresh interpreter, which OpenBLAS kernel loads with
 the current environment and which with ``OPENBLAS_CORETYPE=<coretype>``, prints both,
@@ -108,7 +108,7 @@ def other_kernel_env(coretype: str, base: dict | None = None):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m scalable_softmax.repro.blaskernel",
+        prog="python -m scalable_softmax.repro.machinery.blaskernel",
         description="Run COMMAND under an OpenBLAS kernel other than the one this "
                     "environment loads (x86-64 only; elsewhere it is skipped).")
     parser.add_argument("--coretype", default="Prescott",

@@ -1,6 +1,6 @@
 """A rerun checked against the record: compare tables column by column, with stated tolerances.
 
-``python -m scalable_softmax.repro.verify [--tables DIR] [--record REF_OR_DIR]`` compares
+``python -m scalable_softmax.repro.machinery.verify [--tables DIR] [--record REF_OR_DIR]`` compares
 every CSV table in ``DIR`` (default: the working tree's ``tables/``) with the committed
 record (default: git ``HEAD:tables/``; or a folder of CSV files), and prints one line per
 table:
@@ -490,7 +490,8 @@ def verify(tables_dir: Path | str, record: Record, tolerances: Tolerances,
             if not any(belongs_to(t, nb) for t in present):
                 names = sorted(p.stem for p in paths.NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
                 hint = (f"the notebooks are {', '.join(names)}" if nb not in names else
-                        f"run it first (python -m scalable_softmax.repro.runner run {nb})")
+                        "run it first (python -m scalable_softmax.repro.machinery.runner "
+                        f"run {nb})")
                 raise ValueError(f"--notebooks {nb}: none of its tables ({nb}.csv or "
                                  f"{nb}-*.csv) is in {tables_dir}; {hint}")
         keep = lambda t: any(belongs_to(t, nb) for nb in notebooks)  # noqa: E731
@@ -547,7 +548,7 @@ def kernel_lines(tables_dir: Path | str, record: Record) -> list[str]:
     the kernel (params/tolerances.yaml reports them), so a difference there is
     expected when the two differ. A record written before ``PROVENANCE.md`` named its
     kernel says "not recorded"."""
-    from scalable_softmax.repro.blaskernel import describe_blas, recorded_blas
+    from scalable_softmax.repro.machinery.blaskernel import describe_blas, recorded_blas
 
     where = (f"{record.folder}/PROVENANCE.md" if record.folder is not None
              else f"{record.label}:tables/PROVENANCE.md")
@@ -566,7 +567,7 @@ def kernel_lines(tables_dir: Path | str, record: Record) -> list[str]:
 def main(argv=None) -> int:
     """The command line; prints one line per table and returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m scalable_softmax.repro.verify",
+        prog="python -m scalable_softmax.repro.machinery.verify",
         description="Compare the tables of a rerun with the committed record, column by "
                     "column, with the tolerances stated in params/tolerances.yaml.")
     parser.add_argument("--tables", default=str(paths.ROOT / "tables"),

@@ -7,7 +7,7 @@ OVE (the exact One-vs-Each bound, L-BFGS) and OVE-SGD (the doubly stochastic OVE
 data set is one work item (:class:`OveCase`): its four runs depend on each other
 (BOUCHARD's and OVE's paths are measured against SOFT's weights, OVE-SGD against OVE's),
 so they run in order in one process; :func:`run_cases` hands the items to the
-collection's sweep executor :func:`scalable_softmax.repro.runs.run_all` (its cache; a few
+collection's sweep executor :func:`scalable_softmax.repro.machinery.runs.run_all` (its cache; a few
 processes at a time, every run in them single-threaded and seeded: the results do not
 depend on the number of processes).
 
@@ -242,7 +242,7 @@ def run_case(case: str, d: dict, s: Settings, threads: int | None = None) -> Cas
     ``threads`` numba threads (None: unchanged)."""
     from scalable_softmax.evaluate import evaluate
     from scalable_softmax.methods.full import full_objective
-    from scalable_softmax.repro.runs import worker_setup
+    from scalable_softmax.repro.machinery.runs import worker_setup
 
     if threads is not None:
         worker_setup(threads)
@@ -282,8 +282,9 @@ def _data_digest(d: dict) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class OveCase:
-    """One work item of notebook 10, a task of :func:`scalable_softmax.repro.runs.run_all`:
-    the four runs of data set ``case`` on ``data`` (``dict(X, y, Xt, yt, K)``)."""
+    """One work item of notebook 10, a task of
+    :func:`scalable_softmax.repro.machinery.runs.run_all`: the four runs of data set
+    ``case`` on ``data`` (``dict(X, y, Xt, yt, K)``)."""
 
     case: str
     settings: Settings
@@ -309,7 +310,7 @@ _COST = {"20news": 3, "mnist": 2}
 
 def run_cases(data: dict, s: Settings, workers: int = 1, cache_dir=None):
     """Run every case of ``data`` (``{case: dict(X, y, Xt, yt, K)}``) with
-    :func:`scalable_softmax.repro.runs.run_all` (its cache, ``cache_dir`` as there):
+    :func:`scalable_softmax.repro.machinery.runs.run_all` (its cache, ``cache_dir`` as there):
     ``workers`` at a time, each in its own process with one numba thread (with one
     worker: in this process), the costliest first; prints each case's lines. Returns
     ``(runs, weights, traces, sgd_paths, path_rows)`` assembled in the order of
@@ -317,7 +318,7 @@ def run_cases(data: dict, s: Settings, workers: int = 1, cache_dir=None):
     ``weights`` and ``traces`` keyed by ``(case, method)``."""
     if not (isinstance(workers, int) and workers >= 1):
         raise ValueError(f"workers must be an integer >= 1; got {workers!r}")
-    from scalable_softmax.repro.runs import run_all
+    from scalable_softmax.repro.machinery.runs import run_all
 
     datasets = list(data)
     order = sorted(datasets, key=lambda c: -_COST.get(c, 1))
@@ -510,7 +511,7 @@ def plot_table2(table: pd.DataFrame, datasets, lam: float):
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     metrics = [("norm", "norm to SOFT"), ("error", "test error"), ("nlpd", "test nlpd")]
     fig, axes = plt.subplots(len(datasets), len(metrics), squeeze=False,
@@ -562,7 +563,7 @@ def plot_fig3(cases, data: dict, traces: dict, sgd_paths: dict):
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     if not cases:
         return None
@@ -615,7 +616,7 @@ def plot_sgd(sgd_paths: dict, runs: pd.DataFrame, sgd_batch: int):
     OVE's optimum (right) against SGD steps, log-log."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     fig, axes = plt.subplots(1, 2, figsize=(style.FIG_WIDTH, 3.0))
     case_color = dict(zip(CASES, style.SERIES_COLORS[2:]))
@@ -641,7 +642,7 @@ def plot_paths(paths_t: pd.DataFrame, runs: pd.DataFrame, datasets):
     optimum (large dot), the paper's Table 2 point (star) and SOFT's nlpd (dotted)."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     ncols = min(2, len(datasets))              # a grid, readable at README width
     nrows = -(-len(datasets) // ncols)

@@ -183,7 +183,7 @@ def claims_table(runs: pd.DataFrame, data: dict, epochs: int, paper_ratio: float
     ``paper_ratio`` on average over the rates (within ``tolerance`` of it, or more); it is
     better at every rate; it is better when each formulation's rate is tuned (the ratio of
     the two best log-losses)."""
-    from scalable_softmax.repro.reporting import seed_claim
+    from scalable_softmax.repro.fagan.reporting import seed_claim
 
     seeds = sorted(runs.seed.unique()) if "seed" in runs.columns else [None]
     one = {s: (_ratio_table(runs if s is None else runs[runs.seed == s], data, epochs,
@@ -238,7 +238,7 @@ def plot_formulations(runs: pd.DataFrame, data: dict, epochs: int):
     formulation; a diverged run is a cross at the top; ``log K`` dotted."""
     from matplotlib.lines import Line2D
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     runs = mean_over_seeds(runs)
     fig, axes = style.panel_grid(len(data), ncols=2, panel_height=3.0)

@@ -8,7 +8,7 @@ Bibtex) and judges the paper's claims under every protocol; notebook 11 rebuilds
 table at our own tuned rates. This module holds what they compute; the notebooks hold
 the claims, parameters, tables, figures and findings.
 
-Conventions: a "used" frame is :func:`scalable_softmax.repro.main_study.choose_used`
+Conventions: a "used" frame is :func:`scalable_softmax.repro.fagan.main_study.choose_used`
 output restricted to its ``used`` rows (one stable rate per data set and method); a
 "ratio table" has the data sets (then ``Average``) as rows and the methods as columns,
 each value a train log-loss divided by Implicit SGD's exact train log-loss.
@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from scalable_softmax.repro import main_study
-from scalable_softmax.repro import paper as authors
-from scalable_softmax.repro import reporting as rp
+from scalable_softmax.repro.fagan import main_study
+from scalable_softmax.repro.fagan import paper as authors
+from scalable_softmax.repro.fagan import reporting as rp
 
 __all__ = ["surrogate_labeller", "panel_title_labeller", "study_settings",
            "run_protocols", "with_average", "ratio_tables", "table3_versions",
@@ -427,7 +427,7 @@ def bibtex_implicit_variants(name, protocol, seeds, epochs, lr, progress=True):
     from scalable_softmax.fit import fit
     from scalable_softmax.progress import tqdm
     from scalable_softmax.protocols import fit_kwargs
-    from scalable_softmax.repro import runs as ex
+    from scalable_softmax.repro.machinery import runs as ex
 
     Xb, yb, Kb, _ = ex.load_split(name, "train")
     variants = {
@@ -619,7 +619,7 @@ def judge_claims(tables, summary_of, versions, methods, datasets, synthetic, lab
     means and every seed agree, ``inconclusive (k of n seeds)`` when they do not (the two
     divergence claims excepted: one diverged run in any seed refutes them), ``not
     judged`` when ``methods`` lacks a method the claim is about, or no number exists."""
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     names = list(summary_of)
     real = [d for d in datasets if not synthetic[d]]
@@ -729,7 +729,7 @@ def series_figure(series, order, methods, title_of, suptitle):
     paper's numbers are among the series). Returns the figure."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     fig, axes = style.panel_grid(len(order), ncols=2, panel_height=1.9, sharex=True)
     rp.ratio_dots(axes, order, methods, series, title_of)
@@ -754,7 +754,7 @@ def recorded_curves_figure(hist, recorded_runs, used, comparable, methods, label
     seeds (line) and range (band); the authors': their recorded run (dashed)."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     lr_used = used.set_index(["dataset", "method"]).lr
     hist = hist[[np.isclose(lr, lr_used.get((d, m), np.nan))
@@ -818,7 +818,7 @@ def tuned_rates(tuned: pd.DataFrame, column, datasets, methods, source="tuned ta
 
 def initial_rates_md(rates: pd.DataFrame, paper_lr: pd.DataFrame, datasets, methods) -> str:
     """A Markdown table of the initial rates, ``ours / the paper's`` per cell."""
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     return ("**Initial rates: ours (notebook 03, `authors-code`) / the paper's (Table 2)**\n\n"
             + "| data set | " + " | ".join(style.label(m) for m in methods) + " |\n"
@@ -872,7 +872,7 @@ def tuned_summary_lines(win: dict, used, datasets, methods, label) -> list[str]:
     """The lines notebook 11 prints: per data set the lowest method of every ratio table
     of ``win`` (name -> :func:`lowest_method`) and the exact log-loss per method at the
     used rate; then how often Implicit SGD is lowest."""
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     def name_of(m):
         return style.label(m) if m != "none" else "none"
@@ -1041,7 +1041,7 @@ def tuned_found_lines(runs: pd.DataFrame, used: pd.DataFrame, ratio_of: dict,
     ratio table), ``published`` (the paper's Table 3), ``rates`` (the tuned rates) and
     ``paper_lr`` (the paper's Table 2), over ``datasets`` x ``methods``; the rows of
     Table 3 are shown beside the published ones for the real data sets ``real``."""
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     lines = []
     div = runs[runs.diverged]

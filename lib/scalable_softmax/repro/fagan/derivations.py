@@ -37,7 +37,7 @@ import scipy.sparse as sp
 from scipy.special import expit, log_expit, logsumexp
 
 from scalable_softmax import objectives as ob
-from scalable_softmax.repro.outputs import format_number as _fmt
+from scalable_softmax.repro.machinery.outputs import format_number as _fmt
 
 __all__ = [
     "CheckResult", "Problem", "SUMMARY_COLUMNS", "random_problem", "random_problems",
@@ -1311,7 +1311,7 @@ def plot_implicit_step(sweep: pd.DataFrame, K=None, etas=None, z_min_linear=-100
     Right: linear scale, implicit steps only, with Appendix F.2's bound (dotted,
     :func:`prop2_bound` / ``(2||x||)``). Both panels start at ``z_min_linear`` (below
     it both steps are negligible). Drawn in the collection's style
-    (:mod:`scalable_softmax.repro.style`; call ``style.use()`` first), one legend below.
+    (:mod:`scalable_softmax.repro.machinery.style`; call ``style.use()`` first), one legend below.
 
     Parameters
     ----------
@@ -1326,7 +1326,7 @@ def plot_implicit_step(sweep: pd.DataFrame, K=None, etas=None, z_min_linear=-100
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
     K = int(sweep.K.iloc[0]) if K is None else int(K)
     df = sweep[sweep.K == K]
     if etas is not None:

@@ -281,7 +281,7 @@ def plot_divergence(table, K, data, epochs):
     cross at log K); right: vanilla SGD's steps until the overflow. Returns the figure."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(style.FIG_WIDTH, 3.1))
     for method, g in table.groupby("method", sort=False):
@@ -312,7 +312,7 @@ def plot_histograms(runs, lrs, epochs):
     figure."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     colors = dict(zip(range(1, epochs + 1), style.SERIES_COLORS[2:] + style.SERIES_COLORS[:2]))
     bins = np.linspace(-8.0, 12.0, 61)
@@ -348,7 +348,7 @@ def plot_raman(runs, lrs):
     figure."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     fig, axes = plt.subplots(2, len(lrs), figsize=(style.FIG_WIDTH, 5.0), squeeze=False,
                              sharex=True)
@@ -457,7 +457,7 @@ def seed_claims(tables: dict, inits: dict, replays: dict, lrs, replay_lrs) -> pd
     largest rate; U-max and Implicit SGD stay finite at every rate (one overflow in any
     seed refutes it); U-max's replayed gradient stays below its bound; ``u = log K`` is at
     least as stable as ``u = 0`` at every rate."""
-    from scalable_softmax.repro.reporting import seed_claim
+    from scalable_softmax.repro.fagan.reporting import seed_claim
 
     seeds = sorted(tables)
     top = max(lrs)

@@ -346,7 +346,7 @@ def start_rate(dataset, method, learning_rate="paper", reference="softmax-sgd",
     if method == reference:
         return reference_lr
     if learning_rate == "paper":
-        from scalable_softmax.repro.paper import PAPER_TABLE2
+        from scalable_softmax.repro.fagan.paper import PAPER_TABLE2
         base = dataset.removesuffix("-surrogate")
         if base not in PAPER_TABLE2 or method not in PAPER_TABLE2[base]:
             raise ValueError(f"the paper's Table 2 has no rate for data set {dataset!r} and "
@@ -589,7 +589,7 @@ def plot_datasets(runs, info, datasets, methods, reference="softmax-sgd"):
     line per method; the reference's extrapolated points hollow. Returns the figure."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     order = sorted(datasets, key=lambda n: info[n]["K"])
     xpos = np.arange(len(order))
@@ -624,7 +624,7 @@ def plot_k_scan(scan, slopes, *, reference="softmax-sgd", n_features, nnz_per_ro
     slope-1 guide through the reference's largest-K point. Returns the figure."""
     import matplotlib.pyplot as plt
 
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     methods = list(slopes)
     fig, ax = plt.subplots(figsize=(style.FIG_WIDTH, 3.7))

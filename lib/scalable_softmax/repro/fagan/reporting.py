@@ -2,8 +2,8 @@
 per-configuration tables, the paper's Table 3 (log-loss relative to Implicit SGD) and
 learning curves with their spread over seeds.
 
-Everything works on :func:`scalable_softmax.repro.runs.results_frame` and
-:func:`~scalable_softmax.repro.runs.histories_frame` output (one row per run / per
+Everything works on :func:`scalable_softmax.repro.machinery.runs.results_frame` and
+:func:`~scalable_softmax.repro.machinery.runs.histories_frame` output (one row per run / per
 monitored epoch of a run).
 """
 from __future__ import annotations
@@ -16,7 +16,8 @@ import pandas as pd
 __all__ = ["METHOD_LABELS", "summarise_runs", "relative_table", "ratio_table_md",
            "ratio_dots", "curve_bands", "plot_curves", "Findings", "finding"]
 
-#: the paper's column names (tables; figures use :func:`scalable_softmax.repro.style.label`)
+#: the paper's column names (tables; figures use
+#: :func:`scalable_softmax.repro.machinery.style.label`)
 METHOD_LABELS = {"ove": "OVE", "nce": "NCE", "is": "IS", "vanilla": "Vanilla",
                  "umax": "U-max", "implicit": "Implicit"}
 
@@ -98,7 +99,7 @@ def ratio_dots(axes, rows, methods, series, label=None):
     with a line at 1 (Implicit SGD's level). Ratios span decades, so they are drawn as
     points, not as bars (a bar on a log axis has no meaningful length). Non-finite
     values are left out. The method names under each panel take the method's colour."""
-    from scalable_softmax.repro import style
+    from scalable_softmax.repro.machinery import style
 
     label = label or (lambda d: d)
     xs = np.arange(len(methods))
@@ -142,9 +143,9 @@ def curve_bands(hist: pd.DataFrame, metric: str = "train_log_loss",
 def plot_curves(ax, bands: pd.DataFrame, dataset: str, methods, lr_of=None,
                 log_y: bool = True, colors=None):
     """One line (mean over seeds) and a shaded min-max band per method on ``ax``, in the
-    collection's style (:mod:`scalable_softmax.repro.style`: colours, markers, names); with
-    ``lr_of`` the label carries each method's rate, ``"Implicit SGD (η₀ = 0.1)"``."""
-    from scalable_softmax.repro import style
+    collection's style (:mod:`scalable_softmax.repro.machinery.style`: colours, markers,
+    names); with ``lr_of`` the label carries each method's rate, ``"Implicit SGD (η₀ = 0.1)"``."""
+    from scalable_softmax.repro.machinery import style
 
     for m in style.ordered(methods):
         part = bands[(bands.dataset == dataset) & (bands.method == m)]
@@ -245,7 +246,7 @@ def seed_claim(claim: str, paper: str, ours: str, ok, ok_seeds, pooled: bool = F
     the ``where`` columns that tell its rows apart (``dataset``), the paper's words or
     number, ours (the numbers of the means or of the pooled runs), the verdict of
     :func:`seed_verdict` on ``ok`` and each seed's ``ok_seeds``, and the seeds that
-    support it (``"3 of 3 seeds"``), as ``scalable_softmax.repro.numbers`` reads them."""
+    support it (``"3 of 3 seeds"``), as ``scalable_softmax.repro.machinery.numbers`` reads them."""
     verdict, support = seed_verdict(ok, list(ok_seeds), pooled=pooled)
     return {"claim": claim, **where, "paper": paper, "ours": ours, "verdict": verdict,
             "seeds": support}
