@@ -594,7 +594,8 @@ def test_plan_methods_skips_a_missing_library_and_refuses_bad_requests(monkeypat
 
 def test_minibatch_implicit_takes_n_and_m_from_the_job_options_when_given():
     # the notebook's jobs carry no such options and run BATCH_IMPLICIT's n and m; a job
-    # that names them (benchmarks/bench_peers_configs.py) runs those instead
+    # that names them (a candidate configuration of params/race.yaml, benchmarks/bench_pieces.py)
+    # runs those instead
     X, y, K = _problem(K=8)
     problem = (X, y, K, {"test": (X, y)})
 

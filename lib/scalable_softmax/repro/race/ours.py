@@ -98,7 +98,7 @@ def setup_ours(method, options, X, y, K, threads):
     batched = method in BATCH_IMPLICIT
     if batched:
         # a job's options may set n and m (notebook 12's candidate configurations,
-        # benchmarks/bench_peers_configs.py); without them, BATCH_IMPLICIT's
+        # benchmarks/bench_pieces.py); without them, BATCH_IMPLICIT's
         n = options.pop("batch_size", BATCH_IMPLICIT[method][0])
         m = options.pop("n_sampled", BATCH_IMPLICIT[method][1])
     # n = m = 1 is Implicit SGD's own step (mu = 0): its single-point kernel runs it

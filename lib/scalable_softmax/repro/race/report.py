@@ -222,8 +222,8 @@ def limits_text(rows12: pd.DataFrame | None, rows14: pd.DataFrame | None,
                 "such a method is bounded by the grid params/race.yaml declares.")
     if any_end:
         out += (" A run that ends its schedule early leaves the rest of its time unused: "
-                "the verdicts hold for the schedules params/race.yaml declares (its "
-                "`decays` and `max_epochs`), not for one stretched to the budget.")
+                f"the verdicts hold for the schedules this race searched (decay {per} per "
+                "epoch), not for one stretched to the budget.")
     return out
 
 
