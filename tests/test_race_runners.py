@@ -704,8 +704,9 @@ def test_choose_rates_chooses_the_rate_and_the_structure_together():
 
 
 def test_our_trainer_asks_for_threads_then_falls_back(monkeypatch):
-    """threads > 1: the trainer is asked with threads and its older switch, then threads
-    alone, then the switch alone, then neither (one thread); threads = 1 asks nothing."""
+    """threads > 1: the trainer is asked for ``threads`` (the library's one thread knob,
+    never an older alias, which would warn), then with nothing (one thread), saying
+    why; threads = 1 asks nothing."""
     import scalable_softmax.methods as M
 
     asked = []
@@ -720,25 +721,37 @@ def test_our_trainer_asks_for_threads_then_falls_back(monkeypatch):
         return T
 
     X, y, K = _problem(N=50, K=4)
-    for accepts, used, opts in [({"threads", "hogwild"}, 2, {"hogwild": True, "threads": 2}),
-                                ({"threads"}, 2, {"threads": 2}),
-                                ({"hogwild"}, 2, {"hogwild": True}),
-                                (set(), 1, {})]:
+    for accepts, used, opts in [({"threads"}, 2, {"threads": 2}), (set(), 1, {})]:
         asked.clear()
         monkeypatch.setattr(M, "get_trainer_class", lambda name, a=accepts: fake(a))
-        tr, got, got_opts, note = OURS._our_trainer("umax", "umax", X, y, K, 2,
+        tr, got, got_opts, note = OURS._our_trainer("umax", X, y, K, 2,
                                                     batch_size=None, n_sampled=1, kw={})
         assert (got, got_opts) == (used, opts), accepts
         assert asked[-1] == opts and (note == "") == (len(asked) == 1)
+        assert note == "" or "unknown option(s) ['threads']" in note
     asked.clear()
-    OURS._our_trainer("implicit", "implicit", X, y, K, 1, batch_size=None, n_sampled=None,
-                      kw={})
+    OURS._our_trainer("implicit", X, y, K, 1, batch_size=None, n_sampled=None, kw={})
     assert asked == [{}]
     # a genuine error of the last request is raised, not hidden
     monkeypatch.setattr(M, "get_trainer_class", lambda name: fake(set()))
     with pytest.raises(ValueError, match="unknown option"):
-        OURS._our_trainer("is", "is", X, y, K, 2, batch_size=None, n_sampled=None,
+        OURS._our_trainer("is", X, y, K, 2, batch_size=None, n_sampled=None,
                           kw={"bogus": 1})
+
+
+def test_our_threaded_trainers_take_threads_without_a_deprecation_warning():
+    """The race's threaded runs of U-max and softmax SGD get their 2 threads from
+    ``threads`` alone: no older alias, so no DeprecationWarning and no refusal."""
+    import warnings
+
+    X, y, K = _problem(N=60, K=4)
+    for library, kw in (("umax", {"n_sampled": 1}), ("softmax-sgd", {"batch_size": 10})):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)
+            tr, used, opts, note = OURS._our_trainer(
+                library, X, y, K, 2, batch_size=kw.get("batch_size"),
+                n_sampled=kw.get("n_sampled"), kw={})
+        assert (used, opts, note) == (2, {"threads": 2}, ""), (library, note)
 
 
 def test_implicit_batch_with_one_point_and_one_class_is_implicit_sgd():

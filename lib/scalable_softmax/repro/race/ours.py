@@ -10,9 +10,9 @@ shuffled data, ``u = log K``; n and m from the job's options, else
 step at ``mu = 0``), ``softmax-sgd`` (the library's exact full-softmax minibatch SGD,
 minibatches of 100 unless the job says otherwise, shuffled data); a job's
 ``batch_size`` / ``n_sampled`` options set the points and classes per step. Threads:
-:func:`_our_trainer` asks each trainer for ``threads`` (with the older switch of its
-threaded kernel, :data:`_LEGACY_THREAD_OPTIONS`) and falls back to one thread where
-the trainer refuses; the run's ``info`` says what it got.
+:func:`_our_trainer` asks each trainer for ``threads`` (the library's one thread knob)
+and falls back to one thread where the trainer refuses; the run's ``info`` says what it
+got.
 
 A run is driven by the library's own epoch driver, :func:`scalable_softmax.fit.run_epochs`
 (``fit``'s), on the trainer :func:`setup_ours` builds: its epochs are cut into pieces
@@ -31,10 +31,6 @@ __all__ = ["BATCH_IMPLICIT", "FIRST_PIECES", "PIECE_FRACTION", "MIN_PIECE_SECOND
 
 
 _OUR_PROTOCOL = "paper-text"
-#: the older switches of our trainers' threaded kernels, tried together with ``threads``
-#: (and alone when a trainer does not know ``threads``): U-max's Hogwild kernel and
-#: softmax SGD's class-parallel one; see :func:`_our_trainer`
-_LEGACY_THREAD_OPTIONS = {"umax": {"hogwild": True}, "softmax-sgd": {"parallel": True}}
 #: our runs' epochs are cut into pieces (:class:`Pieces`): the first is this fraction
 #: of an epoch, the others last about PIECE_FRACTION of the cap (at least
 #: MIN_PIECE_SECONDS: a kernel call costs tens of microseconds)
@@ -46,26 +42,21 @@ MIN_PIECE_SECONDS = 0.01
 BATCH_IMPLICIT = {"implicit-batch": (10, 10), "implicit-batch-5": (5, 5)}
 
 
-def _our_trainer(method, library, X, y, K, threads, *, batch_size, n_sampled, kw):
-    """Our ``library`` trainer for a job of ``method`` on ``threads`` threads.
+def _our_trainer(library, X, y, K, threads, *, batch_size, n_sampled, kw):
+    """Our ``library`` trainer (a method of the library's registry) on ``threads``
+    threads.
 
-    With ``threads > 1`` the trainer is asked for them by its ``threads`` option,
-    together with the older switch of its threaded kernel (:data:`_LEGACY_THREAD_OPTIONS`);
-    a trainer that refuses that (it does not know ``threads``, or not with its other
-    options) is asked with ``threads`` alone, then with the older switch alone (which
-    runs on the process's numba threads, ``threads`` of them in a child of
-    :func:`.isolate.run_isolated`), and at last with neither: it then runs on one thread.
+    With ``threads > 1`` the trainer is asked for them by its ``threads`` option; a
+    trainer that refuses (it does not run on several threads, or not with its other
+    options) runs on one thread.
 
     Returns ``(trainer, threads_used, thread_options, note)``: ``note`` says which
-    requests were refused and why ("" if the first was taken).
+    request was refused and why ("" if the first was taken).
     """
     from scalable_softmax.methods import get_trainer_class
 
     cls = get_trainer_class(library)
-    legacy = dict(_LEGACY_THREAD_OPTIONS.get(method, {}))
-    tries = [({}, 1)] if threads <= 1 else \
-        [(dict(legacy, threads=threads), threads), ({"threads": threads}, threads)] \
-        + ([(legacy, threads)] if legacy else []) + [({}, 1)]
+    tries = [({}, 1)] if threads <= 1 else [({"threads": threads}, threads), ({}, 1)]
     refused = []
     for i, (opts, used) in enumerate(tries):
         try:
@@ -117,7 +108,7 @@ def setup_ours(method, options, X, y, K, threads):
     if method == "softmax-sgd":
         u_init = "zero"
     kw.update(options)
-    tr, used, thread_opts, note = _our_trainer(method, library, X, y, K, threads,
+    tr, used, thread_opts, note = _our_trainer(library, X, y, K, threads,
                                                batch_size=batch_size, n_sampled=n_sampled,
                                                kw=kw)
     run_info = {"library": library, "batch_size": int(tr.batch_size),
