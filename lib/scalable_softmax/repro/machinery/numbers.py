@@ -310,12 +310,15 @@ class Tables:
         from scalable_softmax.repro.race import scoring, targets
         p, t = self.record_params(stem), self.record_params("targets")
         levels = ", ".join(f"{100 * lv:g}%" for lv in scoring.LEVELS)
+        decays = p.get("decays") or []
         cands = sorted({len(v) * len(p.get("structures", {}).get(m) or [{}])
-                        for m, v in p["grids"].items()})
+                        * max(1, len(decays)) for m, v in p["grids"].items()})
+        sched = (f" (its rates at the schedule's decays {', '.join(f'{d:g}' for d in decays)})"
+                 if decays else "")
         return (f"the targets are the reference validation log-loss of tuned runs of "
                 f"{', '.join(targets.REFERENCE_METHODS)} given {t['factor']:g}x the race's "
                 f"cap, plus {levels}; every method with a rate chooses among "
-                f"{'/'.join(map(str, cands))} candidates by time to the +5% target on "
+                f"{'/'.join(map(str, cands))} candidates{sched} by time to the +5% target on "
                 f"validation (seed {p['seeds'][0]}, a budget of {p['tune_fraction']:g} of "
                 f"the cap), then runs with seeds {', '.join(map(str, p['seeds']))}")
 
