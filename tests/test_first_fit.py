@@ -219,3 +219,70 @@ def test_the_finiteness_check_on_both_routes(monkeypatch, shape):
                 V.flat[where] = bad
                 assert not evm._weights_finite(V)
                 assert not evm._weights_finite(V.astype(np.float32))
+
+
+_WRAPPERS_CHILD = textwrap.dedent("""
+    import json, re
+    from sklearn.datasets import load_digits
+    from sklearn.preprocessing import normalize
+    from scalable_softmax import fit
+    from scalable_softmax.kernels import common, evaluate, implicit, lambertw
+    X, y = load_digits(return_X_y=True)
+    fit(normalize(X[:300]), y[:300], "implicit", 1.0, epochs=1, progress=False)
+    def defines(ir, name):   # the library's LLVM IR defines the function ``name``
+        return re.search(r'^define [^\\n]*@"?' + re.escape(name) + r'"?\\(', ir, re.M) is not None
+    out = {}
+    for mod in (common, evaluate, implicit, lambertw):
+        for name, disp in vars(mod).items():
+            for cres in getattr(disp, "overloads", {}).values():
+                ir = cres.library.get_llvm_str()
+                fd = cres.fndesc
+                out[mod.__name__.split(".")[-1] + "." + name] = {
+                    "inner": type(disp).__name__ == "_InnerDispatcher",
+                    "cpython": defines(ir, fd.llvm_cpython_wrapper_name),
+                    "cfunc": defines(ir, fd.llvm_cfunc_wrapper_name),
+                    "itself": defines(ir, fd.mangled_name)}
+    print(json.dumps(out))
+""")
+
+
+def test_the_first_fit_compiles_no_wrapper_it_does_not_call(tmp_path):
+    """What a new process with an empty cache compiles for the first fit: no kernel gets
+    numba's C wrapper (``JIT``'s ``no_cfunc_wrapper``), and the helpers only kernels
+    call (``common.inner``) get no CPython wrapper; the kernels called from Python do."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))     # compiled, not loaded
+    out = subprocess.run([sys.executable, "-c", _WRAPPERS_CHILD], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    inner = {n for n, g in got.items() if g["inner"]}
+    assert {"evaluate.scores32", "evaluate.vexp32_sum", "evaluate.transpose32_serial",
+            "implicit.solve_core", "implicit.apply_step", "lambertw.lambertw_exp",
+            "common.softplus"} <= inner
+    assert {"evaluate.state_pass32_serial", "evaluate.finish_serial",
+            "implicit.epoch_fast", "implicit.row_sqnorms"} <= set(got) - inner
+    assert all(g["itself"] for g in got.values()), got      # the check finds definitions
+    assert not any(g["cfunc"] for g in got.values()), got
+    assert {n for n, g in got.items() if g["cpython"]} == set(got) - inner
+
+
+def test_an_inner_kernel_called_from_python_runs_its_twin():
+    """A call from Python of a helper compiled without the CPython wrapper runs the same
+    function compiled with it, under its own name in the disk cache; pickling keeps the
+    dispatcher (numba's memo)."""
+    import pickle
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=37).astype(np.float32)
+    f = kev.sum32to64
+    assert type(f).__name__ == "_InnerDispatcher"
+    assert f.targetoptions["no_cpython_wrapper"]
+    got = f(x, 37)
+    assert got == pytest.approx(float(np.sum(x.astype(np.float64))), rel=1e-12)
+    twin = f.python_twin
+    assert twin is f.python_twin and twin.py_func.__qualname__ == "sum32to64_py"
+    assert "no_cpython_wrapper" not in twin.targetoptions
+    assert twin.targetoptions["fastmath"] == f.targetoptions["fastmath"]
+    assert twin._cache._impl.filename_base != f._cache._impl.filename_base
+    assert twin(x, 37) == got
+    assert pickle.loads(pickle.dumps(f)) is f

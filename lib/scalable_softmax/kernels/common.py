@@ -1,6 +1,8 @@
 """What every kernel shares: one set of numba JIT flags (``numba.njit(**JIT)`` for serial
 kernels, ``numba.njit(**PJIT)`` for kernels parallelised with ``numba.prange``,
-``IJIT`` for small helpers inlined into their callers), the scalar helpers (stable
+``IJIT`` for small helpers inlined into their callers; ``inner(**JIT)`` for the helpers
+only other kernels call, compiled without the wrapper a call from Python needs), the
+scalar helpers (stable
 ``softplus``, ``sigmoid``, ``logaddexp``), cache prefetch hints (``prefetch_r``,
 ``prefetch_w``), the splitmix64 random stream, sparse-row dot products and updates,
 pre-touched weight arrays, and a vectorised exponential and sum (``vexp``, ``lanesum``:
@@ -27,15 +29,19 @@ from numba.extending import intrinsic
 __all__ = ["JIT", "PJIT", "IJIT", "softplus", "sigmoid", "logaddexp", "prefetch_r",
            "prefetch_w", "rand_below", "seed_state", "dot", "axpy_check",
            "prefetch_csr_row", "prefetch_ahead", "touched_zeros", "transpose_scaled", "vexp",
-           "lanesum", "serial_twin"]
+           "lanesum", "serial_twin", "inner"]
 
-#: flags for serial kernels
-JIT = dict(nogil=True, cache=True, fastmath=False, boundscheck=False)
+#: flags for serial kernels. ``no_cfunc_wrapper``: numba would otherwise emit, for every
+#: compiled function, a C-callable wrapper that only a first-class function value needs
+#: (a kernel passed as an argument to another kernel; none is); it is separate code, so
+#: it changes no result, and leaving it out saves a new process about 20 ms of compile
+#: per kernel (``benchmarks/bench_first_fit.py``)
+JIT = dict(nogil=True, cache=True, fastmath=False, boundscheck=False, no_cfunc_wrapper=True)
 #: flags for kernels parallelised with ``numba.prange``
 PJIT = dict(JIT, parallel=True)
 
 
-def serial_twin(kernel, flags, **calls):
+def serial_twin(kernel, flags, inner_only=False, **calls):
     """A serial copy of the parallel kernel ``kernel`` (a ``numba.njit(**PJIT)``
     dispatcher): the same Python function compiled with ``flags`` (its own flags
     without ``parallel``), so that its ``prange`` loops run as plain loops. ``calls``
@@ -52,24 +58,75 @@ def serial_twin(kernel, flags, **calls):
     numba's disk cache (``cache=True``), whose files are named after the function's
     qualified name, keeps the two apart. Its globals are the module's at the time of
     the call (with ``calls``): make twins after everything they call is defined.
+    ``inner_only``: the twin is an :func:`inner` kernel (only other kernels call it).
     """
-    import types as _pytypes
-
     if flags.get("parallel"):
         raise ValueError("serial_twin: flags must not set parallel")
     f = getattr(kernel, "py_func", kernel)          # a plain function under DISABLE_JIT
-    name = f.__name__ + "_serial"
-    twin = _pytypes.FunctionType(f.__code__, dict(f.__globals__, **calls), name,
-                                 f.__defaults__, f.__closure__)
-    twin.__qualname__ = f.__qualname__ + "_serial"
-    twin.__module__ = f.__module__
+    twin = _renamed(f, "_serial", calls)
     twin.__doc__ = (f"Serial twin of :func:`{f.__name__}` (bit-identical; "
                     f":func:`~scalable_softmax.kernels.common.serial_twin`).\n\n"
                     + (f.__doc__ or ""))
-    return numba.njit(**flags)(twin)
+    return (inner(**flags) if inner_only else numba.njit(**flags))(twin)
 
 
-@numba.njit(**JIT)
+def _renamed(f, suffix, calls=None):
+    """A copy of the function ``f`` named ``<name><suffix>`` (its own files in numba's
+    disk cache, which names them after the qualified name), its globals ``f``'s with
+    ``calls``."""
+    import types as _pytypes
+
+    twin = _pytypes.FunctionType(f.__code__, dict(f.__globals__, **(calls or {})),
+                                 f.__name__ + suffix, f.__defaults__, f.__closure__)
+    twin.__qualname__ = f.__qualname__ + suffix
+    twin.__module__ = f.__module__
+    twin.__doc__ = f.__doc__
+    return twin
+
+
+class _InnerDispatcher(numba.core.registry.CPUDispatcher):
+    """The dispatcher of an :func:`inner` kernel: compiled without numba's CPython
+    wrapper, so a call from Python goes to :attr:`python_twin` instead."""
+
+    _twin = None
+    _flags = None     # inner()'s flags (with the wrapper), for the twin
+
+    @property
+    def python_twin(self):
+        """The same function compiled with the wrapper (made on the first call from
+        Python; named ``<name>_py`` in numba's disk cache)."""
+        if self._twin is None:
+            self._twin = numba.njit(**self._flags)(_renamed(self.py_func, "_py"))
+        return self._twin
+
+    def __call__(self, *args, **kwargs):
+        return self.python_twin(*args, **kwargs)
+
+
+def inner(**flags):
+    """``numba.njit(**flags)`` for a kernel that only other kernels call (a helper, which
+    LLVM inlines into its callers): compiled without numba's CPython wrapper, the
+    argument unboxing and result boxing a call from Python needs. The wrapper is
+    separate code, so the kernel's results are the same; a new process saves about
+    30 ms of compile per helper (``benchmarks/bench_first_fit.py``: the first fit
+    compiles about fifteen of them).
+
+    A call from Python (a test, a user) still works: it runs :attr:`python_twin`, the
+    same function compiled with the wrapper, under its own name in the disk cache (a
+    process that calls a helper from Python as well as from kernels compiles it twice).
+    Under ``NUMBA_DISABLE_JIT=1`` the function is returned as it is.
+    """
+    def decorate(f):
+        if numba.config.DISABLE_JIT:
+            return f
+        disp = numba.njit(**flags, no_cpython_wrapper=True)(f)
+        disp.__class__ = _InnerDispatcher     # same layout: a Python subclass
+        disp._flags = dict(flags)
+        return disp
+    return decorate
+
+
+@inner(**JIT)
 def softplus(z):
     """``log(1 + exp(z))`` without overflow."""
     if z > 0.0:
@@ -283,7 +340,7 @@ def transpose_scaled(src, c, out):
                 out[k, d] = src[d, k] * c
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def vexp(x, shift, out, tmpf, tmpi, n):
     """``out[t] = exp(x[t] - shift)`` for ``t < n`` and ``x[t] <= shift`` (finite), to
     about 1 ulp.
@@ -325,7 +382,7 @@ def vexp(x, shift, out, tmpf, tmpi, n):
         out[t] = v if x[t] - shift >= _EXP_MIN else 0.0
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def lanesum(x, n):
     """``sum(x[:n])`` with eight interleaved partial sums (vectorisable)."""
     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0

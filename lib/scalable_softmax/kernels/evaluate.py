@@ -52,7 +52,7 @@ import numpy as np
 from numba import prange
 
 # the vectorised exponential and sum, shared with softmax SGD's kernel
-from scalable_softmax.kernels.common import JIT, PJIT, lanesum, serial_twin, vexp
+from scalable_softmax.kernels.common import IJIT, JIT, PJIT, inner, lanesum, serial_twin, vexp
 
 __all__ = ["JIT32", "JIT32R", "PJIT32", "all_finite", "finish",
            "finish_serial", "lanemax", "max32", "mul_lanesum", "mul_lanesum_wide",
@@ -64,7 +64,7 @@ __all__ = ["JIT32", "JIT32R", "PJIT32", "all_finite", "finish",
 _NPOW = 18
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def lanemax(x, n):
     """``max(x[:n])`` (``n >= 1``, no NaN) with eight interleaved partial maxima."""
     m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = x[0]
@@ -89,7 +89,7 @@ def lanemax(x, n):
     return m4 if m4 > m0 else m0
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def mul_lanesum(pw, e, n):
     """``pw[:n] *= e[:n]`` and return ``sum(pw[:n])`` (eight partial sums)."""
     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
@@ -155,6 +155,30 @@ def used_features(indptr, indices, rows, D):
     return np.flatnonzero(seen).astype(np.int64)
 
 
+@numba.njit(**IJIT)
+def _new_state(nr, npw):
+    """The passes' running state of ``nr`` rows, initialised: ``mx`` (-inf), ``am``,
+    ``sy``, ``s1p`` (0) and the ``nr x npw`` power sums ``spw`` (0).
+
+    Allocated by ``np.empty(n, dtype)`` alone, then filled, under the flags ``JIT``: numba
+    compiles its ``np.empty`` once per dtype and per set of the caller's flags, and the
+    implicit kernels allocate in the same way (``np.zeros``, ``np.full`` and a 2-D shape
+    would each compile their own; about 50 ms each in a new process)."""
+    mx = np.empty(nr, np.float64)
+    am = np.empty(nr, np.int64)
+    sy = np.empty(nr, np.float64)
+    s1p = np.empty(nr, np.float64)
+    spw = np.empty(nr * npw, np.float64)
+    for i in range(nr):
+        mx[i] = -np.inf
+        am[i] = 0
+        sy[i] = 0.0
+        s1p[i] = 0.0
+    for t in range(nr * npw):
+        spw[t] = 0.0
+    return mx, am, sy, s1p, spw.reshape((nr, npw))
+
+
 @numba.njit(**PJIT)
 def state_pass(indptr, indices, data, rows, y, W, tile, block_rows, fm, feats):
     """Online per-row state over all ``K`` classes, tile by tile (module docstring).
@@ -175,12 +199,8 @@ def state_pass(indptr, indices, data, rows, y, W, tile, block_rows, fm, feats):
     else:
         K, D = W.shape
     npw = _NPOW - 1
-    mx = np.full(nr, -np.inf)
-    am = np.zeros(nr, dtype=np.int64)
-    sy = np.zeros(nr)
-    s1p = np.zeros(nr)
-    spw = np.zeros((nr, npw))
-    buf = np.empty(D * min(tile, K))
+    mx, am, sy, s1p, spw = _new_state(nr, npw)
+    buf = np.empty(D * min(tile, K), np.float64)
     nb = (nr + block_rows - 1) // block_rows
     if not fm:
         feats = np.arange(D)
@@ -200,10 +220,10 @@ def state_pass(indptr, indices, data, rows, y, W, tile, block_rows, fm, feats):
                     for t in range(kc):
                         T[j, t] = W[k0 + t, j]
         for b in prange(nb):
-            acc = np.empty(kc)
-            e = np.empty(kc)
-            pw = np.empty(kc)
-            tf = np.empty(kc)
+            acc = np.empty(kc, np.float64)
+            e = np.empty(kc, np.float64)
+            pw = np.empty(kc, np.float64)
+            tf = np.empty(kc, np.float64)
             ti = tf.view(np.int64)
             for ii in range(b * block_rows, min(nr, (b + 1) * block_rows)):
                 i = rows[ii]
@@ -323,7 +343,7 @@ _I31 = np.int32(31)
 _I7F = np.int32(0x7FFFFFFF)
 
 
-@numba.njit(**JIT32)
+@inner(**JIT32)
 def vexp32_sum(x, shift, out, tmpf, tmpi, n):
     """``out[t] = exp(x[t] - shift)`` in float32 for ``t < n``, ``x[t] <= shift``
     (``x`` and ``shift`` float32), to about 1 ulp of float32; returns ``sum(out[:n])``
@@ -357,7 +377,7 @@ def vexp32_sum(x, shift, out, tmpf, tmpi, n):
     return sum32to64(out, n)
 
 
-@numba.njit(**JIT32R)
+@inner(**JIT32R)
 def sum32to64(x, n):
     """``sum(x[:n])`` of a float32 array, in float64 (vectorised: the order of the
     additions is LLVM's, fixed at compile time)."""
@@ -367,7 +387,7 @@ def sum32to64(x, n):
     return s
 
 
-@numba.njit(**JIT32)
+@inner(**JIT32)
 def max32(xi, n, tmpi, tmpf):
     """``max(x[:n])`` of the float32 array ``x`` (``n >= 1``, no NaN) given as
     ``xi = x.view(np.int32)``; ``tmpi = tmpf.view(np.int32)`` is scratch.
@@ -385,7 +405,7 @@ def max32(xi, n, tmpi, tmpf):
     return tmpf[0]
 
 
-@numba.njit(**JIT32)
+@inner(**JIT32)
 def scores32(indptr, indices, data, i, T, acc, kc):
     """``acc[:kc] = x_i . T[:, :kc]`` in float32: eight (then four, then one)
     non-zeros per pass over the contiguous ``acc``, each a fused multiply-add in the
@@ -444,7 +464,7 @@ def scores32(indptr, indices, data, i, T, acc, kc):
         p += 1
 
 
-@numba.njit(**JIT32R)
+@inner(**JIT32R)
 def widen_mul_lanesum(pw, e, n):
     """``pw[:n] = float64(e[:n])**2`` and return ``sum(pw[:n])``: the first power sum
     from the float32 exponentials, in float64 (vectorised)."""
@@ -457,7 +477,7 @@ def widen_mul_lanesum(pw, e, n):
     return s
 
 
-@numba.njit(**JIT32R)
+@inner(**JIT32R)
 def mul_lanesum_wide(pw, e, n):
     """``pw[:n] *= float64(e[:n])`` and return ``sum(pw[:n])`` (float64, vectorised)."""
     s = 0.0
@@ -502,11 +522,7 @@ def state_pass32(indptr, indices, data, rows, y, W, tile, block_rows, fm, feats)
     else:
         K, D = W.shape
     npw = _NPOW - 1
-    mx = np.full(nr, -np.inf)
-    am = np.zeros(nr, dtype=np.int64)
-    sy = np.zeros(nr)
-    s1p = np.zeros(nr)
-    spw = np.zeros((nr, npw))
+    mx, am, sy, s1p, spw = _new_state(nr, npw)
     tw = min(tile, K)
     buf = np.empty(D * tw, dtype=np.float32)
     nb = (nr + block_rows - 1) // block_rows
@@ -520,7 +536,7 @@ def state_pass32(indptr, indices, data, rows, y, W, tile, block_rows, fm, feats)
             e = np.empty(kc, dtype=np.float32)
             tf = np.empty(kc, dtype=np.float32)
             ti = tf.view(np.int32)
-            pw = np.empty(kc)
+            pw = np.empty(kc, np.float64)
             for ii in range(b * block_rows, min(nr, (b + 1) * block_rows)):
                 i = rows[ii]
                 scores32(indptr, indices, data, i, T, acc, kc)
@@ -573,9 +589,9 @@ def finish(mx, am, sy, s1p, spw, y_sel, K):
     """Per-row loss, error indicator and defective metric from the online state."""
     nr = mx.size
     npw = spw.shape[1]
-    nll = np.empty(nr)
-    err = np.empty(nr)
-    dfc = np.empty(nr)
+    nll = np.empty(nr, np.float64)
+    err = np.empty(nr, np.float64)
+    dfc = np.empty(nr, np.float64)
     for ii in prange(nr):
         li = (mx[ii] - sy[ii]) + math.log1p(s1p[ii])
         nll[ii] = li
@@ -594,6 +610,6 @@ def finish(mx, am, sy, s1p, spw, y_sel, K):
 
 # the serial twins (module docstring): made here, after everything they call
 state_pass_serial = serial_twin(state_pass, JIT)
-transpose32_serial = serial_twin(transpose32, JIT32)
+transpose32_serial = serial_twin(transpose32, JIT32, inner_only=True)
 state_pass32_serial = serial_twin(state_pass32, JIT32, transpose32=transpose32_serial)
 finish_serial = serial_twin(finish, JIT)

@@ -23,7 +23,7 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax.kernels.common import JIT, prefetch_ahead
+from scalable_softmax.kernels.common import JIT, inner, prefetch_ahead
 from scalable_softmax.kernels.common import prefetch_r as _prefetch_r
 from scalable_softmax.kernels.common import prefetch_w as _prefetch_w
 from scalable_softmax.kernels.common import softplus as _softplus
@@ -42,7 +42,7 @@ _TAYLOR_MAX = 3e-4
 _SCALE_FLOOR = 1e-150
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def g_eval(u, ut, alpha, lc, dt, inv_s, T0):
     """``g(u)``, its first three derivatives, and ``a(u)``.
 
@@ -70,7 +70,7 @@ def g_eval(u, ut, alpha, lc, dt, inv_s, T0):
     return g, ae + 2.0 + T1, -ae - T2, ae + T3, a
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def solve_core(dt, ut, alpha, km1, lkm1, s, lc, tol):
     """Root of ``g`` (see :func:`solve_reduced`); ``lkm1 = log(K-1)``,
     ``lc = log(2η(K-1)s)`` precomputed by the caller. Returns ``(u, a, evals)``."""
@@ -235,7 +235,7 @@ _RING = 8          # power of two > _LW
 _MASK = _RING - 1
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def apply_step(indptr, indices, data, sqnorm, W, u, scale, rho, i, yi, k, eta, km1,
                lkm1, lc_base, tol, ridge, q, q1, kn, yn):
     """Apply the implicit step for datapoint ``i``, label ``yi``, class ``k`` in place.
@@ -308,7 +308,7 @@ def apply_step(indptr, indices, data, sqnorm, W, u, scale, rho, i, yi, k, eta, k
     return evals, True
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def apply_u_only(sqnorm, u, i, eta, km1, lkm1, lc_base, tol):
     """The u-only step (``sample_from="all"``, drawn class = label): ``u_i`` becomes
     the root of ``g`` with ``δ₀ = 0`` and ``s' = ||x_i||²``; ``W`` is not touched.
@@ -320,7 +320,7 @@ def apply_u_only(sqnorm, u, i, eta, km1, lkm1, lc_base, tol):
     return evals, math.isfinite(un)
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def draw_class(yi, K, sample_all):
     """The class of one step, from numba's global NumPy random state: uniform on
     ``{0..K-1} \\ {yi}`` (``randint(0, K-1)`` shifted past ``yi``) or, when
@@ -342,7 +342,7 @@ def draw_classes_epoch(seed, order, y, K, sample_all):
     return out
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def fold_row(W, scale, j):
     sj = scale[j]
     for q in range(W.shape[1]):
@@ -448,7 +448,7 @@ def epoch_fast(indptr, indices, data, y, sqnorm, W, u, scale, rho, order, eta, K
 @numba.njit(**JIT)
 def row_sqnorms(indptr, data):
     n = indptr.shape[0] - 1
-    out = np.empty(n)
+    out = np.empty(n, np.float64)
     for i in range(n):
         acc = 0.0
         for p in range(indptr[i], indptr[i + 1]):

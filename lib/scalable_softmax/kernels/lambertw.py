@@ -37,7 +37,7 @@ import math
 import numba
 import numpy as np
 
-from scalable_softmax.kernels.common import JIT
+from scalable_softmax.kernels.common import JIT, inner
 
 __all__ = ["lambertw0", "lambertw_exp", "lambertw0_array", "lambertw_exp_array"]
 
@@ -75,7 +75,7 @@ _SERIES_COEF = np.array([(-n) ** (n - 1) / math.factorial(n) for n in range(1, 1
 _W_HUGE = 1e100
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def _fsc_step(w, lx):
     """One Fritsch-Shafer-Crowley step for ``w e^w = x`` given ``lx = log(x)``
     (or, for negative ``x`` and ``w``, ``log(x / w) + log w``: only the residual
@@ -161,7 +161,7 @@ def lambertw0(x):
     return _w0_negative(x)
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def _lambertw_exp_start(z):
     """Starting value for ``W0(e^z)``, ``-4 <= z``: a piecewise degree-7 polynomial
     on ``[-4, 24)`` (relative error < 3e-7), the asymptotic expansion beyond."""
@@ -180,7 +180,7 @@ def _lambertw_exp_start(z):
             (-12.0 + 36.0 * L2 - 22.0 * L2 * L2 + 3.0 * L2 * L2 * L2) / 12.0)))))
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def _series_small(t):
     """``W0(t)`` for ``0 <= t <= e^-4``: Taylor series to ``t^13`` (relative
     truncation error < 3e-19)."""
@@ -191,7 +191,7 @@ def _series_small(t):
     return t * acc
 
 
-@numba.njit(**JIT)
+@inner(**JIT)
 def lambertw_exp(z):
     """``W0(e^z)`` for any real ``z``, computed without forming ``e^z`` when it
     would overflow.
