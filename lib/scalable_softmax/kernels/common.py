@@ -34,8 +34,8 @@ __all__ = ["JIT", "PJIT", "IJIT", "softplus", "sigmoid", "logaddexp", "prefetch_
 #: flags for serial kernels. ``no_cfunc_wrapper``: numba would otherwise emit, for every
 #: compiled function, a C-callable wrapper that only a first-class function value needs
 #: (a kernel passed as an argument to another kernel; none is); it is separate code, so
-#: it changes no result, and leaving it out saves a new process about 20 ms of compile
-#: per kernel (``benchmarks/bench_first_fit.py``)
+#: it changes no result, and leaving it out saves a new process part of its first
+#: compile (``benchmarks/bench_first_fit.py``)
 JIT = dict(nogil=True, cache=True, fastmath=False, boundscheck=False, no_cfunc_wrapper=True)
 #: flags for kernels parallelised with ``numba.prange``
 PJIT = dict(JIT, parallel=True)
@@ -107,9 +107,9 @@ def inner(**flags):
     """``numba.njit(**flags)`` for a kernel that only other kernels call (a helper, which
     LLVM inlines into its callers): compiled without numba's CPython wrapper, the
     argument unboxing and result boxing a call from Python needs. The wrapper is
-    separate code, so the kernel's results are the same; a new process saves about
-    30 ms of compile per helper (``benchmarks/bench_first_fit.py``: the first fit
-    compiles about fifteen of them).
+    separate code, so the kernel's results are the same, and a new process compiles
+    less before its first fit (``benchmarks/bench_first_fit.py``; the first fit of
+    Implicit SGD with its monitoring calls most of the helpers marked so).
 
     A call from Python (a test, a user) still works: it runs :attr:`python_twin`, the
     same function compiled with the wrapper, under its own name in the disk cache (a

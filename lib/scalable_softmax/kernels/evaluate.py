@@ -160,10 +160,11 @@ def _new_state(nr, npw):
     """The passes' running state of ``nr`` rows, initialised: ``mx`` (-inf), ``am``,
     ``sy``, ``s1p`` (0) and the ``nr x npw`` power sums ``spw`` (0).
 
-    Allocated by ``np.empty(n, dtype)`` alone, then filled, under the flags ``JIT``: numba
-    compiles its ``np.empty`` once per dtype and per set of the caller's flags, and the
-    implicit kernels allocate in the same way (``np.zeros``, ``np.full`` and a 2-D shape
-    would each compile their own; about 50 ms each in a new process)."""
+    Allocated by ``np.empty(n, dtype)`` alone, then filled, and inlined (``IJIT``) into
+    the pass that calls it: numba compiles its ``np.empty`` once per dtype and per set
+    of the caller's flags, so these share the pass's own scratch allocations, while
+    ``np.zeros``, ``np.full`` and a 2-D shape would each compile one more
+    (``benchmarks/bench_first_fit_profile.py`` lists them)."""
     mx = np.empty(nr, np.float64)
     am = np.empty(nr, np.int64)
     sy = np.empty(nr, np.float64)
